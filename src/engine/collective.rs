@@ -1,0 +1,151 @@
+//! Collective engine: requesters tell owners which samples they want, owners pack them,
+//! and one `MPI_Alltoallv` moves all the bytes.
+//!
+//! Per round: `MPI_Alltoall` of request counts, `MPI_Alltoallv` of the requested ids,
+//! packing on the owner, `MPI_Alltoallv` of the bytes, and unpacking into the output.
+//! Requesters know every sample's length from the global index, so no byte counts
+//! travel.
+//!
+//! MPI counts and displacements are C `int`. To stay under a limit L (default 2^31 - 1,
+//! `MDL_MAX_MESSAGE_BYTES`), a rank's remote samples are cut into rounds of at most
+//! L / P bytes, where P is the number of ranks: then no rank receives more than L / P
+//! bytes and no owner sends more than P * L / P = L bytes in a round. This needs every
+//! sample to be at most L / P bytes; for larger samples the engine refuses clearly
+//! (see [`collective_rounds`]) and AUTO uses the one-sided engine.
+
+use super::{Engine, StepContext};
+use crate::error::{Error, Result};
+use crate::plan::RemoteSample;
+use std::ops::Range;
+
+pub struct Collective;
+
+/// The rounds this rank needs: consecutive ranges of `remote` (grouped by owner) of at
+/// most `max_message_bytes / ranks` bytes each. `None` when a sample is larger than that.
+pub fn collective_rounds(
+    remote: &[RemoteSample],
+    ranks: usize,
+    max_message_bytes: u64,
+) -> Option<Vec<Range<usize>>> {
+    let budget = max_message_bytes / ranks as u64;
+    let mut rounds = Vec::new();
+    let (mut start, mut bytes) = (0, 0u64);
+    for (i, sample) in remote.iter().enumerate() {
+        if sample.len > budget {
+            return None;
+        }
+        if bytes + sample.len > budget {
+            rounds.push(start..i);
+            (start, bytes) = (i, 0);
+        }
+        bytes += sample.len;
+    }
+    if start < remote.len() {
+        rounds.push(start..remote.len());
+    }
+    Some(rounds)
+}
+
+impl Engine for Collective {
+    fn fetch(&self, step: &StepContext, out: &mut [u8]) -> Result<()> {
+        let ranks = step.comm.size();
+        let rounds = collective_rounds(&step.plan.remote, ranks, step.max_message_bytes)
+            .ok_or_else(|| Error::invalid("a sample exceeds the collective engine's message limit"))?;
+        for round in 0..step.collective_rounds as usize {
+            let mine = rounds.get(round).cloned().unwrap_or(0..0);
+            exchange(step, &step.plan.remote[mine], out)?;
+        }
+        Ok(())
+    }
+}
+
+/// One round: `requests` (grouped by owner) is what this rank wants in it.
+fn exchange(step: &StepContext, requests: &[RemoteSample], out: &mut [u8]) -> Result<()> {
+    let comm = step.comm;
+    let ranks = comm.size();
+    let mut ids_to = vec![0u64; ranks];
+    let mut bytes_from = vec![0u64; ranks];
+    for r in requests {
+        ids_to[r.owner] += 1;
+        bytes_from[r.owner] += r.len;
+    }
+    let ids_from = comm.alltoall(&ids_to)?;
+    let wanted: Vec<u64> = requests.iter().map(|r| r.id).collect();
+    let mut asked = zeroed(ids_from.iter().sum::<u64>())?;
+    comm.alltoallv(&wanted, &ids_to, &mut asked, &ids_from)?;
+
+    let (packed, bytes_to) = pack(step, &asked, &ids_from)?;
+    let mut received = zeroed(bytes_from.iter().sum::<u64>())?;
+    comm.alltoallv(&packed, &bytes_to, &mut received, &bytes_from)?;
+
+    // `received` holds the samples in the order of `requests`.
+    let mut at = 0usize;
+    for r in requests {
+        let (len, dest) = (r.len as usize, r.dest_offset as usize);
+        out[dest..dest + len].copy_from_slice(&received[at..at + len]);
+        at += len;
+    }
+    Ok(())
+}
+
+/// The owner's side: copy the samples each requester asked for, requester by requester.
+fn pack(step: &StepContext, asked: &[u64], ids_from: &[u64]) -> Result<(Vec<u8>, Vec<u64>)> {
+    let index = &step.store.index;
+    let shard = step.store.window.local();
+    let me = step.comm.rank();
+    let mut packed = Vec::new();
+    let mut bytes_to = Vec::with_capacity(ids_from.len());
+    let mut next = 0usize;
+    for &count in ids_from {
+        let before = packed.len();
+        for &id in &asked[next..next + count as usize] {
+            let loc = index
+                .locate(id)
+                .filter(|loc| loc.owner == me)
+                .ok_or_else(|| Error::invalid(format!("a peer asked rank {me} for sample {id}, which it does not hold")))?;
+            let start = loc.offset as usize;
+            packed.extend_from_slice(&shard[start..start + loc.len as usize]);
+        }
+        bytes_to.push((packed.len() - before) as u64);
+        next += count as usize;
+    }
+    Ok((packed, bytes_to))
+}
+
+/// A zero-filled buffer, or `MDL_ERR_NO_MEMORY` instead of aborting the job.
+fn zeroed<T: Copy + Default>(len: u64) -> Result<Vec<T>> {
+    let bytes = len.saturating_mul(size_of::<T>() as u64);
+    let mut v = Vec::new();
+    let len = usize::try_from(len).map_err(|_| Error::no_memory(bytes))?;
+    v.try_reserve_exact(len).map_err(|_| Error::no_memory(bytes))?;
+    v.resize(len, T::default());
+    Ok(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(owner: usize, len: u64) -> RemoteSample {
+        RemoteSample { id: 0, owner, target_offset: 0, dest_offset: 0, len }
+    }
+
+    #[test]
+    fn one_round_when_everything_fits() {
+        let remote = [sample(0, 10), sample(1, 20)];
+        assert_eq!(collective_rounds(&remote, 2, 1000), Some(vec![0..2]));
+        assert_eq!(collective_rounds(&[], 2, 1000), Some(vec![]));
+    }
+
+    #[test]
+    fn cuts_rounds_at_the_per_rank_budget() {
+        // budget = 100 / 2 = 50 bytes per round.
+        let remote = [sample(0, 30), sample(0, 20), sample(1, 1), sample(1, 50), sample(1, 49)];
+        assert_eq!(collective_rounds(&remote, 2, 100), Some(vec![0..2, 2..3, 3..4, 4..5]));
+    }
+
+    #[test]
+    fn refuses_a_sample_over_the_budget() {
+        assert_eq!(collective_rounds(&[sample(0, 51)], 2, 100), None);
+    }
+}

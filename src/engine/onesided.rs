@@ -1,0 +1,17 @@
+//! One-sided engine: `MPI_Rget` from the owners' windows inside the access epoch the
+//! window keeps open, all gets in flight at once, one wait for all of them.
+//!
+//! Unlike DDStore's loop (lock, get, unlock per sample) there is no synchronisation per
+//! sample, and samples adjacent both in the owner's window and in the output travel as
+//! one get (the plan coalesces them).
+
+use super::{Engine, StepContext};
+use crate::error::Result;
+
+pub struct OneSided;
+
+impl Engine for OneSided {
+    fn fetch(&self, step: &StepContext, out: &mut [u8]) -> Result<()> {
+        step.store.window.get_all(&step.plan.gets, out, step.max_message_bytes)
+    }
+}

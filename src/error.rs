@@ -1,0 +1,102 @@
+//! The library's error type: a status code for C plus a human-readable message.
+
+use std::fmt;
+
+/// Status codes of the C API. The numeric values are part of the ABI.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[allow(non_camel_case_types)]
+pub enum mdl_status {
+    /// Success.
+    MDL_OK = 0,
+    /// A required pointer was NULL.
+    MDL_ERR_NULL_ARG = 1,
+    /// Malformed offsets, bad enum value, inconsistent settings across ranks, ...
+    MDL_ERR_INVALID_ARG = 2,
+    /// A sample id >= mdl_num_samples.
+    MDL_ERR_OUT_OF_RANGE = 3,
+    /// out_cap too small; out_offsets[n] holds the size needed.
+    MDL_ERR_BUFFER_TOO_SMALL = 4,
+    /// Call out of order: fetch before register, register twice, ...
+    MDL_ERR_STATE = 5,
+    /// MPI returned an error.
+    MDL_ERR_MPI = 6,
+    /// An allocation failed.
+    MDL_ERR_NO_MEMORY = 7,
+    /// An internal bug was caught at the boundary.
+    MDL_ERR_PANIC = 8,
+    /// Another rank failed this collective call.
+    MDL_ERR_REMOTE = 9,
+}
+
+impl mdl_status {
+    /// All codes, in numeric order.
+    pub(crate) const ALL: [mdl_status; 10] = [
+        mdl_status::MDL_OK,
+        mdl_status::MDL_ERR_NULL_ARG,
+        mdl_status::MDL_ERR_INVALID_ARG,
+        mdl_status::MDL_ERR_OUT_OF_RANGE,
+        mdl_status::MDL_ERR_BUFFER_TOO_SMALL,
+        mdl_status::MDL_ERR_STATE,
+        mdl_status::MDL_ERR_MPI,
+        mdl_status::MDL_ERR_NO_MEMORY,
+        mdl_status::MDL_ERR_PANIC,
+        mdl_status::MDL_ERR_REMOTE,
+    ];
+
+    /// The status with this numeric value, if there is one.
+    pub fn from_code(code: i64) -> Option<mdl_status> {
+        Self::ALL.iter().copied().find(|s| *s as i64 == code)
+    }
+
+    /// Static description, NUL-terminated so the C API can hand it out as is.
+    pub fn description(self) -> &'static str {
+        match self {
+            mdl_status::MDL_OK => "success\0",
+            mdl_status::MDL_ERR_NULL_ARG => "a required pointer was NULL\0",
+            mdl_status::MDL_ERR_INVALID_ARG => "invalid argument\0",
+            mdl_status::MDL_ERR_OUT_OF_RANGE => "sample id out of range\0",
+            mdl_status::MDL_ERR_BUFFER_TOO_SMALL => "output buffer too small\0",
+            mdl_status::MDL_ERR_STATE => "call out of order\0",
+            mdl_status::MDL_ERR_MPI => "MPI error\0",
+            mdl_status::MDL_ERR_NO_MEMORY => "out of memory\0",
+            mdl_status::MDL_ERR_PANIC => "internal error (panic caught at the C boundary)\0",
+            mdl_status::MDL_ERR_REMOTE => "another rank failed this collective call\0",
+        }
+    }
+}
+
+/// An error with the status code the C caller sees and a message for `mdl_last_error`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Error {
+    pub status: mdl_status,
+    pub message: String,
+}
+
+impl Error {
+    pub fn new(status: mdl_status, message: impl Into<String>) -> Error {
+        Error { status, message: message.into() }
+    }
+    pub fn null_arg(what: &str) -> Error {
+        Error::new(mdl_status::MDL_ERR_NULL_ARG, format!("{what} is NULL"))
+    }
+    pub fn invalid(message: impl Into<String>) -> Error {
+        Error::new(mdl_status::MDL_ERR_INVALID_ARG, message)
+    }
+    pub fn state(message: impl Into<String>) -> Error {
+        Error::new(mdl_status::MDL_ERR_STATE, message)
+    }
+    pub fn no_memory(bytes: u64) -> Error {
+        Error::new(mdl_status::MDL_ERR_NO_MEMORY, format!("could not allocate {bytes} bytes"))
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.message)
+    }
+}
+
+impl std::error::Error for Error {}
+
+pub type Result<T> = std::result::Result<T, Error>;

@@ -1,0 +1,215 @@
+//! The exported C API. Prototypes follow `shared/DESIGN.md` exactly; the reference
+//! documentation is these comments, which cbindgen copies into `include/mdloader.h`.
+
+use super::args::{self, slice, slice_mut};
+use super::{boundary, init_logging, with_last_error};
+use crate::config::Backend;
+use crate::error::{Error, Result, mdl_status};
+use crate::loader::{FetchArgs, Loader};
+use crate::mpi::Comm;
+use crate::store::ShardView;
+use mpi_sys::{MPI_Comm, RSMPI_Fint};
+use std::os::raw::{c_char, c_int, c_void};
+
+/// Opaque loader handle. One handle must not be used by two threads at once.
+#[allow(non_camel_case_types)]
+pub struct mdl_loader {
+    loader: Loader,
+}
+
+/// Which engine moves the bytes.
+#[repr(C)]
+#[allow(non_camel_case_types, dead_code)]
+pub enum mdl_backend {
+    /// The estimator decides, per step (default).
+    MDL_BACKEND_AUTO = 0,
+    /// MPI RMA: gets from the owners' windows.
+    MDL_BACKEND_ONESIDED = 1,
+    /// MPI_Alltoallv of requests and data.
+    MDL_BACKEND_COLLECTIVE = 2,
+}
+
+/// `mdl_backend` as it arrives from C: any int. Checked before use, since an
+/// out-of-range value in a Rust enum would be undefined behaviour. The header names
+/// it `mdl_backend` (cbindgen.toml renames it).
+pub type MdlBackendArg = c_int;
+/// `mdl_status` as it arrives from C, for the same reason.
+pub type MdlStatusArg = c_int;
+
+fn loader<'a>(h: *const mdl_loader) -> Result<&'a Loader> {
+    // SAFETY: a non-NULL handle comes from mdl_init and is live until mdl_finalize.
+    unsafe { h.as_ref() }.map(|h| &h.loader).ok_or_else(|| Error::null_arg("the loader handle"))
+}
+
+fn loader_mut<'a>(h: *mut mdl_loader) -> Result<&'a mut Loader> {
+    // SAFETY: as in `loader`; the caller does not share a handle between threads.
+    unsafe { h.as_mut() }.map(|h| &mut h.loader).ok_or_else(|| Error::null_arg("the loader handle"))
+}
+
+fn init_from(comm: Result<MPI_Comm>, out: *mut *mut mdl_loader) -> Result<()> {
+    init_logging();
+    let handle_out = if out.is_null() { Err(Error::null_arg("out")) } else { Ok(()) };
+    let loader = Loader::init(comm?, handle_out)?;
+    let handle = Box::into_raw(Box::new(mdl_loader { loader }));
+    // SAFETY: checked non-NULL above (and agreed on by all ranks).
+    unsafe { *out = handle };
+    Ok(())
+}
+
+/// Collective over comm. Duplicates comm; MPI must already be initialised. The
+/// library never initialises or finalises MPI.
+///
+/// Environment: `MDL_BACKEND=auto|onesided|collective` (initial backend),
+/// `MDL_LOG=error|warn|info|debug|trace` (logging to stderr),
+/// `MDL_MAX_MESSAGE_BYTES` (most bytes per MPI message; default 2^31 - 1).
+#[unsafe(no_mangle)]
+pub extern "C" fn mdl_init(comm: MPI_Comm, out: *mut *mut mdl_loader) -> mdl_status {
+    boundary("mdl_init", || init_from(Ok(comm), out))
+}
+
+/// The same as mdl_init for Fortran (`comm` with `use mpi`, `comm%MPI_VAL` with
+/// `use mpi_f08`) and Python (ctypes + mpi4py `comm.py2f()`).
+#[unsafe(no_mangle)]
+pub extern "C" fn mdl_init_f(comm: RSMPI_Fint, out: *mut *mut mdl_loader) -> mdl_status {
+    boundary("mdl_init_f", || init_from(Comm::from_fortran(comm), out))
+}
+
+/// Collective. This rank's shard: n_samples samples, sample i is
+/// data[offsets[i] .. offsets[i+1]); offsets has n_samples + 1 entries,
+/// offsets[0] == 0, non-decreasing. Zero-length samples and empty shards are valid
+/// (offsets may be NULL when n_samples == 0; data may be NULL when it holds no byte).
+/// The data is copied: the caller may free it on return. Global ids are assigned in
+/// rank order: rank r's local sample i has id (sum of n_samples on ranks < r) + i.
+/// A shard can be registered once per loader.
+#[unsafe(no_mangle)]
+pub extern "C" fn mdl_register_shard(
+    h: *mut mdl_loader,
+    data: *const c_void,
+    offsets: *const u64,
+    n_samples: u64,
+) -> mdl_status {
+    boundary("mdl_register_shard", || {
+        let loader = loader_mut(h)?;
+        let shard = (|| {
+            let n_offsets = if offsets.is_null() && n_samples == 0 { 0 } else { args::len(n_samples, "n_samples")? + 1 };
+            // SAFETY: the caller passes n_samples + 1 offsets.
+            let offsets = unsafe { slice(offsets, n_offsets, "offsets") }?;
+            let bytes = args::len(offsets.last().copied().unwrap_or(0), "offsets[n_samples]")?;
+            // SAFETY: the caller passes offsets[n_samples] bytes of data.
+            let data = unsafe { slice(data as *const u8, bytes, "data") }?;
+            ShardView::new(data, offsets)
+        })();
+        loader.register_shard(shard)
+    })
+}
+
+/// The number of samples over all ranks. Local.
+#[unsafe(no_mangle)]
+pub extern "C" fn mdl_num_samples(h: *const mdl_loader, out: *mut u64) -> mdl_status {
+    boundary("mdl_num_samples", || {
+        let n = loader(h)?.num_samples()?;
+        // SAFETY: out is checked and points to a writable u64 (caller's contract).
+        *unsafe { args::out(out, "out") }? = n;
+        Ok(())
+    })
+}
+
+/// Size in bytes of sample id, known locally without communication.
+#[unsafe(no_mangle)]
+pub extern "C" fn mdl_sample_size(h: *const mdl_loader, id: u64, out: *mut u64) -> mdl_status {
+    boundary("mdl_sample_size", || {
+        let size = loader(h)?.sample_size(id)?;
+        // SAFETY: out is checked and points to a writable u64 (caller's contract).
+        *unsafe { args::out(out, "out") }? = size;
+        Ok(())
+    })
+}
+
+/// Collective: every rank calls it the same number of times; ids and n differ per rank
+/// (n may be 0; ids may repeat). Writes the samples back to back into out (out_cap
+/// bytes) and their boundaries into out_offsets (n + 1 entries): sample ids[k] is
+/// out[out_offsets[k] .. out_offsets[k+1]). The result is byte-identical whichever
+/// backend moves it. A bad argument on any rank makes every rank return an error
+/// (that rank its own code, the others MDL_ERR_REMOTE) instead of hanging; the loader
+/// stays usable. On MDL_ERR_BUFFER_TOO_SMALL, out_offsets is filled and
+/// out_offsets[n] holds the size needed.
+#[unsafe(no_mangle)]
+pub extern "C" fn mdl_fetch_batch(
+    h: *mut mdl_loader,
+    ids: *const u64,
+    n: usize,
+    out: *mut c_void,
+    out_cap: u64,
+    out_offsets: *mut u64,
+) -> mdl_status {
+    boundary("mdl_fetch_batch", || {
+        let loader = loader_mut(h)?;
+        let fetch = (|| {
+            // SAFETY: the caller passes n ids, out_cap bytes at out and n + 1 offsets.
+            unsafe {
+                Ok(FetchArgs {
+                    ids: slice(ids, n, "ids")?,
+                    out_offsets: slice_mut(out_offsets, n + 1, "out_offsets")?,
+                    out: slice_mut(out as *mut u8, args::len(out_cap, "out_cap")?, "out")?,
+                })
+            }
+        })();
+        loader.fetch_batch(fetch)
+    })
+}
+
+/// Force a backend or return to AUTO. Local; takes effect at the next fetch, and must
+/// be set the same on every rank (a mismatch makes that fetch fail on every rank with
+/// MDL_ERR_INVALID_ARG, not hang). A value outside the enum is MDL_ERR_INVALID_ARG.
+#[unsafe(no_mangle)]
+pub extern "C" fn mdl_set_backend(h: *mut mdl_loader, b: MdlBackendArg) -> mdl_status {
+    boundary("mdl_set_backend", || {
+        let loader = loader_mut(h)?;
+        let backend = Backend::from_code(b as i64)
+            .ok_or_else(|| Error::invalid(format!("{b} is not an mdl_backend value")))?;
+        loader.set_backend(backend);
+        Ok(())
+    })
+}
+
+/// Collective. Frees everything and sets *h = NULL. NULL or *h == NULL is a no-op.
+#[unsafe(no_mangle)]
+pub extern "C" fn mdl_finalize(h: *mut *mut mdl_loader) -> mdl_status {
+    boundary("mdl_finalize", || {
+        // SAFETY: a non-NULL h points to a handle variable (caller's contract).
+        let Some(slot) = (unsafe { h.as_mut() }) else { return Ok(()) };
+        if slot.is_null() {
+            return Ok(());
+        }
+        // SAFETY: *slot came from Box::into_raw in mdl_init and is released only here.
+        let handle = unsafe { Box::from_raw(*slot) };
+        *slot = std::ptr::null_mut();
+        handle.loader.finalize()
+    })
+}
+
+/// Static text for a status code ("unknown status" for a value outside the enum).
+#[unsafe(no_mangle)]
+pub extern "C" fn mdl_status_string(s: MdlStatusArg) -> *const c_char {
+    let text = mdl_status::from_code(s as i64).map_or("unknown status\0", mdl_status::description);
+    text.as_ptr() as *const c_char
+}
+
+/// Copies the calling thread's last error message (NUL-terminated, truncated to len)
+/// and returns its full length (without the NUL); 0 when no call has failed yet. The
+/// message names the call that failed and why. With buf NULL or len 0 nothing is
+/// copied, which tells the length to allocate.
+#[unsafe(no_mangle)]
+pub extern "C" fn mdl_last_error(buf: *mut c_char, len: usize) -> usize {
+    with_last_error(|message| {
+        if !buf.is_null() && len > 0 {
+            let n = message.len().min(len - 1);
+            // SAFETY: the caller passes len writable bytes at buf; n + 1 <= len.
+            unsafe {
+                std::ptr::copy_nonoverlapping(message.as_ptr(), buf as *mut u8, n);
+                *buf.add(n) = 0;
+            }
+        }
+        message.len()
+    })
+}

@@ -1,0 +1,42 @@
+//! MDLoader: a hybrid in-memory data loader for distributed training.
+//!
+//! Each MPI rank holds a shard of a dataset of small variable-size samples; every step
+//! each rank fetches a batch of samples that live on other ranks, through one of two
+//! engines (MPI RMA gets or `MPI_Alltoallv`), chosen per step by a cost model.
+//!
+//! Layers, from the C boundary inwards: `ffi` (C ABI) -> `loader` (the handle) ->
+//! `estimator` (which engine) -> `engine` (moves bytes) -> `store` (shard and global
+//! index) -> `mpi` (the only code that calls MPI).
+
+mod agree;
+mod config;
+mod engine;
+mod error;
+mod estimator;
+pub mod ffi;
+mod loader;
+mod mpi;
+mod plan;
+mod stats;
+mod store;
+
+pub use error::mdl_status;
+
+/// Version of the library; the header carries the same numbers.
+pub const MDL_VERSION_MAJOR: u32 = 0;
+pub const MDL_VERSION_MINOR: u32 = 1;
+pub const MDL_VERSION_PATCH: u32 = 0;
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn version_constants_match_cargo_toml() {
+        let version = format!(
+            "{}.{}.{}",
+            super::MDL_VERSION_MAJOR,
+            super::MDL_VERSION_MINOR,
+            super::MDL_VERSION_PATCH
+        );
+        assert_eq!(version, env!("CARGO_PKG_VERSION"));
+    }
+}

@@ -1,0 +1,66 @@
+//! Thin safe wrappers over `mpi-sys`: the only module that calls MPI directly.
+//!
+//! Every call's return code is checked and turned into an [`Error`] with MPI's own
+//! message (the library sets `MPI_ERRORS_RETURN` on everything it owns). Waiting is
+//! always done by [`wait::wait_all`]: nonblocking call, then test-and-yield, so that
+//! ranks oversubscribing the cores do not starve each other (MPICH's blocking calls
+//! busy-poll; see ENVIRONMENT.md).
+
+mod comm;
+mod wait;
+mod window;
+
+pub use comm::Comm;
+pub use window::{Get, Window};
+
+use crate::error::{Error, Result, mdl_status};
+use mpi_sys as ffi;
+use std::os::raw::{c_char, c_int};
+
+/// Largest element count one MPI call takes (counts are C `int`).
+pub const MAX_COUNT: u64 = c_int::MAX as u64;
+
+/// Turn an MPI return code into a `Result`, naming the call that failed.
+fn check(rc: c_int, call: &str) -> Result<()> {
+    if rc == ffi::MPI_SUCCESS as c_int {
+        return Ok(());
+    }
+    Err(Error::new(mdl_status::MDL_ERR_MPI, format!("{call} failed: {}", error_string(rc))))
+}
+
+fn error_string(code: c_int) -> String {
+    let mut buf = vec![0 as c_char; ffi::MPI_MAX_ERROR_STRING as usize + 1];
+    let mut len: c_int = 0;
+    // SAFETY: buf holds MPI_MAX_ERROR_STRING characters as the standard requires.
+    let rc = unsafe { ffi::MPI_Error_string(code, buf.as_mut_ptr(), &mut len) };
+    if rc != ffi::MPI_SUCCESS as c_int {
+        return format!("MPI error code {code}");
+    }
+    let bytes: Vec<u8> = buf[..len.max(0) as usize].iter().map(|&c| c as u8).collect();
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+/// Whether MPI is usable now: initialised and not yet finalised.
+pub fn is_usable() -> bool {
+    let (mut initialized, mut finalized) = (0, 0);
+    // SAFETY: both calls may be made at any time, even before MPI_Init.
+    unsafe {
+        ffi::MPI_Initialized(&mut initialized);
+        ffi::MPI_Finalized(&mut finalized);
+    }
+    initialized != 0 && finalized == 0
+}
+
+/// Seconds since an arbitrary point, from `MPI_Wtime`.
+pub fn wtime() -> f64 {
+    // SAFETY: MPI_Wtime has no preconditions beyond an initialised MPI.
+    unsafe { ffi::RSMPI_Wtime() }
+}
+
+/// Convert a byte or element count to an MPI count, failing clearly instead of
+/// truncating.
+pub fn to_count(n: u64, what: &str) -> Result<c_int> {
+    c_int::try_from(n).map_err(|_| {
+        Error::invalid(format!("{what} ({n}) exceeds the MPI count limit of {MAX_COUNT}"))
+    })
+}

@@ -1,0 +1,152 @@
+//! The shard's RMA window: memory from `MPI_Win_allocate`, one access epoch for life.
+//!
+//! `MPI_Win_allocate` (not `MPI_Win_create`) because it is the only kind of window for
+//! which MPICH takes its shared-memory fast path, it makes Open MPI's gets 3-7x faster
+//! on shared memory, and it works with Open MPI's default one-sided component at one rank
+//! (ENVIRONMENT.md). The shard never changes after registration, so one passive-target
+//! epoch (`MPI_Win_lock_all`) is opened at creation and held until the window is freed:
+//! a fetch pays for gets and their completion only, never for locks.
+
+use super::{Comm, MAX_COUNT, check, comm::null_request, ffi, to_count, wait::wait_all};
+use crate::error::{Error, Result};
+use std::os::raw::c_void;
+
+/// One read from a remote window into the caller's buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Get {
+    pub target: usize,
+    /// Byte offset in the target's window.
+    pub target_offset: u64,
+    /// Byte offset in the destination buffer.
+    pub dest_offset: u64,
+    pub len: u64,
+}
+
+pub struct Window {
+    raw: ffi::MPI_Win,
+    base: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the window handle and its memory are used by one thread at a time (the loader
+// serialises calls); the memory is not shared with other Rust objects.
+unsafe impl Send for Window {}
+
+impl Window {
+    /// Collective over `comm`: allocate a window holding a copy of `data` and open the
+    /// access epoch to all ranks.
+    pub fn allocate(comm: &Comm, data: &[u8]) -> Result<Window> {
+        let size = ffi::MPI_Aint::try_from(data.len())
+            .map_err(|_| Error::invalid("shard larger than MPI_Aint"))?;
+        let mut base: *mut u8 = std::ptr::null_mut();
+        // SAFETY: mem::zeroed is a valid placeholder for the handle MPI writes.
+        let mut raw: ffi::MPI_Win = unsafe { std::mem::zeroed() };
+        // SAFETY: baseptr receives the address of `size` bytes owned by the window.
+        let rc = unsafe {
+            ffi::MPI_Win_allocate(
+                size,
+                1,
+                ffi::RSMPI_INFO_NULL,
+                comm.raw(),
+                &mut base as *mut *mut u8 as *mut c_void,
+                &mut raw,
+            )
+        };
+        check(rc, "MPI_Win_allocate")?;
+        let window = Window { raw, base, len: data.len() };
+        // SAFETY: raw is the window just created.
+        check(
+            unsafe { ffi::MPI_Win_set_errhandler(raw, ffi::RSMPI_ERRORS_RETURN) },
+            "MPI_Win_set_errhandler",
+        )?;
+        if !data.is_empty() {
+            // SAFETY: the window owns `len` bytes at base; data does not overlap them.
+            unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), base, data.len()) };
+        }
+        // SAFETY: raw is valid; MPI_MODE_NOCHECK because no rank ever takes an
+        // exclusive lock on this window.
+        check(
+            unsafe { ffi::MPI_Win_lock_all(ffi::MPI_MODE_NOCHECK as _, raw) },
+            "MPI_Win_lock_all",
+        )?;
+        // Make the local stores above visible to RMA in the separate memory model.
+        // SAFETY: called inside the passive-target epoch just opened.
+        check(unsafe { ffi::MPI_Win_sync(raw) }, "MPI_Win_sync")?;
+        Ok(window)
+    }
+
+    /// This rank's own shard bytes.
+    pub fn local(&self) -> &[u8] {
+        if self.len == 0 {
+            return &[];
+        }
+        // SAFETY: the window owns `len` initialised bytes at base, never written after
+        // allocation, and lives as long as self.
+        unsafe { std::slice::from_raw_parts(self.base, self.len) }
+    }
+
+    /// Perform every get into `dest` and wait for all of them. A get longer than
+    /// `max_message` bytes (at most the MPI count limit) is split.
+    pub fn get_all(&self, gets: &[Get], dest: &mut [u8], max_message: u64) -> Result<()> {
+        let chunk = max_message.clamp(1, MAX_COUNT);
+        let mut requests = Vec::with_capacity(gets.len());
+        let issued = self.issue(gets, dest, chunk, &mut requests);
+        // Wait for what was issued even when issuing failed part way: `dest` must not
+        // be released while a get may still write into it.
+        let waited = wait_all(&mut requests);
+        issued.and(waited)
+    }
+
+    fn issue(
+        &self,
+        gets: &[Get],
+        dest: &mut [u8],
+        chunk: u64,
+        requests: &mut Vec<ffi::MPI_Request>,
+    ) -> Result<()> {
+        for get in gets {
+            let end = get.dest_offset.checked_add(get.len);
+            assert!(end.is_some_and(|e| e <= dest.len() as u64), "get outside its buffer");
+            let mut done = 0;
+            while done < get.len {
+                let len = (get.len - done).min(chunk);
+                let disp = ffi::MPI_Aint::try_from(get.target_offset + done)
+                    .map_err(|_| Error::invalid("window offset exceeds MPI_Aint"))?;
+                let count = to_count(len, "get length")?;
+                let mut request = null_request();
+                // SAFETY: the destination range lies inside `dest` (asserted above) and
+                // `dest` outlives the requests: get_all waits for them before returning.
+                let rc = unsafe {
+                    ffi::MPI_Rget(
+                        dest.as_mut_ptr().add((get.dest_offset + done) as usize) as *mut c_void,
+                        count,
+                        ffi::RSMPI_UINT8_T,
+                        get.target as _,
+                        disp,
+                        count,
+                        ffi::RSMPI_UINT8_T,
+                        self.raw,
+                        &mut request,
+                    )
+                };
+                check(rc, "MPI_Rget")?;
+                requests.push(request);
+                done += len;
+            }
+        }
+        Ok(())
+    }
+
+    /// Collective: close the epoch and free the window. Skipped when MPI is finalised.
+    pub fn free(mut self) -> Result<()> {
+        if !super::is_usable() {
+            return Ok(());
+        }
+        // SAFETY: raw is the window this value owns, inside the epoch opened at creation;
+        // it is not used afterwards.
+        unsafe {
+            check(ffi::MPI_Win_unlock_all(self.raw), "MPI_Win_unlock_all")?;
+            check(ffi::MPI_Win_free(&mut self.raw), "MPI_Win_free")
+        }
+    }
+}

@@ -1,0 +1,174 @@
+//! The plan of one fetch: where every requested sample comes from and where it goes.
+//!
+//! Both engines and the estimator work from the same plan, so the cost the estimator
+//! predicts is the cost of exactly what the engine will do.
+
+use crate::error::{Error, Result, mdl_status};
+use crate::mpi::Get;
+use crate::store::GlobalIndex;
+
+/// A sample this rank owns, copied from its own window.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LocalCopy {
+    pub src_offset: u64,
+    pub dest_offset: u64,
+    pub len: u64,
+}
+
+/// A sample another rank owns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RemoteSample {
+    pub id: u64,
+    pub owner: usize,
+    pub target_offset: u64,
+    pub dest_offset: u64,
+    pub len: u64,
+}
+
+#[derive(Debug)]
+pub struct BatchPlan {
+    /// n + 1 boundaries of the samples in the output buffer.
+    pub out_offsets: Vec<u64>,
+    pub local: Vec<LocalCopy>,
+    /// Non-empty remote samples, grouped by owner in rank order, request order within
+    /// an owner (the order the collective engine exchanges them in).
+    pub remote: Vec<RemoteSample>,
+    /// Per owner rank: how many bytes of `remote` it serves.
+    pub bytes_per_owner: Vec<u64>,
+    /// The one-sided engine's reads: remote samples in request order, runs that are
+    /// adjacent both in the owner's window and in the output merged into one get.
+    pub gets: Vec<Get>,
+}
+
+impl BatchPlan {
+    pub fn new(index: &GlobalIndex, my_rank: usize, ids: &[u64]) -> Result<BatchPlan> {
+        let ranks = index.num_ranks();
+        let mut out_offsets = Vec::with_capacity(ids.len() + 1);
+        let mut local = Vec::new();
+        let mut in_request_order = Vec::new();
+        let mut bytes_per_owner = vec![0u64; ranks];
+        let mut at = 0u64;
+        out_offsets.push(at);
+        for (k, &id) in ids.iter().enumerate() {
+            let loc = index.locate(id).ok_or_else(|| {
+                Error::new(
+                    mdl_status::MDL_ERR_OUT_OF_RANGE,
+                    format!("ids[{k}] = {id} is out of range (num_samples = {})", index.num_samples()),
+                )
+            })?;
+            if loc.len > 0 && loc.owner == my_rank {
+                local.push(LocalCopy { src_offset: loc.offset, dest_offset: at, len: loc.len });
+            } else if loc.len > 0 {
+                bytes_per_owner[loc.owner] += loc.len;
+                in_request_order.push(RemoteSample {
+                    id,
+                    owner: loc.owner,
+                    target_offset: loc.offset,
+                    dest_offset: at,
+                    len: loc.len,
+                });
+            }
+            at += loc.len;
+            out_offsets.push(at);
+        }
+        let gets = coalesce(&in_request_order);
+        let mut remote = in_request_order;
+        remote.sort_by_key(|s| s.owner); // stable: keeps request order within an owner
+        Ok(BatchPlan { out_offsets, local, remote, bytes_per_owner, gets })
+    }
+
+    /// Bytes of the whole batch, local and remote.
+    pub fn total_bytes(&self) -> u64 {
+        *self.out_offsets.last().expect("out_offsets has n + 1 entries")
+    }
+
+    pub fn remote_bytes(&self) -> u64 {
+        self.bytes_per_owner.iter().sum()
+    }
+
+    pub fn local_bytes(&self) -> u64 {
+        self.local.iter().map(|c| c.len).sum()
+    }
+}
+
+fn coalesce(in_request_order: &[RemoteSample]) -> Vec<Get> {
+    let mut gets: Vec<Get> = Vec::with_capacity(in_request_order.len());
+    for s in in_request_order {
+        if let Some(last) = gets.last_mut() {
+            let adjacent = last.target == s.owner
+                && last.target_offset + last.len == s.target_offset
+                && last.dest_offset + last.len == s.dest_offset;
+            if adjacent {
+                last.len += s.len;
+                continue;
+            }
+        }
+        gets.push(Get {
+            target: s.owner,
+            target_offset: s.target_offset,
+            dest_offset: s.dest_offset,
+            len: s.len,
+        });
+    }
+    gets
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two ranks: rank 0 holds ids 0..4 with lengths 1,2,0,3; rank 1 holds 4..6 with 4,5.
+    fn index() -> GlobalIndex {
+        GlobalIndex::from_lengths(&[1, 2, 0, 3, 4, 5], &[4, 2])
+    }
+
+    #[test]
+    fn splits_local_and_remote_and_lays_out_the_output() {
+        let plan = BatchPlan::new(&index(), 0, &[5, 1, 2, 4, 5]).unwrap();
+        assert_eq!(plan.out_offsets, vec![0, 5, 7, 7, 11, 16]);
+        assert_eq!(plan.local, vec![LocalCopy { src_offset: 1, dest_offset: 5, len: 2 }]);
+        assert_eq!(plan.bytes_per_owner, vec![0, 14]);
+        assert_eq!(plan.remote.iter().map(|s| s.id).collect::<Vec<_>>(), vec![5, 4, 5]);
+        assert_eq!(plan.total_bytes(), 16);
+        assert_eq!(plan.remote_bytes() + plan.local_bytes(), 16);
+    }
+
+    #[test]
+    fn coalesces_runs_adjacent_in_window_and_output() {
+        // ids 4 then 5 are adjacent on rank 1 and in the output: one get.
+        let plan = BatchPlan::new(&index(), 0, &[4, 5, 4]).unwrap();
+        assert_eq!(
+            plan.gets,
+            vec![
+                Get { target: 1, target_offset: 0, dest_offset: 0, len: 9 },
+                Get { target: 1, target_offset: 0, dest_offset: 9, len: 4 },
+            ]
+        );
+        // 5 then 4 is adjacent in neither: two gets.
+        assert_eq!(BatchPlan::new(&index(), 0, &[5, 4]).unwrap().gets.len(), 2);
+    }
+
+    #[test]
+    fn groups_remote_samples_by_owner_keeping_request_order() {
+        let plan = BatchPlan::new(&index(), 1, &[3, 4, 0, 1, 5]).unwrap();
+        assert_eq!(plan.remote.iter().map(|s| s.id).collect::<Vec<_>>(), vec![3, 0, 1]);
+        assert_eq!(plan.bytes_per_owner, vec![6, 0]);
+        assert_eq!(plan.local.len(), 2);
+    }
+
+    #[test]
+    fn empty_batch_and_zero_length_samples_move_nothing() {
+        let plan = BatchPlan::new(&index(), 1, &[]).unwrap();
+        assert_eq!(plan.out_offsets, vec![0]);
+        let plan = BatchPlan::new(&index(), 1, &[2, 2]).unwrap();
+        assert_eq!(plan.out_offsets, vec![0, 0, 0]);
+        assert!(plan.remote.is_empty() && plan.local.is_empty() && plan.gets.is_empty());
+    }
+
+    #[test]
+    fn out_of_range_names_the_position() {
+        let err = BatchPlan::new(&index(), 0, &[0, 6]).unwrap_err();
+        assert_eq!(err.status, mdl_status::MDL_ERR_OUT_OF_RANGE);
+        assert!(err.message.contains("ids[1] = 6"), "{}", err.message);
+    }
+}
