@@ -220,6 +220,19 @@ static void recovery_fetch(world *w, cres *r, const char *after)
 
 /* ---------- local API cases ---------- */
 
+/* Must run before any library call fails on this thread. */
+static void case_last_error_initially_empty(void)
+{
+    cres r;
+    const char *name = "api/mdl_last_error is 0 before any failure";
+    case_begin(name, &r);
+    char buf[8] = "junk";
+    size_t n = mdl_last_error(buf, sizeof buf);
+    EXPECT(&r, n == 0, "mdl_last_error returned %zu before any failing call", n);
+    EXPECT(&r, buf[0] == '\0', "buffer not set to the empty string");
+    case_end(name, &r);
+}
+
 static void case_status_strings(void)
 {
     cres r;
@@ -452,12 +465,14 @@ static void case_register_fault(enum reg_fault f, const char *name, mdl_status w
 static void case_register_empty_dataset(void)
 {
     cres r;
-    const char *name = "register/every shard empty, data NULL -> OK, 0 samples, n=0 fetch OK";
+    const char *name = "register/every shard empty, data NULL (offsets NULL on odd ranks) -> OK, 0 samples, n=0 fetch OK";
     case_begin(name, &r);
     mdl_loader *h = NULL;
     expect_code(&r, "mdl_init", mdl_init(MPI_COMM_WORLD, &h), MDL_OK);
     uint64_t off0[1] = {0}, x = 99, offs[1] = {77};
-    expect_code(&r, "mdl_register_shard(NULL, {0}, 0)", mdl_register_shard(h, NULL, off0, 0), MDL_OK);
+    /* Odd ranks pass offsets NULL: allowed when n_samples == 0 per the header. */
+    expect_code(&r, g_rank % 2 ? "mdl_register_shard(NULL, NULL, 0)" : "mdl_register_shard(NULL, {0}, 0)",
+                mdl_register_shard(h, NULL, g_rank % 2 ? NULL : off0, 0), MDL_OK);
     expect_code(&r, "mdl_num_samples", mdl_num_samples(h, &x), MDL_OK);
     EXPECT(&r, x == 0, "mdl_num_samples = %llu, expected 0", (unsigned long long)x);
     expect_code(&r, "mdl_fetch_batch(n=0)", mdl_fetch_batch(h, NULL, 0, NULL, 0, offs), MDL_OK);
@@ -534,12 +549,19 @@ static void case_fetch_fault(world *w, const char *name, const enum fault *fault
     case F_NULL_OFFS: poffs = NULL; break;
     case F_NONE: break;
     }
-    offs[n] = 0;
+    for (size_t k = 0; k <= n; k++)
+        offs[k] = UINT64_MAX;
     mdl_status st = mdl_fetch_batch(w->h, pids, n, pout, cap, poffs);
     expect_code(&r, mine != F_NONE ? "faulty rank: mdl_fetch_batch" : "mdl_fetch_batch", st, want);
-    if (mine == F_CAP_SMALL || mine == F_CAP_ZERO)
+    if (mine == F_CAP_SMALL || mine == F_CAP_ZERO) {
         EXPECT(&r, offs[n] == need, "out_offsets[n] = %llu, expected the needed size %llu",
                (unsigned long long)offs[n], (unsigned long long)need);
+        /* The header says out_offsets is filled, so a caller can size and reuse it. */
+        int filled = offs[0] == 0;
+        for (size_t k = 0; k < n && filled; k++)
+            filled = offs[k + 1] - offs[k] == tc_size_of(&w->ds, ids[k]);
+        EXPECT(&r, filled, "out_offsets not filled with the sample boundaries on MDL_ERR_BUFFER_TOO_SMALL");
+    }
     if (st != MDL_OK)
         expect_last_error(&r, FAULT_NAMES[mine]);
     free(buf);
@@ -600,8 +622,10 @@ static void case_backend_mismatch(world *w, mdl_backend others, mdl_backend last
     mdl_status st = mdl_fetch_batch(w->h, ids, 4, buf, need, offs);
     /* Which rank is "at fault" is a matter of opinion; what matters is that nobody
        proceeds as if all was well and nobody hangs. */
-    EXPECT(&r, st != MDL_OK, "mismatched backends were not detected (fetch returned MDL_OK)");
-    if (st != MDL_OK && st != MDL_ERR_REMOTE)
+    /* The header promises MDL_ERR_INVALID_ARG on every rank: no single rank is "the"
+       faulty one, so nobody gets MDL_ERR_REMOTE. */
+    expect_code(&r, "mdl_fetch_batch with mismatched backends", st, MDL_ERR_INVALID_ARG);
+    if (st != MDL_OK)
         expect_last_error(&r, "backend mismatch");
     if (g_rank == 0) {
         printf("      rank 0 got %s\n", sname(st));
@@ -667,6 +691,7 @@ int main(int argc, char **argv)
         fflush(stdout);
     }
 
+    case_last_error_initially_empty();
     case_status_strings();
     case_finalize_null();
     case_null_handle();
