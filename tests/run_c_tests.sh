@@ -1,0 +1,189 @@
+#!/usr/bin/env bash
+# Builds the C tests against include/mdloader.h and target/<mpi>/release/libmdloader.so
+# and runs them under each MPI at several rank counts.
+#
+#   tests/run_c_tests.sh openmpi|mpich|all
+#
+# Prints one line per case, "PASS name" or "FAIL name", and as the very last line
+# "N passed, M failed". Exit status is non-zero if anything failed. Each case's full
+# output goes to target/test-logs/<name>.log and is printed when the case fails.
+#
+# Knobs (environment):
+#   MDL_TEST_TIMEOUT   seconds per case (default 600); a hung job is killed and FAILs
+#   MDL_TEST_ITERS     fetch_test iterations (default 1000; reduced automatically for
+#                      MPICH above 2 ranks, where oversubscribed blocking calls busy-poll)
+#   MDL_TEST_SEED      seed passed to the tests (default 1)
+#   CFLAGS_EXTRA       extra compiler flags (e.g. -fsanitize=address)
+#
+# The library itself is not built here: build it first with
+#   MPICC=mpicc.openmpi CARGO_TARGET_DIR=target/openmpi cargo build --release
+#   MPICC=mpicc.mpich   CARGO_TARGET_DIR=target/mpich   cargo build --release
+set -u
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+WHICH=${1:-all}
+TIMEOUT=${MDL_TEST_TIMEOUT:-600}
+ITERS=${MDL_TEST_ITERS:-1000}
+SEED=${MDL_TEST_SEED:-1}
+LOGDIR=$ROOT/target/test-logs
+BUILDROOT=$ROOT/target/c-tests
+mkdir -p "$LOGDIR"
+
+case $WHICH in
+openmpi) MPIS=(openmpi) ;;
+mpich) MPIS=(mpich) ;;
+all) MPIS=(openmpi mpich) ;;
+*)
+    echo "usage: $0 openmpi|mpich|all" >&2
+    exit 2
+    ;;
+esac
+
+PASSED=0
+FAILED=0
+
+pass() {
+    echo "PASS $1"
+    PASSED=$((PASSED + 1))
+}
+
+fail() {
+    echo "FAIL $1"
+    FAILED=$((FAILED + 1))
+    if [ -n "${2:-}" ] && [ -f "$2" ]; then
+        echo "----- $2 (last 200 lines) -----"
+        tail -n 200 "$2"
+        echo "----- end of $2 -----"
+    fi
+}
+
+# build <mpi>: compiles the test programs; returns non-zero if anything failed.
+build() {
+    local mpi=$1 cc=mpicc.$1
+    local libdir=$ROOT/target/$mpi/release
+    local out=$BUILDROOT/$mpi
+    local log=$LOGDIR/$mpi-build.log
+    mkdir -p "$out"
+    : >"$log"
+    if ! command -v "$cc" >/dev/null; then
+        echo "$cc not found" >>"$log"
+        return 1
+    fi
+    if [ ! -f "$libdir/libmdloader.so" ]; then
+        echo "missing $libdir/libmdloader.so; build it with:" >>"$log"
+        echo "  MPICC=$cc CARGO_TARGET_DIR=target/$mpi cargo build --release" >>"$log"
+        return 1
+    fi
+    if [ ! -f "$ROOT/include/mdloader.h" ]; then
+        echo "missing include/mdloader.h" >>"$log"
+        return 1
+    fi
+    # rpath (not LD_LIBRARY_PATH) so that each binary can only ever load the library
+    # built for its own MPI: mixing Open MPI and MPICH in one process aborts.
+    local flags=(-std=c11 -O2 -g -Wall -Wextra -I"$ROOT/include" -I"$ROOT/tests/c" ${CFLAGS_EXTRA:-})
+    local link=(-L"$libdir" -lmdloader -Wl,-rpath,"$libdir" -lm)
+    local ok=0 src name
+    for src in tests/c/fetch_test.c tests/c/errors_test.c c_examples/demo.c; do
+        [ -f "$ROOT/$src" ] || continue
+        name=$(basename "$src" .c)
+        echo "+ $cc ${flags[*]} $src -o $out/$name ${link[*]}" >>"$log"
+        if ! "$cc" "${flags[@]}" "$ROOT/$src" -o "$out/$name" "${link[@]}" >>"$log" 2>&1; then
+            ok=1
+        fi
+    done
+    # Warnings are bugs in test code too: make them visible as a failure of the build.
+    if grep -q "warning:" "$log"; then
+        echo "compiler warnings (see above)" >>"$log"
+        ok=1
+    fi
+    return $ok
+}
+
+# run_case <mpi> <np> <name> [VAR=value ...] -- <program> [args...]
+run_case() {
+    local mpi=$1 np=$2 name=$3
+    shift 3
+    local envs=()
+    while [ $# -gt 0 ] && [ "$1" != "--" ]; do
+        envs+=("$1")
+        shift
+    done
+    shift # --
+    local prog=$1
+    shift
+    local log=$LOGDIR/$mpi-$name.log
+    local launcher=()
+    if [ "$mpi" = openmpi ]; then
+        # Root, more ranks than the 2 cores: allowed explicitly. Passed with -x so the
+        # variables reach every rank.
+        launcher=(mpirun.openmpi --oversubscribe -n "$np")
+        local e
+        for e in "${envs[@]}"; do launcher+=(-x "$e"); done
+    else
+        launcher=(mpiexec.mpich -n "$np")
+        local e
+        for e in "${envs[@]}"; do launcher+=(-genv "${e%%=*}" "${e#*=}"); done
+    fi
+    {
+        echo "+ ${envs[*]} ${launcher[*]} $prog $*"
+        echo "+ started $(date -Is)"
+    } >"$log"
+    local start=$SECONDS rc
+    env "${envs[@]}" OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+        OMPI_MCA_rmaps_base_oversubscribe=1 \
+        timeout -k 10 "$TIMEOUT" "${launcher[@]}" "$prog" "$@" >>"$log" 2>&1
+    rc=$?
+    echo "+ exit $rc after $((SECONDS - start)) s" >>"$log"
+    if [ $rc -eq 0 ]; then
+        pass "$mpi/$name ($((SECONDS - start)) s)"
+    elif [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
+        fail "$mpi/$name (timeout after ${TIMEOUT} s)" "$log"
+    else
+        fail "$mpi/$name (exit $rc)" "$log"
+    fi
+}
+
+for mpi in "${MPIS[@]}"; do
+    if ! build "$mpi"; then
+        fail "$mpi/build" "$LOGDIR/$mpi-build.log"
+        continue
+    fi
+    pass "$mpi/build"
+    bin=$BUILDROOT/$mpi
+    if [ "$mpi" = openmpi ]; then
+        nps=(1 2 3 4)
+    else
+        nps=(1 2 4)
+    fi
+    for np in "${nps[@]}"; do
+        iters=$ITERS
+        # MPICH's blocking calls busy-poll when ranks outnumber cores (ENVIRONMENT.md):
+        # the test's own agreement reductions slow down, so run fewer iterations there.
+        if [ "$mpi" = mpich ] && [ "$np" -gt 2 ]; then
+            iters=$((ITERS / 4 > 50 ? ITERS / 4 : 50))
+        fi
+        run_case "$mpi" "$np" "fetch_test-np$np" -- "$bin/fetch_test" --iters "$iters" --seed "$SEED"
+        run_case "$mpi" "$np" "errors_test-np$np" -- "$bin/errors_test" --seed "$SEED"
+    done
+    # Tiny message cap: forces the split-into-rounds paths of both engines, including
+    # samples larger than the cap (common.h puts a few 4-12 KB samples in the dataset).
+    np=3
+    [ "$mpi" = mpich ] && np=2
+    run_case "$mpi" "$np" "fetch_test-np$np-maxmsg4096" MDL_MAX_MESSAGE_BYTES=4096 -- \
+        "$bin/fetch_test" --iters $((ITERS / 2)) --seed $((SEED + 1))
+    run_case "$mpi" "$np" "errors_test-np$np-maxmsg4096" MDL_MAX_MESSAGE_BYTES=4096 -- \
+        "$bin/errors_test" --seed $((SEED + 1))
+    # The initial backend from the environment must agree with explicit settings.
+    run_case "$mpi" 2 "fetch_test-np2-env-collective" MDL_BACKEND=collective -- \
+        "$bin/fetch_test" --iters $((ITERS / 4)) --seed $((SEED + 2)) --phases world
+    # The demo as a smoke test (small), when it has been built.
+    if [ -x "$bin/demo" ]; then
+        dnp=4
+        [ "$mpi" = mpich ] && dnp=2
+        run_case "$mpi" "$dnp" "demo-np$dnp-smoke" -- "$bin/demo" --samples 20000 --steps 5 \
+            --warmup 1 --batches 16,256
+    fi
+done
+
+echo "$PASSED passed, $FAILED failed"
+[ "$FAILED" -eq 0 ]
