@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Build libmdloader.so for one MPI family: scripts/build.sh openmpi|mpich [cargo args...]
+# Each MPI gets its own target directory (target/openmpi, target/mpich): mpi-sys does
+# not rebuild when MPICC changes, and a library built for one MPI must never be loaded
+# by a program of the other.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+MPI=${1:?usage: scripts/build.sh openmpi|mpich [cargo args...]}
+shift
+case $MPI in openmpi | mpich) ;; *) echo "unknown MPI '$MPI' (openmpi or mpich)" >&2; exit 2 ;; esac
+MPICC=mpicc.$MPI CARGO_TARGET_DIR=target/$MPI cargo build --release --quiet "$@"
+echo "built target/$MPI/release/libmdloader.so"
