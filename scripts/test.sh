@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# The whole test suite, from a fresh Debian machine: installs what is missing, builds
+# the library for Open MPI and MPICH, and runs every suite. Each suite prints its own
+# PASS/FAIL lines; the last line here is the total, "N passed, M failed".
+#
+#   scripts/test.sh            everything
+#   MDL_TEST_MPIS=openmpi scripts/test.sh    one MPI family only
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+MPIS=${MDL_TEST_MPIS:-openmpi mpich}
+mkdir -p target/test-logs
+
+scripts/install-deps.sh || { echo "installing dependencies failed"; echo "0 passed, 1 failed"; exit 1; }
+
+PASSED=0
+FAILED=0
+FAILED_SUITES=()
+
+# Add up "N passed, M failed" (our runners) and "test result: ... N passed; M failed"
+# (cargo) lines from a suite's output.
+tally() {
+    local suite=$1 log=$2 rc=$3 p f
+    p=$(grep -Eo '(^|result: [a-zA-Z]+\. )[0-9]+ passed' "$log" | grep -Eo '[0-9]+ passed' | awk '{s+=$1} END {print s+0}')
+    f=$(grep -Eo '[0-9]+ failed' "$log" | awk '{s+=$1} END {print s+0}')
+    if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
+        f=1 # the suite failed before it could count (build error, crash)
+    fi
+    PASSED=$((PASSED + p))
+    FAILED=$((FAILED + f))
+    [ "$f" -gt 0 ] && FAILED_SUITES+=("$suite")
+    echo "== $suite: $p passed, $f failed"
+}
+
+# run_suite <name> <command...>: runs it with its output shown and logged.
+run_suite() {
+    local name=$1
+    shift
+    local log=$ROOT/target/test-logs/suite-$name.log
+    echo "== $name: $*"
+    "$@" 2>&1 | tee "$log"
+    tally "$name" "$log" "${PIPESTATUS[0]}"
+}
+
+run_suite unit env MPICC=mpicc.openmpi CARGO_TARGET_DIR=target/openmpi cargo test --quiet
+for mpi in $MPIS; do
+    run_suite "build-$mpi" scripts/build.sh "$mpi"
+done
+for mpi in $MPIS; do
+    run_suite "c-$mpi" tests/run_c_tests.sh "$mpi"
+done
+
+[ ${#FAILED_SUITES[@]} -gt 0 ] && echo "failed suites: ${FAILED_SUITES[*]}"
+echo "$PASSED passed, $FAILED failed"
+[ "$FAILED" -eq 0 ]
