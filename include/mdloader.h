@@ -173,6 +173,19 @@ enum mdl_status mdl_set_backend(struct mdl_loader *h, mdl_backend b);
 enum mdl_status mdl_finalize(struct mdl_loader **h);
 
 /**
+ * This rank's statistics as a JSON object, NUL-terminated and truncated to len; returns
+ * the full length (without the NUL), or 0 when h is NULL. Local. Keys: "rank", "ranks",
+ * "backend" (in force), "steps", "onesided" and "collective" (each: "steps",
+ * "seconds" this rank spent, "predicted_seconds" and "measured_slowest_seconds" of the
+ * slowest rank), "samples", "bytes_local", "bytes_remote" (this rank's), "decisions",
+ * "probes", "switches", and "calibration" ("source": measured, default or file,
+ * "seconds", "points_onesided", "points_collective" and the cost model's parameters,
+ * see README). The "calibration" object, saved to a file, can be loaded with
+ * MDL_CALIBRATION=<file> to skip measuring.
+ */
+size_t mdl_stats_json(const struct mdl_loader *h, char *buf, size_t len);
+
+/**
  * Static text for a status code ("unknown status" for a value outside the enum).
  */
 const char *mdl_status_string(mdl_status s);

@@ -3,6 +3,8 @@
 
 use crate::error::{Error, Result};
 use crate::mpi::MAX_COUNT;
+use std::path::PathBuf;
+use std::str::FromStr;
 
 /// Which engine moves the bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -41,6 +43,17 @@ impl Backend {
     }
 }
 
+/// Where the cost model's parameters come from at registration.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Calibration {
+    /// Measure them (the default).
+    Measure,
+    /// Use built-in defaults (rough shared-memory figures).
+    Off,
+    /// Load them from a JSON file: the "calibration" object of `mdl_stats_json`.
+    File(PathBuf),
+}
+
 #[derive(Clone, Debug)]
 pub struct Config {
     /// `MDL_BACKEND`: the backend in force until `mdl_set_backend` changes it.
@@ -50,6 +63,33 @@ pub struct Config {
     /// engine runs in rounds so that no count or displacement exceeds it. Small values
     /// exist to exercise those paths in tests.
     pub max_message_bytes: u64,
+    /// `MDL_CALIBRATION=on|off|<file.json>`.
+    pub calibration: Calibration,
+    /// `MDL_CALIBRATION_SECONDS`: time budget of the calibration (default 0.4).
+    pub calibration_seconds: f64,
+    /// `MDL_PROBE_INTERVAL`: steps of one batch-size bucket between probes of the
+    /// engine not in use (default 64; 0 never probes).
+    pub probe_interval: u64,
+    /// `MDL_HYSTERESIS`: how much faster (relative) the other engine must be predicted
+    /// before AUTO switches (default 0.05).
+    pub hysteresis: f64,
+    /// `MDL_MATRIX_MAX_RANKS`: up to this many ranks, each step's agreement carries the
+    /// full request matrix (P * P values), which tells the estimator exactly how many
+    /// bytes each rank serves (default 32).
+    pub matrix_max_ranks: usize,
+}
+
+/// An environment variable parsed as T and checked, or `default` when unset.
+fn env_or<T: FromStr>(name: &str, default: T, valid: impl Fn(&T) -> bool, expected: &str) -> Result<T> {
+    match std::env::var(name) {
+        Err(_) => Ok(default),
+        Ok(text) => text
+            .trim()
+            .parse::<T>()
+            .ok()
+            .filter(valid)
+            .ok_or_else(|| Error::invalid(format!("{name}={text}: expected {expected}"))),
+    }
 }
 
 impl Config {
@@ -60,20 +100,25 @@ impl Config {
             })?,
             Err(_) => Backend::Auto,
         };
-        let max_message_bytes = match std::env::var("MDL_MAX_MESSAGE_BYTES") {
-            Ok(text) => text
-                .trim()
-                .parse::<u64>()
-                .ok()
-                .filter(|&n| (1..=MAX_COUNT).contains(&n))
-                .ok_or_else(|| {
-                    Error::invalid(format!(
-                        "MDL_MAX_MESSAGE_BYTES={text}: expected an integer in 1..={MAX_COUNT}"
-                    ))
-                })?,
-            Err(_) => MAX_COUNT,
+        let calibration = match std::env::var("MDL_CALIBRATION").as_deref().map(str::trim) {
+            Err(_) | Ok("on") | Ok("") => Calibration::Measure,
+            Ok("off") => Calibration::Off,
+            Ok(path) => Calibration::File(PathBuf::from(path)),
         };
-        Ok(Config { backend, max_message_bytes })
+        Ok(Config {
+            backend,
+            max_message_bytes: env_or(
+                "MDL_MAX_MESSAGE_BYTES",
+                MAX_COUNT,
+                |n| (1..=MAX_COUNT).contains(n),
+                &format!("an integer in 1..={MAX_COUNT}"),
+            )?,
+            calibration,
+            calibration_seconds: env_or("MDL_CALIBRATION_SECONDS", 0.4, |s: &f64| *s >= 0.0, "seconds >= 0")?,
+            probe_interval: env_or("MDL_PROBE_INTERVAL", 64, |_| true, "a number of steps")?,
+            hysteresis: env_or("MDL_HYSTERESIS", 0.05, |h: &f64| (0.0..1.0).contains(h), "a fraction in [0, 1)")?,
+            matrix_max_ranks: env_or("MDL_MATRIX_MAX_RANKS", 32, |_| true, "a number of ranks")?,
+        })
     }
 }
 

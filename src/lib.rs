@@ -17,6 +17,7 @@ pub mod ffi;
 mod loader;
 mod mpi;
 mod plan;
+mod rng;
 mod stats;
 mod store;
 

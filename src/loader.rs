@@ -5,10 +5,12 @@
 //! communicate. See `agree.rs`.
 
 use crate::agree::{Proposal, agree, agree_on_checks};
-use crate::config::{Backend, Config};
-use crate::engine::{Collective, Engine, OneSided, StepContext, collective_rounds};
+use crate::config::{Backend, Calibration as CalibrationMode, Config};
+use crate::engine::{StepContext, collective_rounds, execute};
 use crate::error::{Error, Result, mdl_status};
-use crate::estimator::{CostParams, Estimator, Prediction, StepFeatures};
+use crate::estimator::calibrate::{self, Calibration, CalibrationSettings};
+use crate::estimator::model::{CostParams, StepFeatures};
+use crate::estimator::{Decision, Estimator, Settings, features};
 use crate::mpi::{self, Comm};
 use crate::plan::BatchPlan;
 use crate::stats::Stats;
@@ -29,7 +31,12 @@ pub struct Loader {
     backend: Backend,
     store: Option<Store>,
     estimator: Estimator,
+    calibration: Calibration,
     stats: Stats,
+    /// The previous step, whose slowest-rank time the next agreement brings.
+    pending: Option<PendingMeasurement>,
+    /// Samples fetched on this rank since the last summary line in the log.
+    samples_since_summary: u64,
 }
 
 /// A fetch that passed its local checks, ready to run once the ranks agree.
@@ -38,14 +45,20 @@ struct PreparedFetch<'a> {
     out: &'a mut [u8],
     /// None when a sample is too large for the collective engine's message limit.
     rounds: Option<u64>,
-    prediction: Prediction,
 }
 
-/// Positions of the values each rank contributes to a fetch's agreement.
-const ROUNDS: usize = 0;
+struct PendingMeasurement {
+    engine: Backend,
+    features: StepFeatures,
+    /// This rank's time; 0 when the step failed here.
+    seconds: f64,
+}
+
+/// Positions of the values each rank contributes to a fetch's agreement, before the
+/// step features (see `estimator::features`).
+const PREVIOUS_STEP_SECONDS: usize = 0;
 const COLLECTIVE_INFEASIBLE: usize = 1;
-const PREDICTED_ONESIDED: usize = 2;
-const PREDICTED_COLLECTIVE: usize = 3;
+const FEATURES: usize = 2;
 
 impl Loader {
     /// Collective: duplicate `host` and read the configuration. `local_check` carries
@@ -71,17 +84,25 @@ impl Loader {
             comm,
             config,
             store: None,
-            estimator: Estimator::new(CostParams::default()),
+            estimator: Estimator::new(CostParams::default(), Settings { probe_interval: 0, hysteresis: 0.0 }),
+            calibration: Calibration::default_params("default"),
             stats: Stats::default(),
+            pending: None,
+            samples_since_summary: 0,
         })
     }
 
-    /// Collective: copy this rank's shard into the store and build the global index.
+    /// Collective: copy this rank's shard into the store, build the global index and
+    /// calibrate the estimator.
     pub fn register_shard(&mut self, shard: Result<ShardView>) -> Result<()> {
-        let checks = match (&self.store, &shard) {
-            (Some(_), _) => Err(Error::state("a shard is already registered on this loader")),
-            (None, Err(err)) => Err(err.clone()),
-            (None, Ok(_)) => Ok(()),
+        let loaded = match &self.config.calibration {
+            CalibrationMode::File(path) => Some(calibrate::load(path)),
+            CalibrationMode::Measure | CalibrationMode::Off => None,
+        };
+        let checks = match (&self.store, &shard, &loaded) {
+            (Some(_), _, _) => Err(Error::state("a shard is already registered on this loader")),
+            (None, Err(err), _) | (None, Ok(_), Some(Err(err))) => Err(err.clone()),
+            (None, Ok(_), _) => Ok(()),
         };
         agree_on_checks(&self.comm, checks, "mdl_register_shard")?;
         let shard = shard.expect("agreed that every rank's shard is valid");
@@ -96,6 +117,22 @@ impl Loader {
             mpi::wtime() - started
         );
         self.store = Some(store);
+        self.calibration = match loaded {
+            Some(loaded) => loaded.expect("agreed that every rank loaded its file"),
+            None if self.config.calibration == CalibrationMode::Off => Calibration::default_params("default"),
+            None => calibrate::measure(
+                &self.comm,
+                &CalibrationSettings {
+                    budget_seconds: self.config.calibration_seconds,
+                    matrix_max_ranks: self.config.matrix_max_ranks,
+                    max_message_bytes: self.config.max_message_bytes,
+                },
+            )?,
+        };
+        self.estimator = Estimator::new(
+            self.calibration.params,
+            Settings { probe_interval: self.config.probe_interval, hysteresis: self.config.hysteresis },
+        );
         Ok(())
     }
 
@@ -124,17 +161,24 @@ impl Loader {
     /// Collective: fetch a batch into the caller's buffer.
     pub fn fetch_batch(&mut self, args: Result<FetchArgs>) -> Result<()> {
         let prepared = args.and_then(|args| self.prepare(args));
-        let (error, maxima) = match &prepared {
-            Ok(p) => (None, vec![
-                p.rounds.unwrap_or(0) as f64,
-                p.rounds.is_none() as u8 as f64,
-                p.prediction.onesided,
-                p.prediction.collective,
-            ]),
-            Err(err) => (Some(err.clone()), vec![0.0; 4]),
-        };
-        let agreed = agree(&self.comm, &Proposal { error, backend: self.backend, maxima })?;
-        agreed.outcome(prepared.as_ref().err().cloned(), "mdl_fetch_batch")?;
+        let ranks = self.comm.size();
+        let matrix_max_ranks = self.config.matrix_max_ranks;
+        let mut maxima = vec![0.0; FEATURES + features::encoded_len(ranks, matrix_max_ranks)];
+        maxima[PREVIOUS_STEP_SECONDS] = self.pending.as_ref().map_or(0.0, |p| p.seconds);
+        if let Ok(p) = &prepared {
+            maxima[COLLECTIVE_INFEASIBLE] = p.rounds.is_none() as u8 as f64;
+            let mine = features::encode(&p.plan, p.rounds.unwrap_or(1), self.comm.rank(), matrix_max_ranks);
+            maxima[FEATURES..].copy_from_slice(&mine);
+        }
+        let error = prepared.as_ref().err().cloned();
+        let agreed = agree(&self.comm, &Proposal { error: error.clone(), backend: self.backend, maxima })?;
+        // Every rank has the same pending step (all ran it), so all learn the same.
+        if let Some(previous) = self.pending.take() {
+            let slowest = agreed.maxima[PREVIOUS_STEP_SECONDS];
+            self.estimator.observe(previous.engine, &previous.features, slowest);
+            self.stats.engine_mut(previous.engine).measured_slowest_seconds += slowest;
+        }
+        agreed.outcome(error, "mdl_fetch_batch")?;
         if agreed.backends_differ() {
             return Err(Error::invalid(format!(
                 "the backend is set differently across ranks ({} and {}); call mdl_set_backend \
@@ -144,23 +188,17 @@ impl Loader {
             )));
         }
         let prepared = prepared.expect("agreed that every rank prepared its fetch");
+        let step_features = features::decode(&agreed.maxima[FEATURES..], ranks, matrix_max_ranks);
         let collective_feasible = agreed.maxima[COLLECTIVE_INFEASIBLE] == 0.0;
-        let engine = match self.backend {
-            Backend::Auto if !collective_feasible => Backend::OneSided,
-            Backend::Auto => self.estimator.choose(&Prediction {
-                onesided: agreed.maxima[PREDICTED_ONESIDED],
-                collective: agreed.maxima[PREDICTED_COLLECTIVE],
-            }),
-            Backend::Collective if !collective_feasible => {
-                return Err(Error::invalid(format!(
-                    "the collective engine cannot move a sample larger than \
-                     MDL_MAX_MESSAGE_BYTES / ranks = {} bytes; use the one-sided engine",
-                    self.config.max_message_bytes / self.comm.size() as u64
-                )));
-            }
-            forced => forced,
-        };
-        self.run(engine, prepared, agreed.maxima[ROUNDS] as u64)
+        if self.backend == Backend::Collective && !collective_feasible {
+            return Err(Error::invalid(format!(
+                "the collective engine cannot move a sample larger than \
+                 MDL_MAX_MESSAGE_BYTES / ranks = {} bytes; use the one-sided engine",
+                self.config.max_message_bytes / ranks as u64
+            )));
+        }
+        let decision = self.estimator.decide(&step_features, self.backend, collective_feasible);
+        self.run(&decision, prepared, step_features)
     }
 
     /// Local part of a fetch: plan it, lay out the output, check the capacity.
@@ -178,55 +216,75 @@ impl Loader {
                 ),
             ));
         }
-        let ranks = self.comm.size();
-        let rounds = collective_rounds(&plan.remote, ranks, self.config.max_message_bytes)
+        let rounds = collective_rounds(&plan.remote, self.comm.size(), self.config.max_message_bytes)
             .map(|r| r.len() as u64);
-        let features = StepFeatures::of(&plan, rounds.unwrap_or(1), ranks);
-        let prediction = self.estimator.predict(&features);
-        Ok(PreparedFetch { plan, out: args.out, rounds, prediction })
+        Ok(PreparedFetch { plan, out: args.out, rounds })
     }
 
-    fn run(&mut self, engine: Backend, prepared: PreparedFetch, rounds: u64) -> Result<()> {
+    fn run(&mut self, decision: &Decision, prepared: PreparedFetch, features: StepFeatures) -> Result<()> {
         let PreparedFetch { plan, out, .. } = prepared;
         let store = self.store.as_ref().expect("prepared fetches have a store");
-        let started = mpi::wtime();
-        let shard = store.window.local();
-        for copy in &plan.local {
-            let (src, dest, len) = (copy.src_offset as usize, copy.dest_offset as usize, copy.len as usize);
-            out[dest..dest + len].copy_from_slice(&shard[src..src + len]);
-        }
         let step = StepContext {
             comm: &self.comm,
             store,
             plan: &plan,
             max_message_bytes: self.config.max_message_bytes,
-            collective_rounds: rounds,
+            collective_rounds: features.rounds as u64,
         };
-        match engine {
-            Backend::Collective => Collective.fetch(&step, out)?,
-            Backend::OneSided | Backend::Auto => OneSided.fetch(&step, out)?,
-        }
-        let engine_stats = self.stats.engine_mut(engine);
+        let started = mpi::wtime();
+        let result = execute(&step, decision.engine, out);
+        let seconds = mpi::wtime() - started;
+        self.pending = Some(PendingMeasurement {
+            engine: decision.engine,
+            features,
+            seconds: if result.is_ok() { seconds } else { 0.0 },
+        });
+        result?;
+        let engine_stats = self.stats.engine_mut(decision.engine);
         engine_stats.steps += 1;
-        engine_stats.seconds += mpi::wtime() - started;
-        self.stats.samples += plan.out_offsets.len() as u64 - 1;
+        engine_stats.seconds += seconds;
+        engine_stats.predicted_seconds += decision.predicted(decision.engine);
+        let samples = plan.out_offsets.len() as u64 - 1;
+        self.stats.samples += samples;
         self.stats.bytes_local += plan.local_bytes();
         self.stats.bytes_remote += plan.remote_bytes();
+        self.log_summary_every_epoch(samples);
         Ok(())
+    }
+
+    /// An info line each time this rank has fetched about an epoch's worth of samples
+    /// (its share of the dataset).
+    fn log_summary_every_epoch(&mut self, samples: u64) {
+        let share = self.num_samples().unwrap_or(0) / self.comm.size() as u64;
+        self.samples_since_summary += samples;
+        if share > 0 && self.samples_since_summary >= share {
+            self.samples_since_summary = 0;
+            let c = self.estimator.counters();
+            log::info!(
+                "rank {}: {}; {} probes, {} switches",
+                self.comm.rank(),
+                self.stats.summary(),
+                c.probes,
+                c.switches
+            );
+        }
+    }
+
+    /// This rank's statistics as JSON.
+    pub fn stats_json(&self) -> String {
+        self.stats.to_json(
+            self.comm.rank(),
+            self.comm.size(),
+            self.backend,
+            &self.estimator.counters(),
+            &self.calibration,
+        )
     }
 
     /// Collective: free the window and the communicator.
     pub fn finalize(self) -> Result<()> {
         let Loader { comm, store, stats, .. } = self;
-        log::info!(
-            "rank {}: {} steps one-sided ({:.3} s), {} collective ({:.3} s), {} samples",
-            comm.rank(),
-            stats.onesided.steps,
-            stats.onesided.seconds,
-            stats.collective.steps,
-            stats.collective.seconds,
-            stats.samples
-        );
+        log::info!("rank {}: finalize after {}", comm.rank(), stats.summary());
         let freed_store = store.map_or(Ok(()), Store::free);
         let freed_comm = comm.free();
         freed_store.and(freed_comm)

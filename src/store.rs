@@ -51,6 +51,11 @@ impl GlobalIndex {
         GlobalIndex { first_id, starts }
     }
 
+    /// Rank r's first global id is `first_ids()[r]`; the last entry is the total.
+    pub fn first_ids(&self) -> &[u64] {
+        &self.first_id
+    }
+
     pub fn num_samples(&self) -> u64 {
         *self.first_id.last().expect("first_id has P + 1 entries")
     }

@@ -5,9 +5,11 @@
 mod collective;
 mod onesided;
 
-pub use collective::{Collective, collective_rounds};
-pub use onesided::OneSided;
+use collective::Collective;
+pub use collective::collective_rounds;
+use onesided::OneSided;
 
+use crate::config::Backend;
 use crate::error::Result;
 use crate::mpi::Comm;
 use crate::plan::BatchPlan;
@@ -29,4 +31,17 @@ pub trait Engine {
     /// Move the plan's remote samples into `out` (laid out as `plan.out_offsets`).
     /// Collective engines must be called by every rank of the step.
     fn fetch(&self, step: &StepContext, out: &mut [u8]) -> Result<()>;
+}
+
+/// Run one step with `engine`: copy the local samples, then move the remote ones.
+pub fn execute(step: &StepContext, engine: Backend, out: &mut [u8]) -> Result<()> {
+    let shard = step.store.window.local();
+    for copy in &step.plan.local {
+        let (src, dest, len) = (copy.src_offset as usize, copy.dest_offset as usize, copy.len as usize);
+        out[dest..dest + len].copy_from_slice(&shard[src..src + len]);
+    }
+    match engine {
+        Backend::Collective => Collective.fetch(step, out),
+        Backend::OneSided | Backend::Auto => OneSided.fetch(step, out),
+    }
 }

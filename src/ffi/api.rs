@@ -188,6 +188,40 @@ pub extern "C" fn mdl_finalize(h: *mut *mut mdl_loader) -> mdl_status {
     })
 }
 
+/// This rank's statistics as a JSON object, NUL-terminated and truncated to len; returns
+/// the full length (without the NUL), or 0 when h is NULL. Local. Keys: "rank", "ranks",
+/// "backend" (in force), "steps", "onesided" and "collective" (each: "steps",
+/// "seconds" this rank spent, "predicted_seconds" and "measured_slowest_seconds" of the
+/// slowest rank), "samples", "bytes_local", "bytes_remote" (this rank's), "decisions",
+/// "probes", "switches", and "calibration" ("source": measured, default or file,
+/// "seconds", "points_onesided", "points_collective" and the cost model's parameters,
+/// see README). The "calibration" object, saved to a file, can be loaded with
+/// MDL_CALIBRATION=<file> to skip measuring.
+#[unsafe(no_mangle)]
+pub extern "C" fn mdl_stats_json(h: *const mdl_loader, buf: *mut c_char, len: usize) -> usize {
+    let mut full = 0;
+    boundary("mdl_stats_json", || {
+        let json = loader(h)?.stats_json();
+        full = copy_text(&json, buf, len);
+        Ok(())
+    });
+    full
+}
+
+/// Copy `text` into a C buffer of `len` bytes, truncated and NUL-terminated; returns
+/// the full length. Nothing is written when buf is NULL or len is 0.
+fn copy_text(text: &str, buf: *mut c_char, len: usize) -> usize {
+    if !buf.is_null() && len > 0 {
+        let n = text.len().min(len - 1);
+        // SAFETY: the caller passes len writable bytes at buf; n + 1 <= len.
+        unsafe {
+            std::ptr::copy_nonoverlapping(text.as_ptr(), buf as *mut u8, n);
+            *buf.add(n) = 0;
+        }
+    }
+    text.len()
+}
+
 /// Static text for a status code ("unknown status" for a value outside the enum).
 #[unsafe(no_mangle)]
 pub extern "C" fn mdl_status_string(s: MdlStatusArg) -> *const c_char {
@@ -201,15 +235,5 @@ pub extern "C" fn mdl_status_string(s: MdlStatusArg) -> *const c_char {
 /// copied, which tells the length to allocate.
 #[unsafe(no_mangle)]
 pub extern "C" fn mdl_last_error(buf: *mut c_char, len: usize) -> usize {
-    with_last_error(|message| {
-        if !buf.is_null() && len > 0 {
-            let n = message.len().min(len - 1);
-            // SAFETY: the caller passes len writable bytes at buf; n + 1 <= len.
-            unsafe {
-                std::ptr::copy_nonoverlapping(message.as_ptr(), buf as *mut u8, n);
-                *buf.add(n) = 0;
-            }
-        }
-        message.len()
-    })
+    with_last_error(|message| copy_text(message, buf, len))
 }

@@ -1,0 +1,228 @@
+//! Calibration: measure the cost model's parameters on the real communicator.
+//!
+//! At registration, every rank registers a scratch shard of small (64 B) and large
+//! (8 KiB) samples, then runs both real engines on a few synthetic batches chosen so
+//! that the features vary independently: one small sample, many small samples, a few
+//! large ones, many large ones, and (at three ranks or more) every rank reading one
+//! target. Each batch runs once to warm up and `REPS` times measured; the step time is
+//! the slowest rank's, and the median over repetitions is kept. A non-negative least
+//! squares fit of the model's terms to these times gives the parameters.
+//!
+//! The time spent is bounded: after each batch all ranks see the same elapsed time (it
+//! rides the timing all-reduce) and stop together once the budget is spent, fitting
+//! whatever they measured (an engine with too few points keeps the default parameters).
+
+use super::features;
+use super::model::{CostParams, StepFeatures, features_of, fit_nonnegative};
+use crate::config::Backend;
+use crate::engine::{StepContext, collective_rounds, execute};
+use crate::error::{Error, Result};
+use crate::mpi::{self, Comm};
+use crate::plan::BatchPlan;
+use crate::rng::SplitMix64;
+use crate::store::{ShardView, Store};
+
+const SMALL_BYTES: u64 = 64;
+const SMALL_COUNT: u64 = 256;
+const LARGE_BYTES: u64 = 8192;
+const LARGE_COUNT: u64 = 64;
+const REPS: usize = 3;
+
+#[derive(Clone, Copy)]
+enum Size {
+    Small,
+    Large,
+}
+
+/// A synthetic batch: `count` samples of one size per rank, from random other ranks or
+/// all from one hot target.
+struct Probe {
+    size: Size,
+    count: usize,
+    hot_target: bool,
+}
+
+/// Most informative first, since the budget may cut the list short.
+const PROBES: [Probe; 6] = [
+    Probe { size: Size::Small, count: 1, hot_target: false },
+    Probe { size: Size::Small, count: 32, hot_target: false },
+    Probe { size: Size::Large, count: 8, hot_target: false },
+    Probe { size: Size::Small, count: 256, hot_target: false },
+    Probe { size: Size::Large, count: 64, hot_target: false },
+    Probe { size: Size::Large, count: 16, hot_target: true },
+];
+
+pub struct CalibrationSettings {
+    pub budget_seconds: f64,
+    pub matrix_max_ranks: usize,
+    pub max_message_bytes: u64,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Calibration {
+    pub params: CostParams,
+    /// "measured", "default" (skipped, or one rank) or "file".
+    pub source: &'static str,
+    pub seconds: f64,
+    /// Batches measured per engine (one-sided, collective).
+    pub points: [usize; 2],
+}
+
+impl Calibration {
+    pub fn default_params(source: &'static str) -> Calibration {
+        Calibration { params: CostParams::default(), source, seconds: 0.0, points: [0, 0] }
+    }
+}
+
+/// Collective: measure the parameters.
+pub fn measure(comm: &Comm, settings: &CalibrationSettings) -> Result<Calibration> {
+    if comm.size() < 2 {
+        return Ok(Calibration::default_params("default"));
+    }
+    let started = mpi::wtime();
+    let (data, offsets) = scratch_shard();
+    let store = Store::register(comm, &ShardView::new(&data, &offsets)?)?;
+    let measured = run_probes(comm, &store, settings, started);
+    let freed = store.free();
+    let (rows, times) = measured?;
+    freed?;
+    let mut params = CostParams::default();
+    for engine in [Backend::OneSided, Backend::Collective] {
+        let e = (engine == Backend::Collective) as usize;
+        // At least one point per coefficient, or the fit is a guess.
+        if rows[e].len() >= params.coefficients(engine).len() {
+            if let Some(c) = fit_nonnegative(&rows[e], &times[e]) {
+                params.set_coefficients(engine, &c);
+            }
+        }
+    }
+    let seconds = mpi::wtime() - started;
+    log::info!("calibration ({seconds:.3} s, {} + {} batches): {params:?}", rows[0].len(), rows[1].len());
+    Ok(Calibration { params, source: "measured", seconds, points: [rows[0].len(), rows[1].len()] })
+}
+
+type Measurements = ([Vec<Vec<f64>>; 2], [Vec<f64>; 2]);
+
+fn run_probes(comm: &Comm, store: &Store, settings: &CalibrationSettings, started: f64) -> Result<Measurements> {
+    let (rank, ranks) = (comm.rank(), comm.size());
+    let mut rng = SplitMix64::new(0x6d646c_u64 ^ rank as u64);
+    let mut rows: [Vec<Vec<f64>>; 2] = Default::default();
+    let mut times: [Vec<f64>; 2] = Default::default();
+    for probe in PROBES.iter().filter(|p| !p.hot_target || ranks >= 3) {
+        let ids = probe_ids(probe, rank, ranks, &store.index.first_ids(), &mut rng);
+        let plan = BatchPlan::new(&store.index, rank, &ids)?;
+        let rounds = collective_rounds(&plan.remote, ranks, settings.max_message_bytes).map(|r| r.len() as u64);
+        let mut mine = features::encode(&plan, rounds.unwrap_or(1), rank, settings.matrix_max_ranks);
+        mine.push(rounds.is_none() as u8 as f64);
+        let agreed = comm.allreduce_max(&mine)?;
+        let f: StepFeatures = features::decode(&agreed, ranks, settings.matrix_max_ranks);
+        let mut out = vec![0u8; plan.total_bytes() as usize];
+        let step = StepContext {
+            comm,
+            store,
+            plan: &plan,
+            max_message_bytes: settings.max_message_bytes,
+            collective_rounds: f.rounds as u64,
+        };
+        let mut out_of_time = false;
+        for engine in [Backend::OneSided, Backend::Collective] {
+            if engine == Backend::Collective && *agreed.last().expect("flag pushed") != 0.0 {
+                continue;
+            }
+            let mut local = Vec::with_capacity(REPS + 1);
+            for _ in 0..=REPS {
+                let t0 = mpi::wtime();
+                execute(&step, engine, &mut out)?;
+                local.push(mpi::wtime() - t0);
+            }
+            local.push(mpi::wtime() - started);
+            let slowest = comm.allreduce_max(&local)?;
+            let mut reps = slowest[1..=REPS].to_vec(); // [0] was the warm-up
+            reps.sort_by(f64::total_cmp);
+            let e = (engine == Backend::Collective) as usize;
+            rows[e].push(features_of(engine, &f));
+            times[e].push(reps[REPS / 2]);
+            out_of_time |= slowest[REPS + 1] > settings.budget_seconds;
+        }
+        if out_of_time {
+            break;
+        }
+    }
+    Ok((rows, times))
+}
+
+/// Each rank's scratch shard: SMALL_COUNT small samples, then LARGE_COUNT large ones.
+fn scratch_shard() -> (Vec<u8>, Vec<u64>) {
+    let mut offsets = vec![0u64];
+    for i in 0..SMALL_COUNT + LARGE_COUNT {
+        let len = if i < SMALL_COUNT { SMALL_BYTES } else { LARGE_BYTES };
+        offsets.push(offsets.last().expect("non-empty") + len);
+    }
+    let data = vec![0xA5u8; *offsets.last().expect("non-empty") as usize];
+    (data, offsets)
+}
+
+fn probe_ids(probe: &Probe, rank: usize, ranks: usize, first_ids: &[u64], rng: &mut SplitMix64) -> Vec<u64> {
+    (0..probe.count)
+        .map(|_| {
+            let owner = if probe.hot_target {
+                if rank == 0 { 1 } else { 0 }
+            } else {
+                // A random rank other than this one.
+                (rank + 1 + rng.below(ranks as u64 - 1) as usize) % ranks
+            };
+            let local = match probe.size {
+                Size::Small => rng.below(SMALL_COUNT),
+                Size::Large => SMALL_COUNT + rng.below(LARGE_COUNT),
+            };
+            first_ids[owner] + local
+        })
+        .collect()
+}
+
+/// Parameters saved earlier: a JSON object with a number for every parameter name (the
+/// "calibration" object of `mdl_stats_json`; other keys are ignored).
+pub fn load(path: &std::path::Path) -> Result<Calibration> {
+    let failed = |why: String| Error::invalid(format!("MDL_CALIBRATION={}: {why}", path.display()));
+    let text = std::fs::read_to_string(path).map_err(|e| failed(e.to_string()))?;
+    let mut values = Vec::new();
+    for (name, _) in CostParams::default().named() {
+        let value = json_number(&text, name).ok_or_else(|| failed(format!("no number for \"{name}\"")))?;
+        if !(value >= 0.0 && value.is_finite()) {
+            return Err(failed(format!("\"{name}\" must be a finite number >= 0")));
+        }
+        values.push((name.to_string(), value));
+    }
+    let params = CostParams::from_named(&values).expect("every name was read");
+    Ok(Calibration { params, source: "file", seconds: 0.0, points: [0, 0] })
+}
+
+/// The number after `"key":` in a flat JSON text.
+fn json_number(text: &str, key: &str) -> Option<f64> {
+    let quoted = format!("\"{key}\"");
+    let after = &text[text.find(&quoted)? + quoted.len()..];
+    let after = after.trim_start().strip_prefix(':')?.trim_start();
+    let end = after.find(|c: char| !(c.is_ascii_digit() || "+-.eE".contains(c))).unwrap_or(after.len());
+    after[..end].parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loads_the_calibration_object_of_the_stats() {
+        let path = std::env::temp_dir().join(format!("mdl-cal-{}.json", std::process::id()));
+        let text = "{\"source\": \"measured\", \"seconds\": 1e-1, \"a_os\": 1e-6, \"g_os\": 2.5e-7, \
+                    \"b_os\": 1e-10, \"c_os\": 0e0, \"a_coll\": 1.2e-5, \"s_coll\": 3e-8, \"b_coll\": 2e-10}";
+        std::fs::write(&path, text).unwrap();
+        let loaded = load(&path).unwrap();
+        assert_eq!(loaded.params.g_os, 2.5e-7);
+        assert_eq!(loaded.params.a_coll, 1.2e-5);
+        assert_eq!(loaded.source, "file");
+        std::fs::write(&path, "{\"a_os\": 1}").unwrap();
+        assert!(load(&path).unwrap_err().message.contains("g_os"));
+        let _ = std::fs::remove_file(&path);
+        assert!(load(&path).is_err());
+    }
+}

@@ -1,0 +1,260 @@
+//! The estimator: predicts each engine's step time from the batch plan, picks the
+//! faster one for every step, and corrects itself from what it measures.
+//!
+//! - [`model`]: the cost formulas and their least-squares fit,
+//! - [`calibrate`]: measuring the parameters on the real communicator at registration,
+//! - [`features`]: how a step's features ride the step's agreement,
+//! - this module: the per-step decision, online correction, probes and hysteresis.
+//!
+//! Every input of a decision (features, measured times) is agreed on by all ranks
+//! before use, and the state updates are deterministic, so all ranks make the same
+//! choice without further communication.
+//!
+//! Online correction: steps are grouped into buckets by batch size (log2 of the remote
+//! samples of the busiest rank). Each bucket keeps, per engine, a scale applied to the
+//! model: an exponential moving average of log(measured / predicted), so a model that
+//! is wrong in one regime is corrected there without disturbing the others. Every
+//! `probe_interval` steps of a bucket the engine not in use is run once (a probe) unless
+//! it is predicted to be more than `PROBE_MAX_RATIO` times slower, so that a wrong
+//! model is found out at bounded cost. A bucket switches engine only when the other is
+//! predicted faster by more than the hysteresis margin.
+
+pub mod calibrate;
+pub mod features;
+pub mod model;
+
+use crate::config::Backend;
+use model::{CostParams, StepFeatures};
+
+/// Weight of a new measurement in a bucket's scale.
+const CORRECTION_RATE: f64 = 0.3;
+/// The engine not in use is probed only when predicted at most this much slower.
+const PROBE_MAX_RATIO: f64 = 3.0;
+/// Scales are kept within [1/MAX_SCALE, MAX_SCALE] of the model.
+const MAX_SCALE: f64 = 100.0;
+
+#[derive(Clone, Copy, Debug)]
+pub struct Settings {
+    /// Steps of a bucket between probes of the other engine (0: never probe).
+    pub probe_interval: u64,
+    /// Relative margin by which the other engine must be predicted faster to switch.
+    pub hysteresis: f64,
+}
+
+/// The engine chosen for a step and what was predicted.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Decision {
+    pub engine: Backend,
+    pub predicted_onesided: f64,
+    pub predicted_collective: f64,
+    pub probe: bool,
+}
+
+impl Decision {
+    pub fn predicted(&self, engine: Backend) -> f64 {
+        if engine == Backend::Collective { self.predicted_collective } else { self.predicted_onesided }
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct Bucket {
+    /// log of the correction scale, per engine (index: 0 one-sided, 1 collective).
+    log_scale: [f64; 2],
+    preferred: Option<Backend>,
+    steps_since_probe: u64,
+}
+
+/// What the estimator did, for statistics.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct EstimatorCounters {
+    pub decisions: u64,
+    pub probes: u64,
+    pub switches: u64,
+}
+
+pub struct Estimator {
+    params: CostParams,
+    settings: Settings,
+    buckets: Vec<Option<Bucket>>,
+    last_engine: Option<Backend>,
+    counters: EstimatorCounters,
+}
+
+fn slot(engine: Backend) -> usize {
+    (engine == Backend::Collective) as usize
+}
+
+fn other(engine: Backend) -> Backend {
+    if engine == Backend::Collective { Backend::OneSided } else { Backend::Collective }
+}
+
+fn bucket_of(f: &StepFeatures) -> usize {
+    let samples = f.samples.max(0.0) as u64;
+    (u64::BITS - samples.leading_zeros()) as usize
+}
+
+impl Estimator {
+    pub fn new(params: CostParams, settings: Settings) -> Estimator {
+        Estimator { params, settings, buckets: vec![None; 65], last_engine: None, counters: Default::default() }
+    }
+
+    #[cfg(test)]
+    pub fn params(&self) -> &CostParams {
+        &self.params
+    }
+
+    pub fn counters(&self) -> EstimatorCounters {
+        self.counters
+    }
+
+    fn bucket(&mut self, f: &StepFeatures) -> &mut Bucket {
+        let index = bucket_of(f);
+        // A new bucket starts from the nearest bucket's correction: neighbouring batch
+        // sizes behave alike.
+        if self.buckets[index].is_none() {
+            let nearest = (0..self.buckets.len())
+                .filter(|&i| self.buckets[i].is_some())
+                .min_by_key(|&i| i.abs_diff(index));
+            let log_scale = nearest.map_or([0.0; 2], |i| self.buckets[i].expect("filtered").log_scale);
+            let steps_since_probe = self.settings.probe_interval / 2;
+            self.buckets[index] = Some(Bucket { log_scale, preferred: None, steps_since_probe });
+        }
+        self.buckets[index].as_mut().expect("created above")
+    }
+
+    /// Corrected predictions for both engines.
+    pub fn predict(&mut self, f: &StepFeatures) -> (f64, f64) {
+        let params = self.params;
+        let bucket = *self.bucket(f);
+        let predict = |e: Backend| params.predict(e, f) * bucket.log_scale[slot(e)].exp();
+        (predict(Backend::OneSided), predict(Backend::Collective))
+    }
+
+    /// The engine for a step. `requested` is the backend in force (AUTO or forced);
+    /// `collective_feasible` is false when a sample exceeds the collective engine's
+    /// message limit.
+    pub fn decide(&mut self, f: &StepFeatures, requested: Backend, collective_feasible: bool) -> Decision {
+        let (os, coll) = self.predict(f);
+        let mut decision =
+            Decision { engine: requested, predicted_onesided: os, predicted_collective: coll, probe: false };
+        if requested == Backend::Auto {
+            decision.engine = self.choose_auto(f, os, coll, collective_feasible, &mut decision.probe);
+        }
+        self.counters.decisions += 1;
+        self.counters.probes += decision.probe as u64;
+        if self.last_engine.is_some_and(|last| last != decision.engine) {
+            self.counters.switches += 1;
+        }
+        self.last_engine = Some(decision.engine);
+        decision
+    }
+
+    fn choose_auto(&mut self, f: &StepFeatures, os: f64, coll: f64, feasible: bool, probe: &mut bool) -> Backend {
+        if !feasible {
+            return Backend::OneSided;
+        }
+        if f.samples == 0.0 {
+            // Nothing remote anywhere: the one-sided engine communicates not at all.
+            return Backend::OneSided;
+        }
+        let settings = self.settings;
+        let bucket = self.bucket(f);
+        let predicted = |e: Backend| if e == Backend::Collective { coll } else { os };
+        let fastest = if coll < os { Backend::Collective } else { Backend::OneSided };
+        let keep = bucket
+            .preferred
+            .filter(|&p| predicted(other(p)) > predicted(p) * (1.0 - settings.hysteresis))
+            .unwrap_or(fastest);
+        bucket.preferred = Some(keep);
+        bucket.steps_since_probe += 1;
+        let due = settings.probe_interval > 0 && bucket.steps_since_probe >= settings.probe_interval;
+        if due && predicted(other(keep)) <= PROBE_MAX_RATIO * predicted(keep) {
+            bucket.steps_since_probe = 0;
+            *probe = true;
+            return other(keep);
+        }
+        keep
+    }
+
+    /// Feed back the measured time (maximum over ranks) of a step run with `engine`.
+    pub fn observe(&mut self, engine: Backend, f: &StepFeatures, measured: f64) {
+        let modelled = self.params.predict(engine, f);
+        if !(measured > 0.0 && modelled > 0.0) {
+            return;
+        }
+        let bucket = self.bucket(f);
+        let s = &mut bucket.log_scale[slot(engine)];
+        *s = ((1.0 - CORRECTION_RATE) * *s + CORRECTION_RATE * (measured / modelled).ln())
+            .clamp(-MAX_SCALE.ln(), MAX_SCALE.ln());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings() -> Settings {
+        Settings { probe_interval: 10, hysteresis: 0.05 }
+    }
+
+    fn step(samples: f64, bytes: f64) -> StepFeatures {
+        StepFeatures { gets: samples, samples, bytes, served: bytes, rounds: 1.0 }
+    }
+
+    #[test]
+    fn forced_backends_are_obeyed() {
+        let mut e = Estimator::new(CostParams::default(), settings());
+        for forced in [Backend::OneSided, Backend::Collective] {
+            for _ in 0..50 {
+                assert_eq!(e.decide(&step(64.0, 1e5), forced, true).engine, forced);
+            }
+        }
+    }
+
+    #[test]
+    fn correction_moves_the_choice_to_the_engine_that_measures_faster() {
+        let mut e = Estimator::new(CostParams::default(), settings());
+        let f = step(16.0, 32768.0);
+        let first = e.decide(&f, Backend::Auto, true).engine;
+        // The chosen engine turns out 20x slower than modelled; the other as modelled.
+        for _ in 0..40 {
+            let d = e.decide(&f, Backend::Auto, true);
+            let modelled = e.params().predict(d.engine, &f);
+            e.observe(d.engine, &f, if d.engine == first { 20.0 * modelled } else { modelled });
+        }
+        assert_eq!(e.decide(&f, Backend::Auto, true).engine, other(first));
+    }
+
+    #[test]
+    fn probes_are_bounded_and_periodic() {
+        let mut e = Estimator::new(CostParams::default(), settings());
+        let f = step(16.0, 32768.0);
+        let probes = (0..100).filter(|_| e.decide(&f, Backend::Auto, true).probe).count();
+        assert!((9..=11).contains(&probes), "{probes} probes in 100 steps");
+        let mut never = Estimator::new(CostParams::default(), Settings { probe_interval: 0, ..settings() });
+        assert!((0..100).all(|_| !never.decide(&f, Backend::Auto, true).probe));
+    }
+
+    #[test]
+    fn hysteresis_keeps_the_engine_when_costs_are_equal() {
+        let mut e = Estimator::new(CostParams::default(), Settings { probe_interval: 0, hysteresis: 0.1 });
+        let f = step(16.0, 32768.0);
+        let first = e.decide(&f, Backend::Auto, true).engine;
+        // Make the other engine look 5% faster: within the margin, no switch.
+        let (os, coll) = e.predict(&f);
+        let target = if first == Backend::OneSided { os } else { coll } * 0.95;
+        let modelled = e.params().predict(other(first), &f);
+        for _ in 0..30 {
+            e.observe(other(first), &f, target / modelled * modelled);
+        }
+        assert_eq!(e.decide(&f, Backend::Auto, true).engine, first);
+        assert_eq!(e.counters().switches, 0);
+    }
+
+    #[test]
+    fn infeasible_collective_and_empty_steps_use_onesided() {
+        let mut e = Estimator::new(CostParams::default(), settings());
+        assert_eq!(e.decide(&step(1024.0, 1e6), Backend::Auto, false).engine, Backend::OneSided);
+        assert_eq!(e.decide(&step(0.0, 0.0), Backend::Auto, true).engine, Backend::OneSided);
+    }
+}

@@ -1,0 +1,249 @@
+//! The cost model: predicted seconds of one step for each engine, from features of the
+//! step that every rank knows after the step's agreement.
+//!
+//! ```text
+//! T_onesided   = a_os + g_os * G + b_os * B + c_os * IN
+//! T_collective = R * a_coll + s_coll * S + b_coll * max(B, IN)
+//! ```
+//!
+//! Step features (all maxima over ranks, so that the step is as slow as its slowest rank):
+//! - `G`: gets one rank issues (after coalescing),
+//! - `S`: remote samples one rank requests,
+//! - `B`: remote bytes one rank receives,
+//! - `IN`: bytes one rank serves to the others (the sum over requesters of what they
+//!   read from it): the one-sided engine's contention when many ranks read one target,
+//!   and the collective engine's send side,
+//! - `R`: rounds of the collective exchange (1 unless a batch exceeds the message limit).
+//!
+//! Parameters (seconds, seconds per get / sample / byte):
+//! - `a_os`: fixed cost of a one-sided step, `g_os`: cost per get, `b_os`: per byte
+//!   received, `c_os`: per byte a target serves (contention at the target),
+//! - `a_coll`: cost of one exchange round (an `MPI_Alltoall` and two `MPI_Alltoallv`);
+//!   it grows with the number of ranks P (`a_coll = a0 + a_peer * P` in the scale
+//!   model), `s_coll`: per sample (request, pack, unpack), `b_coll`: per byte moved,
+//!   taken at the busier side of the busiest rank (received or sent).
+
+use crate::config::Backend;
+
+/// What the model knows about a step.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct StepFeatures {
+    pub gets: f64,
+    pub samples: f64,
+    pub bytes: f64,
+    pub served: f64,
+    pub rounds: f64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct CostParams {
+    pub a_os: f64,
+    pub g_os: f64,
+    pub b_os: f64,
+    pub c_os: f64,
+    pub a_coll: f64,
+    pub s_coll: f64,
+    pub b_coll: f64,
+}
+
+impl Default for CostParams {
+    /// Rough shared-memory figures, used when calibration is off or impossible (one rank).
+    fn default() -> CostParams {
+        CostParams {
+            a_os: 2.0e-6,
+            g_os: 0.5e-6,
+            b_os: 1.0e-10,
+            c_os: 0.0,
+            a_coll: 10.0e-6,
+            s_coll: 0.1e-6,
+            b_coll: 2.0e-10,
+        }
+    }
+}
+
+impl CostParams {
+    /// The parameters as (name, value) pairs, in a fixed order (for JSON and loading).
+    pub fn named(&self) -> [(&'static str, f64); 7] {
+        [
+            ("a_os", self.a_os),
+            ("g_os", self.g_os),
+            ("b_os", self.b_os),
+            ("c_os", self.c_os),
+            ("a_coll", self.a_coll),
+            ("s_coll", self.s_coll),
+            ("b_coll", self.b_coll),
+        ]
+    }
+
+    /// Parameters from (name, value) pairs; every name must be present.
+    pub fn from_named(values: &[(String, f64)]) -> Option<CostParams> {
+        let get = |name: &str| values.iter().find(|(n, _)| n == name).map(|(_, v)| *v);
+        Some(CostParams {
+            a_os: get("a_os")?,
+            g_os: get("g_os")?,
+            b_os: get("b_os")?,
+            c_os: get("c_os")?,
+            a_coll: get("a_coll")?,
+            s_coll: get("s_coll")?,
+            b_coll: get("b_coll")?,
+        })
+    }
+
+    pub fn predict(&self, engine: Backend, f: &StepFeatures) -> f64 {
+        let terms = features_of(engine, f);
+        let coefs = self.coefficients(engine);
+        terms.iter().zip(coefs).map(|(x, c)| x * c).sum()
+    }
+
+    /// The model's coefficients for one engine, in the order of [`features_of`].
+    pub fn coefficients(&self, engine: Backend) -> Vec<f64> {
+        match engine {
+            Backend::Collective => vec![self.a_coll, self.s_coll, self.b_coll],
+            Backend::OneSided | Backend::Auto => vec![self.a_os, self.g_os, self.b_os, self.c_os],
+        }
+    }
+
+    pub fn set_coefficients(&mut self, engine: Backend, c: &[f64]) {
+        match engine {
+            Backend::Collective => [self.a_coll, self.s_coll, self.b_coll] = [c[0], c[1], c[2]],
+            Backend::OneSided | Backend::Auto => {
+                [self.a_os, self.g_os, self.b_os, self.c_os] = [c[0], c[1], c[2], c[3]]
+            }
+        }
+    }
+}
+
+/// The terms each engine's cost is linear in.
+pub fn features_of(engine: Backend, f: &StepFeatures) -> Vec<f64> {
+    match engine {
+        Backend::Collective => vec![f.rounds, f.samples, f.bytes.max(f.served)],
+        Backend::OneSided | Backend::Auto => vec![1.0, f.gets, f.bytes, f.served],
+    }
+}
+
+/// Least-squares fit of non-negative coefficients: `rows[i] . c ~ times[i]`. A term
+/// whose unconstrained coefficient comes out negative is dropped (set to 0) and the
+/// rest refitted, so that predictions stay monotone in every feature; so is a term the
+/// measurements cannot tell apart from the others (e.g. bytes served and bytes
+/// received, which are equal at two ranks).
+pub fn fit_nonnegative(rows: &[Vec<f64>], times: &[f64]) -> Option<Vec<f64>> {
+    let k = rows.first()?.len();
+    let mut active: Vec<bool> = (0..k).map(|j| rows.iter().any(|r| r[j] != 0.0)).collect();
+    loop {
+        let cols: Vec<usize> = (0..k).filter(|&j| active[j]).collect();
+        if cols.is_empty() {
+            return Some(vec![0.0; k]);
+        }
+        let solution = match least_squares(rows, times, &cols) {
+            Ok(solution) => solution,
+            Err(Dependent(j)) => {
+                active[j] = false;
+                continue;
+            }
+        };
+        match cols.iter().zip(&solution).find(|(_, c)| **c < 0.0) {
+            Some((&j, _)) => active[j] = false,
+            None => {
+                let mut coefs = vec![0.0; k];
+                for (&j, &c) in cols.iter().zip(&solution) {
+                    coefs[j] = c;
+                }
+                return Some(coefs);
+            }
+        }
+    }
+}
+
+/// A column that depends linearly on the others in the measurements.
+struct Dependent(usize);
+
+/// Normal equations over the columns `cols`, solved by Gaussian elimination with
+/// partial pivoting; columns are scaled to unit size first, since per-byte and fixed
+/// terms differ by nine orders of magnitude.
+fn least_squares(rows: &[Vec<f64>], y: &[f64], cols: &[usize]) -> Result<Vec<f64>, Dependent> {
+    let n = cols.len();
+    let scale: Vec<f64> = cols
+        .iter()
+        .map(|&j| rows.iter().map(|r| r[j].abs()).fold(0.0, f64::max).max(f64::MIN_POSITIVE))
+        .collect();
+    let mut a = vec![vec![0.0; n + 1]; n];
+    for (row, &t) in rows.iter().zip(y) {
+        let x: Vec<f64> = cols.iter().zip(&scale).map(|(&j, s)| row[j] / s).collect();
+        for i in 0..n {
+            for j in 0..n {
+                a[i][j] += x[i] * x[j];
+            }
+            a[i][n] += x[i] * t;
+        }
+    }
+    for col in 0..n {
+        let pivot = (col..n).max_by(|&p, &q| a[p][col].abs().total_cmp(&a[q][col].abs())).expect("col < n");
+        if a[pivot][col].abs() < 1e-9 {
+            return Err(Dependent(cols[col]));
+        }
+        a.swap(col, pivot);
+        for r in 0..n {
+            if r != col {
+                let factor = a[r][col] / a[col][col];
+                for c in col..=n {
+                    a[r][c] -= factor * a[col][c];
+                }
+            }
+        }
+    }
+    Ok((0..n).map(|i| a[i][n] / a[i][i] / scale[i]).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn step(gets: f64, bytes: f64) -> StepFeatures {
+        StepFeatures { gets, samples: gets, bytes, served: bytes, rounds: 1.0 }
+    }
+
+    #[test]
+    fn predictions_are_monotone_in_batch_and_bytes() {
+        let p = CostParams::default();
+        for engine in [Backend::OneSided, Backend::Collective] {
+            let mut last = 0.0;
+            for batch in [1.0, 4.0, 16.0, 64.0, 256.0, 1024.0] {
+                let t = p.predict(engine, &step(batch, batch * 2048.0));
+                assert!(t > last, "{engine:?} at batch {batch}");
+                last = t;
+            }
+            assert!(p.predict(engine, &step(16.0, 16.0 * 16384.0)) > p.predict(engine, &step(16.0, 16.0 * 256.0)));
+        }
+    }
+
+    #[test]
+    fn fit_recovers_known_coefficients() {
+        // The last feature equals half the third: it cannot be told apart and is dropped.
+        let truth = [3e-6, 1e-6, 2e-10, 0.0];
+        let rows: Vec<Vec<f64>> = [(1.0, 64.0), (16.0, 1024.0), (16.0, 262144.0), (256.0, 16384.0), (64.0, 1e6)]
+            .iter()
+            .map(|&(g, b)| vec![1.0, g, b, b * 0.5])
+            .collect();
+        let times: Vec<f64> = rows.iter().map(|r| r[0] * truth[0] + r[1] * truth[1] + r[2] * truth[2]).collect();
+        let fitted = fit_nonnegative(&rows, &times).unwrap();
+        for (f, t) in fitted.iter().zip(truth) {
+            assert!((f - t).abs() <= 1e-3 * t.abs() + 1e-15, "{fitted:?}");
+        }
+    }
+
+    #[test]
+    fn fit_never_returns_negative_coefficients() {
+        // Time falls with bytes here: the byte term must be dropped, not made negative.
+        let rows = vec![vec![1.0, 1.0, 100.0], vec![1.0, 2.0, 50.0], vec![1.0, 3.0, 10.0]];
+        let fitted = fit_nonnegative(&rows, &[1.0, 2.0, 3.0]).unwrap();
+        assert!(fitted.iter().all(|&c| c >= 0.0), "{fitted:?}");
+    }
+
+    #[test]
+    fn named_parameters_round_trip() {
+        let p = CostParams::default();
+        let named: Vec<(String, f64)> = p.named().iter().map(|(n, v)| (n.to_string(), *v)).collect();
+        assert_eq!(CostParams::from_named(&named), Some(p));
+        assert_eq!(CostParams::from_named(&named[1..]), None);
+    }
+}
