@@ -1,0 +1,424 @@
+!> MDLoader for Fortran: module mdloader, over iso_c_binding and the C API of
+!> libmdloader.so (include/mdloader.h is the reference for every call's semantics).
+!>
+!> Conventions
+!>  - The communicator is an integer handle: `comm` with `use mpi` (or mpif.h) and
+!>    `comm%MPI_VAL` with `use mpi_f08`. The library duplicates it; MPI must already be
+!>    initialised, and the library never initialises or finalises MPI. This module does
+!>    not use MPI itself, so it works with either MPI module and needs no MPI to compile.
+!>  - Every routine has an optional last argument `ierr` (integer, intent(out)) that
+!>    receives a status code: MDL_OK (0) on success, else one of the MDL_ERR_* values
+!>    below. When `ierr` is absent and the call fails, the message is written to
+!>    error_unit and the program stops with `error stop` (like MPI's default
+!>    MPI_ERRORS_ARE_FATAL); pass `ierr` to handle errors yourself.
+!>    mdl_last_error() returns the message of the last failed call.
+!>  - Global sample ids are 0-BASED integer(int64) values: rank r's local sample i
+!>    (1-based position in its shard) has id  (sum of samples on ranks < r) + i - 1.
+!>  - A shard is a byte array `data` (integer(int8)) and `offsets` (integer(int64)) with
+!>    n + 1 entries, offsets(1) == 0, non-decreasing: local sample i (1-based) is
+!>    data(offsets(i)+1 : offsets(i+1)). The data is copied by the library.
+!>  - A fetched batch of n ids fills `out` and `out_offsets` (n + 1 entries) the same
+!>    way: the sample ids(k) is out(out_offsets(k)+1 : out_offsets(k+1)), k = 1..n.
+!>  - Routines marked "Collective" must be called by every rank of the loader's
+!>    communicator, in the same order. A bad argument on one rank makes every rank
+!>    return an error (that rank its own code, the others MDL_ERR_REMOTE), never a hang;
+!>    the argument checks this module adds keep that property.
+!>  - Arrays may be non-contiguous sections (the compiler passes a contiguous copy).
+!>
+!> Example (see fortran/example_sim.f90 for a complete program):
+!>
+!>   use mdloader
+!>   type(mdl_loader) :: ld
+!>   integer(int8), allocatable :: buf(:)
+!>   integer(int64), allocatable :: offs(:)
+!>   call mdl_init(ld, MPI_COMM_WORLD, ierr)              ! comm%MPI_VAL with mpi_f08
+!>   call mdl_register_shard(ld, data, offsets, ierr)
+!>   call mdl_fetch_batch_alloc(ld, [0_int64, 5_int64], buf, offs, ierr)
+!>   if (ierr /= MDL_OK) print *, mdl_last_error()
+!>   call mdl_finalize(ld, ierr)
+module mdloader
+   use, intrinsic :: iso_c_binding, only: c_int, c_int64_t, c_size_t, c_char, c_ptr, c_null_ptr, &
+                                          c_null_char, c_associated, c_loc, c_f_pointer
+   use, intrinsic :: iso_fortran_env, only: int8, int64, error_unit
+   implicit none
+   private
+
+   !> Version of the C API this module was written against (include/mdloader.h).
+   integer, parameter, public :: MDL_VERSION_MAJOR = 0
+   integer, parameter, public :: MDL_VERSION_MINOR = 1
+   integer, parameter, public :: MDL_VERSION_PATCH = 0
+
+   !> Status codes (the values of enum mdl_status; part of the ABI).
+   integer, parameter, public :: MDL_OK = 0                    !< success
+   integer, parameter, public :: MDL_ERR_NULL_ARG = 1          !< a required argument was missing
+   integer, parameter, public :: MDL_ERR_INVALID_ARG = 2       !< malformed offsets, bad backend value, ...
+   integer, parameter, public :: MDL_ERR_OUT_OF_RANGE = 3      !< a sample id >= num_samples (or < 0)
+   integer, parameter, public :: MDL_ERR_BUFFER_TOO_SMALL = 4  !< out too small; out_offsets(n+1) = bytes needed
+   integer, parameter, public :: MDL_ERR_STATE = 5             !< call out of order (fetch before register, ...)
+   integer, parameter, public :: MDL_ERR_MPI = 6               !< MPI returned an error
+   integer, parameter, public :: MDL_ERR_NO_MEMORY = 7         !< an allocation failed
+   integer, parameter, public :: MDL_ERR_PANIC = 8             !< an internal bug was caught at the boundary
+   integer, parameter, public :: MDL_ERR_REMOTE = 9            !< another rank failed this collective call
+
+   !> Backends (enum mdl_backend).
+   integer, parameter, public :: MDL_BACKEND_AUTO = 0          !< the estimator decides, per step (default)
+   integer, parameter, public :: MDL_BACKEND_ONESIDED = 1      !< MPI RMA gets from the owners' windows
+   integer, parameter, public :: MDL_BACKEND_COLLECTIVE = 2    !< MPI_Alltoallv of requests and data
+
+   !> A loader: wraps the C handle (mdl_loader *). Default-initialised to "no loader".
+   !> Do not copy a live loader and finalize both copies.
+   type, public :: mdl_loader
+      private
+      type(c_ptr) :: handle = c_null_ptr
+   end type mdl_loader
+
+   public :: mdl_init, mdl_register_shard, mdl_num_samples, mdl_sample_size
+   public :: mdl_fetch_batch, mdl_fetch_batch_alloc, mdl_set_backend, mdl_finalize
+   public :: mdl_last_error, mdl_status_string, mdl_initialized, mdl_c_handle
+
+   !> Message of the last call that this module itself rejected (empty: none pending).
+   !> Takes precedence over the library's message until a later call fails in the library.
+   character(len=:), allocatable, save :: module_error
+
+   interface
+      function c_mdl_init_f(comm, out) result(status) bind(C, name='mdl_init_f')
+         import :: c_int, c_ptr
+         integer(c_int), value :: comm
+         type(c_ptr), value :: out      ! mdl_loader **
+         integer(c_int) :: status
+      end function c_mdl_init_f
+
+      function c_mdl_register_shard(h, data, offsets, n_samples) result(status) &
+         bind(C, name='mdl_register_shard')
+         import :: c_int, c_int64_t, c_ptr
+         type(c_ptr), value :: h, data, offsets
+         integer(c_int64_t), value :: n_samples
+         integer(c_int) :: status
+      end function c_mdl_register_shard
+
+      function c_mdl_num_samples(h, out) result(status) bind(C, name='mdl_num_samples')
+         import :: c_int, c_int64_t, c_ptr
+         type(c_ptr), value :: h
+         integer(c_int64_t), intent(out) :: out
+         integer(c_int) :: status
+      end function c_mdl_num_samples
+
+      function c_mdl_sample_size(h, id, out) result(status) bind(C, name='mdl_sample_size')
+         import :: c_int, c_int64_t, c_ptr
+         type(c_ptr), value :: h
+         integer(c_int64_t), value :: id
+         integer(c_int64_t), intent(out) :: out
+         integer(c_int) :: status
+      end function c_mdl_sample_size
+
+      function c_mdl_fetch_batch(h, ids, n, out, out_cap, out_offsets) result(status) &
+         bind(C, name='mdl_fetch_batch')
+         import :: c_int, c_int64_t, c_size_t, c_ptr
+         type(c_ptr), value :: h, ids
+         integer(c_size_t), value :: n
+         type(c_ptr), value :: out
+         integer(c_int64_t), value :: out_cap
+         type(c_ptr), value :: out_offsets
+         integer(c_int) :: status
+      end function c_mdl_fetch_batch
+
+      function c_mdl_set_backend(h, b) result(status) bind(C, name='mdl_set_backend')
+         import :: c_int, c_ptr
+         type(c_ptr), value :: h
+         integer(c_int), value :: b
+         integer(c_int) :: status
+      end function c_mdl_set_backend
+
+      function c_mdl_finalize(h) result(status) bind(C, name='mdl_finalize')
+         import :: c_int, c_ptr
+         type(c_ptr), intent(inout) :: h
+         integer(c_int) :: status
+      end function c_mdl_finalize
+
+      function c_mdl_status_string(s) result(text) bind(C, name='mdl_status_string')
+         import :: c_int, c_ptr
+         integer(c_int), value :: s
+         type(c_ptr) :: text
+      end function c_mdl_status_string
+
+      function c_mdl_last_error(buf, len) result(full) bind(C, name='mdl_last_error')
+         import :: c_size_t, c_ptr
+         type(c_ptr), value :: buf
+         integer(c_size_t), value :: len
+         integer(c_size_t) :: full
+      end function c_mdl_last_error
+   end interface
+
+contains
+
+   !> Collective over comm. Creates the loader (duplicates comm).
+   !> comm: `comm` with `use mpi`, `comm%MPI_VAL` with `use mpi_f08`.
+   subroutine mdl_init(loader, comm, ierr)
+      type(mdl_loader), intent(inout) :: loader
+      integer, intent(in) :: comm
+      integer, intent(out), optional :: ierr
+      type(c_ptr), target :: out
+      integer :: status
+
+      out = c_null_ptr
+      if (c_associated(loader%handle)) then
+         ! Passing no out-pointer makes every rank fail together (MDL_ERR_NULL_ARG here).
+         status = c_mdl_init_f(int(comm, c_int), c_null_ptr)
+         call finish(status, ierr, MDL_ERR_STATE, &
+                     'mdl_init: this mdl_loader is already initialised (call mdl_finalize first)')
+         return
+      end if
+      status = c_mdl_init_f(int(comm, c_int), c_loc(out))
+      if (status == MDL_OK) loader%handle = out
+      call finish(status, ierr)
+   end subroutine mdl_init
+
+   !> Collective. Registers this rank's shard (once per loader); the data is copied.
+   !> offsets: n + 1 entries, offsets(1) == 0, non-decreasing, offsets(n+1) <= size(data);
+   !> local sample i (1-based) is data(offsets(i)+1 : offsets(i+1)). An empty shard is
+   !> offsets = [0_int64] (or a zero-size offsets array) with any data.
+   subroutine mdl_register_shard(loader, data, offsets, ierr)
+      type(mdl_loader), intent(in) :: loader
+      integer(int8), intent(in), target, contiguous :: data(:)
+      integer(int64), intent(in), target, contiguous :: offsets(:)
+      integer, intent(out), optional :: ierr
+      character(len=200) :: text
+      type(c_ptr) :: pdata, poffsets
+      integer(int64) :: n
+      integer :: status
+
+      n = max(size(offsets, kind=int64) - 1_int64, 0_int64)
+      text = ''
+      pdata = c_null_ptr
+      poffsets = c_null_ptr
+      if (size(data) > 0) pdata = c_loc(data(1))
+      if (size(offsets) > 0) poffsets = c_loc(offsets(1))
+      if (size(offsets) > 0) then
+         if (offsets(n + 1) > size(data, kind=int64) .or. offsets(n + 1) < 0) then
+            write (text, '(a,i0,a,i0)') 'mdl_register_shard: offsets(n+1) = ', offsets(n + 1), &
+               ' is outside the data array, size(data) = ', size(data, kind=int64)
+            ! No data for a non-empty shard: the library fails on every rank together.
+            pdata = c_null_ptr
+         end if
+      end if
+      status = c_mdl_register_shard(loader%handle, pdata, poffsets, int(n, c_int64_t))
+      if (len_trim(text) > 0) then
+         call finish(status, ierr, MDL_ERR_INVALID_ARG, trim(text))
+      else
+         call finish(status, ierr)
+      end if
+   end subroutine mdl_register_shard
+
+   !> The number of samples over all ranks (valid ids are 0 .. n-1). Local.
+   subroutine mdl_num_samples(loader, n, ierr)
+      type(mdl_loader), intent(in) :: loader
+      integer(int64), intent(out) :: n
+      integer, intent(out), optional :: ierr
+      integer(c_int64_t) :: value
+      integer :: status
+
+      value = 0
+      status = c_mdl_num_samples(loader%handle, value)
+      n = value
+      call finish(status, ierr)
+   end subroutine mdl_num_samples
+
+   !> Size in bytes of the sample with 0-based global id `id`. Local, no communication.
+   subroutine mdl_sample_size(loader, id, nbytes, ierr)
+      type(mdl_loader), intent(in) :: loader
+      integer(int64), intent(in) :: id
+      integer(int64), intent(out) :: nbytes
+      integer, intent(out), optional :: ierr
+      integer(c_int64_t) :: value
+      integer :: status
+
+      value = 0
+      status = c_mdl_sample_size(loader%handle, int(id, c_int64_t), value)
+      nbytes = value
+      call finish(status, ierr)
+   end subroutine mdl_sample_size
+
+   !> Collective. Fetches the samples with 0-based global ids `ids` (size n, may be 0,
+   !> ids may repeat and differ per rank) into `out`, boundaries into out_offsets(1:n+1):
+   !> sample ids(k) is out(out_offsets(k)+1 : out_offsets(k+1)). size(out_offsets) >= n+1.
+   !> If out is too small: ierr = MDL_ERR_BUFFER_TOO_SMALL and out_offsets(n+1) holds
+   !> the bytes needed (see also mdl_fetch_batch_alloc).
+   subroutine mdl_fetch_batch(loader, ids, out, out_offsets, ierr)
+      type(mdl_loader), intent(in) :: loader
+      integer(int64), intent(in), target, contiguous :: ids(:)
+      integer(int8), intent(inout), target, contiguous :: out(:)
+      integer(int64), intent(inout), target, contiguous :: out_offsets(:)
+      integer, intent(out), optional :: ierr
+      character(len=200) :: text
+      type(c_ptr) :: pids, pout, poffsets
+      integer :: status, code
+
+      code = MDL_OK
+      text = ''
+      pids = c_null_ptr
+      pout = c_null_ptr
+      poffsets = c_null_ptr
+      if (size(ids) > 0) pids = c_loc(ids(1))
+      if (size(out) > 0) pout = c_loc(out(1))
+      if (size(out_offsets) > 0) poffsets = c_loc(out_offsets(1))
+      if (size(out_offsets, kind=int64) < size(ids, kind=int64) + 1) then
+         write (text, '(a,i0,a,i0)') 'mdl_fetch_batch: out_offsets has ', size(out_offsets, kind=int64), &
+            ' entries, it needs size(ids) + 1 = ', size(ids, kind=int64) + 1
+         code = MDL_ERR_INVALID_ARG
+         poffsets = c_null_ptr   ! the library then fails on every rank together
+      else if (size(ids) > 0) then
+         if (any(ids < 0)) then
+            text = 'mdl_fetch_batch: a sample id is negative (ids are 0-based: 0 .. num_samples-1)'
+            code = MDL_ERR_OUT_OF_RANGE   ! the library fails on every rank too (huge unsigned id)
+         end if
+      end if
+      status = c_mdl_fetch_batch(loader%handle, pids, int(size(ids), c_size_t), pout, &
+                                 int(size(out, kind=int64), c_int64_t), poffsets)
+      if (code /= MDL_OK) then
+         call finish(status, ierr, code, trim(text))
+      else
+         call finish(status, ierr)
+      end if
+   end subroutine mdl_fetch_batch
+
+   !> Collective. As mdl_fetch_batch, but (re)allocates `out` and `out_offsets` as needed:
+   !> on return size(out_offsets) == n + 1 and size(out) >= out_offsets(n+1) (an `out`
+   !> that is already large enough is reused, so calling this in a loop allocates rarely).
+   !> The sizes are computed locally (mdl_sample_size), so it costs no extra communication.
+   subroutine mdl_fetch_batch_alloc(loader, ids, out, out_offsets, ierr)
+      type(mdl_loader), intent(in) :: loader
+      integer(int64), intent(in), contiguous :: ids(:)
+      integer(int8), allocatable, intent(inout) :: out(:)
+      integer(int64), allocatable, intent(inout) :: out_offsets(:)
+      integer, intent(out), optional :: ierr
+      integer(int64) :: total, nbytes
+      integer(c_int64_t) :: value
+      integer :: k, status
+
+      total = 0
+      do k = 1, size(ids)
+         ! A bad id is reported by the collective fetch below, on every rank.
+         status = c_mdl_sample_size(loader%handle, int(ids(k), c_int64_t), value)
+         if (status /= MDL_OK) exit
+         nbytes = value
+         total = total + nbytes
+      end do
+      if (allocated(out_offsets)) then
+         if (size(out_offsets) /= size(ids) + 1) deallocate (out_offsets)
+      end if
+      if (.not. allocated(out_offsets)) allocate (out_offsets(size(ids) + 1))
+      if (allocated(out)) then
+         if (size(out, kind=int64) < total) deallocate (out)
+      end if
+      if (.not. allocated(out)) allocate (out(max(total, 1_int64)))
+      call mdl_fetch_batch(loader, ids, out, out_offsets, ierr)
+   end subroutine mdl_fetch_batch_alloc
+
+   !> Forces a backend (MDL_BACKEND_ONESIDED, MDL_BACKEND_COLLECTIVE) or returns to
+   !> MDL_BACKEND_AUTO. Local; takes effect at the next fetch and must be set the same on
+   !> every rank (a mismatch fails that fetch on every rank, it does not hang).
+   subroutine mdl_set_backend(loader, backend, ierr)
+      type(mdl_loader), intent(in) :: loader
+      integer, intent(in) :: backend
+      integer, intent(out), optional :: ierr
+      integer :: status
+
+      status = c_mdl_set_backend(loader%handle, int(backend, c_int))
+      call finish(status, ierr)
+   end subroutine mdl_set_backend
+
+   !> Collective. Frees the loader; afterwards mdl_initialized(loader) is .false.
+   !> Finalizing a loader that is not initialised does nothing.
+   subroutine mdl_finalize(loader, ierr)
+      type(mdl_loader), intent(inout) :: loader
+      integer, intent(out), optional :: ierr
+      integer :: status
+
+      status = c_mdl_finalize(loader%handle)
+      loader%handle = c_null_ptr
+      call finish(status, ierr)
+   end subroutine mdl_finalize
+
+   !> The message of the last failed call of this thread ('' when none failed yet).
+   function mdl_last_error() result(msg)
+      character(len=:), allocatable :: msg
+      character(kind=c_char), allocatable, target :: buf(:)
+      integer(c_size_t) :: full
+      integer :: i
+
+      if (allocated(module_error)) then
+         msg = module_error
+         return
+      end if
+      full = c_mdl_last_error(c_null_ptr, 0_c_size_t)
+      allocate (buf(full + 1))
+      full = c_mdl_last_error(c_loc(buf(1)), int(size(buf), c_size_t))
+      allocate (character(len=int(full)) :: msg)
+      do i = 1, int(full)
+         msg(i:i) = buf(i)
+      end do
+   end function mdl_last_error
+
+   !> Static text for a status code, e.g. mdl_status_string(MDL_ERR_OUT_OF_RANGE).
+   function mdl_status_string(status) result(text)
+      integer, intent(in) :: status
+      character(len=:), allocatable :: text
+      character(kind=c_char), pointer :: chars(:)
+      type(c_ptr) :: p
+      integer :: n, i
+
+      p = c_mdl_status_string(int(status, c_int))
+      if (.not. c_associated(p)) then
+         text = ''
+         return
+      end if
+      call c_f_pointer(p, chars, [256])
+      do n = 0, size(chars) - 1
+         if (chars(n + 1) == c_null_char) exit
+      end do
+      allocate (character(len=n) :: text)
+      do i = 1, n
+         text(i:i) = chars(i)
+      end do
+   end function mdl_status_string
+
+   !> .true. between a successful mdl_init and mdl_finalize.
+   logical function mdl_initialized(loader)
+      type(mdl_loader), intent(in) :: loader
+      mdl_initialized = c_associated(loader%handle)
+   end function mdl_initialized
+
+   !> The C handle (mdl_loader *), to pass the loader to C code of your own.
+   function mdl_c_handle(loader) result(handle)
+      type(mdl_loader), intent(in) :: loader
+      type(c_ptr) :: handle
+      handle = loader%handle
+   end function mdl_c_handle
+
+   ! Sets ierr (or stops when it is absent) and keeps mdl_last_error right. `code` and
+   ! `local` are the status and message of an error this module found itself (the
+   ! library has failed the call on every rank too); absent: take the library's.
+   subroutine finish(status, ierr, code, local)
+      integer, intent(in) :: status
+      integer, intent(out), optional :: ierr
+      integer, intent(in), optional :: code
+      character(len=*), intent(in), optional :: local
+      integer :: result
+
+      result = status
+      if (present(local) .and. status /= MDL_OK) then
+         if (present(code)) result = code
+         module_error = local
+      else if (status /= MDL_OK) then
+         if (allocated(module_error)) deallocate (module_error)
+      end if
+      if (present(ierr)) then
+         ierr = result
+      else if (result /= MDL_OK) then
+         write (error_unit, '(a,i0,a,a,a,a)') 'mdloader: error ', result, ' (', mdl_status_string(result), '): ', &
+            mdl_last_error()
+         error stop 'mdloader: a call failed and no ierr argument was given'
+      end if
+   end subroutine finish
+
+end module mdloader

@@ -1,0 +1,144 @@
+"""Finding and loading libmdloader.so, and the ctypes prototypes of its C API.
+
+The C API is declared in include/mdloader.h, which is the reference for every call.
+The library is found, in this order:
+
+1. ``MDLOADER_LIBRARY``: the full path of the shared library;
+2. ``MDLOADER_PREFIX``: an install prefix, searched as ``PREFIX/lib/libmdloader.so``
+   (and ``lib64``, ``.so.0``);
+3. next to this package: ``mdloader/libmdloader.so``, and the prefix the package is
+   installed under (``PREFIX/lib/pythonX.Y/site-packages/mdloader`` -> ``PREFIX/lib``).
+
+If none of them has it, :class:`LibraryNotFound` lists every place that was tried.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+from pathlib import Path
+
+__all__ = ["LibraryNotFound", "load_library", "library_path", "candidates", "mpi_family_of_library"]
+
+
+class LibraryNotFound(OSError):
+    """libmdloader.so was not found (or could not be loaded); the message lists what was tried."""
+
+
+_lock = threading.Lock()
+_lib: ctypes.CDLL | None = None
+_path: str | None = None
+
+_NAMES = ("libmdloader.so", "libmdloader.so.0")
+
+
+def candidates() -> list[tuple[str, Path]]:
+    """Every (reason, path) the loader tries, in order."""
+    found: list[tuple[str, Path]] = []
+    explicit = os.environ.get("MDLOADER_LIBRARY")
+    if explicit:
+        found.append(("MDLOADER_LIBRARY", Path(explicit)))
+    prefix = os.environ.get("MDLOADER_PREFIX")
+    if prefix:
+        for libdir in ("lib", "lib64"):
+            for name in _NAMES:
+                found.append(("MDLOADER_PREFIX", Path(prefix) / libdir / name))
+    here = Path(__file__).resolve().parent
+    for name in _NAMES:
+        found.append(("next to the package", here / name))
+    # PREFIX/lib/pythonX.Y/site-packages/mdloader -> PREFIX/lib
+    parts = here.parts
+    if len(parts) >= 4 and parts[-2] in ("site-packages", "dist-packages") and parts[-3].startswith("python"):
+        libdir = Path(*parts[:-3])
+        for name in _NAMES:
+            found.append(("installation prefix of the package", libdir / name))
+    return found
+
+
+def load_library() -> ctypes.CDLL:
+    """The loaded library (loaded on first use, then cached)."""
+    global _lib, _path
+    with _lock:
+        if _lib is not None:
+            return _lib
+        tried = []
+        for reason, path in candidates():
+            if not path.is_file():
+                tried.append(f"  {path}  ({reason}): no such file")
+                continue
+            try:
+                # RTLD_GLOBAL: MPI's own plugins resolve symbols of libmpi through it.
+                lib = ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
+            except OSError as err:
+                tried.append(f"  {path}  ({reason}): {err}")
+                if reason == "MDLOADER_LIBRARY":
+                    break
+                continue
+            _declare(lib)
+            _lib, _path = lib, str(path)
+            return lib
+        if not tried:
+            tried.append("  (no candidate)")
+        raise LibraryNotFound(
+            "libmdloader.so not found. Tried:\n"
+            + "\n".join(tried)
+            + "\nSet MDLOADER_LIBRARY=/path/to/libmdloader.so or MDLOADER_PREFIX=<install prefix>"
+            " (the library must be built for the same MPI as mpi4py)."
+        )
+
+
+def library_path() -> str:
+    """The path of the loaded library (loads it if needed)."""
+    load_library()
+    assert _path is not None
+    return _path
+
+
+def mpi_family_of_library(path: str) -> str | None:
+    """'openmpi', 'mpich' or None: which MPI the shared library at path links against,
+    read from the names it needs (libmpi.so.40 is Open MPI, libmpich.so.12 MPICH)."""
+    try:
+        with open(path, "rb") as f:
+            blob = f.read()
+    except OSError:
+        return None
+    if b"libmpich.so" in blob:
+        return "mpich"
+    if b"libmpi.so.40" in blob:
+        return "openmpi"
+    return None
+
+
+c_u64 = ctypes.c_uint64
+c_u64_p = ctypes.POINTER(ctypes.c_uint64)
+c_handle_p = ctypes.POINTER(ctypes.c_void_p)
+
+
+def _declare(lib: ctypes.CDLL) -> None:
+    c_int = ctypes.c_int
+    lib.mdl_init_f.argtypes = [c_int, c_handle_p]
+    lib.mdl_init_f.restype = c_int
+    lib.mdl_register_shard.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, c_u64]
+    lib.mdl_register_shard.restype = c_int
+    lib.mdl_num_samples.argtypes = [ctypes.c_void_p, c_u64_p]
+    lib.mdl_num_samples.restype = c_int
+    lib.mdl_sample_size.argtypes = [ctypes.c_void_p, c_u64, c_u64_p]
+    lib.mdl_sample_size.restype = c_int
+    lib.mdl_fetch_batch.argtypes = [
+        ctypes.c_void_p,  # h
+        ctypes.c_void_p,  # ids (const uint64_t *)
+        ctypes.c_size_t,  # n
+        ctypes.c_void_p,  # out
+        c_u64,  # out_cap
+        ctypes.c_void_p,  # out_offsets (uint64_t *)
+    ]
+    lib.mdl_fetch_batch.restype = c_int
+    lib.mdl_set_backend.argtypes = [ctypes.c_void_p, c_int]
+    lib.mdl_set_backend.restype = c_int
+    lib.mdl_finalize.argtypes = [c_handle_p]
+    lib.mdl_finalize.restype = c_int
+    lib.mdl_status_string.argtypes = [c_int]
+    lib.mdl_status_string.restype = ctypes.c_char_p
+    lib.mdl_last_error.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+    lib.mdl_last_error.restype = ctypes.c_size_t
