@@ -1,0 +1,83 @@
+"""DataLoader / DistributedSampler: epochs, shuffling, the split across ranks, padding
+and drop_last, the same number of steps on every rank."""
+
+import numpy as np
+import pytest
+
+import mdloader
+from mdloader import DataLoader, DistributedSampler
+
+
+@pytest.mark.parametrize("total,ranks", [(10, 1), (10, 3), (7, 4), (2, 4), (0, 2), (100, 8)])
+@pytest.mark.parametrize("drop_last", [False, True])
+def test_sampler_split(total, ranks, drop_last):
+    samplers = [DistributedSampler(total, ranks, r, shuffle=True, seed=3, drop_last=drop_last) for r in range(ranks)]
+    shares = [s.indices() for s in samplers]
+    assert len({len(s) for s in shares}) <= 1  # every rank the same count
+    joined = np.concatenate(shares) if shares else np.zeros(0)
+    if drop_last:
+        assert len(joined) == (total // ranks) * ranks
+        assert len(set(joined.tolist())) == len(joined)  # disjoint, no padding
+    else:
+        assert set(joined.tolist()) == set(range(total))  # everything, padded by repeats
+        assert len(joined) == (-(-total // ranks)) * ranks if total else len(joined) == 0
+
+
+def test_sampler_epochs_and_seed():
+    s = DistributedSampler(50, 2, 0, shuffle=True, seed=1)
+    e0 = s.indices()
+    s.set_epoch(1)
+    e1 = s.indices()
+    assert not np.array_equal(e0, e1)
+    t = DistributedSampler(50, 2, 0, shuffle=True, seed=1)
+    assert np.array_equal(t.indices(), e0)
+    u = DistributedSampler(50, 2, 0, shuffle=False)
+    assert np.array_equal(u.indices(), np.arange(0, 50, 2))
+
+
+def test_dataloader_epochs_cover_the_dataset(comm):
+    rank = comm.rank
+    samples = [np.array([rank, i], dtype=np.int32) for i in range(13 + rank)]
+    with mdloader.Loader(comm) as ld:
+        ld.register_shard(samples)
+        n = ld.num_samples
+        loader = DataLoader(ld, batch_size=4, shuffle=True, seed=11, drop_last=False)
+        steps = []
+        orders = []
+        for epoch in range(3):
+            assert loader.epoch == epoch
+            seen = []
+            count = 0
+            for batch in loader:
+                count += 1
+                for k in range(len(batch)):
+                    r, i = batch.view(k, np.int32)
+                    sid = int(batch.ids[k])
+                    assert sid == sum(13 + q for q in range(r)) + i  # content matches the id
+                    seen.append(sid)
+            steps.append(count)
+            assert count == len(loader)
+            everyone = np.concatenate(comm.allgather(np.array(seen)))
+            assert set(everyone.tolist()) == set(range(n))
+            orders.append(seen)
+        assert len(set(comm.allgather(tuple(steps)))) == 1  # same steps on every rank
+        assert orders[0] != orders[1]
+
+        # drop_last: full batches only, nothing repeated
+        loader = DataLoader(ld, batch_size=5, shuffle=True, seed=2, drop_last=True)
+        loader.set_epoch(7)
+        got = [int(i) for b in loader for i in b.ids]
+        assert all(len(b) == 5 for b in DataLoader(ld, batch_size=5, drop_last=True))
+        everyone = np.concatenate(comm.allgather(np.array(got, dtype=np.int64)))
+        assert len(set(everyone.tolist())) == len(everyone)
+
+
+def test_dataloader_collate_and_reuse(comm):
+    with mdloader.Loader(comm) as ld:
+        ld.register_shard([np.full(3 + i % 4, i, dtype=np.float32) for i in range(20)])
+        loader = ld.batches(6, shuffle=False, collate_fn=lambda b: [float(b.view(k, np.float32).sum()) for k in range(len(b))],
+                            reuse_buffer=True)
+        sums = [s for batch in loader for s in batch]
+        sampler = DistributedSampler(ld.num_samples, comm.size, comm.rank, shuffle=False)
+        want = [float((i % 20) * (3 + (i % 20) % 4)) for i in sampler.indices()]
+        assert sums == want
