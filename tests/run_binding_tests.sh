@@ -1,0 +1,292 @@
+#!/usr/bin/env bash
+# Tests of the Fortran and Python bindings and of the QM9 records, under each MPI.
+#
+#   tests/run_binding_tests.sh openmpi|mpich|all
+#
+# For each MPI family: sets up a Python virtual environment (Open MPI: .venv with the
+# mpi4py wheel; MPICH: .venv-mpich with mpi4py built from source against mpicc.mpich,
+# about 3 minutes the first time), builds the Fortran example (`use mpi` and
+# `use mpi_f08`) and the QM9 decode tests (C, Fortran) with mpif90.<mpi>/mpicc.<mpi>
+# against target/<mpi>/release/libmdloader.so (rpath), converts QM9 from qm9pack's CSV
+# once (target/qm9/qm9.qm9g, reused while newer than the converter), and runs under
+# mpirun: the Fortran examples, the Python training loop, the QM9 decode test in C,
+# Fortran and Python (every fetched record compared with the source CSV rows), the QM9
+# epochs example, and the pytest suite (tests/python). Open MPI at 2 and 4 ranks, MPICH
+# at 2 ranks.
+#
+# Prints one line per case, "PASS name" or "FAIL name", and as the very last line
+# "N passed, M failed"; exit status non-zero if anything failed. Each case's output goes
+# to target/test-logs/bindings-<mpi>-<name>.log (printed when the case fails); builds go
+# to target/bindings/<mpi>/.
+#
+# Knobs (environment):
+#   MDL_TEST_TIMEOUT     seconds per case (default 300); a hung job is killed and FAILs
+#   MDL_BINDINGS_NPS     Open MPI rank counts (default "2 4"); MPICH runs at 2
+#   PYTHON               interpreter the virtual environments are made from (python3)
+#   MDL_QM9_FORCE=1      convert QM9 again even if target/qm9/qm9.qm9g is up to date
+# The library is built with scripts/build.sh <mpi> when it is missing.
+set -u
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+WHICH=${1:-all}
+TIMEOUT=${MDL_TEST_TIMEOUT:-300}
+PYTHON=${PYTHON:-python3}
+LOGDIR=$ROOT/target/test-logs
+QM9DIR=$ROOT/target/qm9
+mkdir -p "$LOGDIR" "$QM9DIR"
+
+case $WHICH in
+openmpi) MPIS=(openmpi) ;;
+mpich) MPIS=(mpich) ;;
+all) MPIS=(openmpi mpich) ;;
+*)
+    echo "usage: $0 openmpi|mpich|all" >&2
+    exit 2
+    ;;
+esac
+
+PASSED=0
+FAILED=0
+
+pass() {
+    echo "PASS $1"
+    PASSED=$((PASSED + 1))
+}
+
+fail() {
+    echo "FAIL $1"
+    FAILED=$((FAILED + 1))
+    if [ -n "${2:-}" ] && [ -f "$2" ]; then
+        echo "----- $2 (last 100 lines) -----"
+        tail -n 100 "$2"
+        echo "----- end of $2 -----"
+    fi
+}
+
+# step <log> <command...>: runs a command with its output appended to log.
+step() {
+    local log=$1
+    shift
+    echo "+ $*" >>"$log"
+    "$@" >>"$log" 2>&1
+}
+
+venv_of() { [ "$1" = openmpi ] && echo "$ROOT/.venv" || echo "$ROOT/.venv-$1"; }
+
+# setup_python <mpi>: the virtual environment with numpy, pytest, qm9pack and an mpi4py
+# that runs on this MPI.
+setup_python() {
+    local mpi=$1 venv log
+    venv=$(venv_of "$mpi")
+    log=$LOGDIR/bindings-$mpi-python-env.log
+    : >"$log"
+    if [ ! -x "$venv/bin/python" ]; then
+        step "$log" "$PYTHON" -m venv "$venv" || return 1
+    fi
+    local py=$venv/bin/python
+    if ! "$py" -c "import numpy, pytest" >>"$log" 2>&1; then
+        step "$log" "$py" -m pip install -q numpy pytest || return 1
+    fi
+    if ! "$py" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('qm9pack') is None)" >>"$log" 2>&1; then
+        step "$log" "$py" -m pip install -q qm9pack || return 1
+    fi
+    # mpi4py must load this MPI's library: check what it was built for (without
+    # initialising MPI, which a singleton Open MPI may not like as root).
+    local want=ompi
+    [ "$mpi" = mpich ] && want=mpich
+    local have
+    have=$("$py" -c "import mpi4py; c = mpi4py.get_config(); print(c.get('mpicc', ''))" 2>/dev/null)
+    if [ "$mpi" = openmpi ]; then
+        if ! "$py" -c "import mpi4py" >/dev/null 2>&1; then
+            step "$log" "$py" -m pip install -q mpi4py || return 1
+        fi
+    else
+        if ! "$py" -c "import mpi4py" >/dev/null 2>&1 || [[ "$have" != *mpicc.mpich* ]]; then
+            echo "building mpi4py from source against mpicc.mpich (about 3 minutes)" >>"$log"
+            step "$log" env MPICC=mpicc.mpich "$py" -m pip install -q --no-cache-dir --force-reinstall \
+                --no-binary mpi4py mpi4py || return 1
+        fi
+    fi
+    echo "mpi4py config: $("$py" -c "import mpi4py; print(mpi4py.get_config())" 2>&1) (want $want)" >>"$log"
+    return 0
+}
+
+# build <mpi>: the library (if missing), Fortran and C programs.
+build() {
+    local mpi=$1 out=$ROOT/target/bindings/$1 libdir=$ROOT/target/$1/release
+    local log=$LOGDIR/bindings-$mpi-build.log
+    : >"$log"
+    mkdir -p "$out/mod-mpi" "$out/mod-f08" "$out/mod-qm9"
+    if [ ! -f "$libdir/libmdloader.so" ]; then
+        step "$log" "$ROOT/scripts/build.sh" "$mpi" || return 1
+    fi
+    local fc=mpif90.$mpi cc=mpicc.$mpi
+    local link=(-L"$libdir" -lmdloader -Wl,-rpath,"$libdir")
+    local fflags=(-O2 -g -Wall -Wextra -ffp-contract=off)
+    local ok=0
+    # The module (plain gfortran would do: it uses no MPI), then the example twice.
+    step "$log" "$fc" "${fflags[@]}" -cpp -J "$out/mod-mpi" -I "$out/mod-mpi" "$ROOT/fortran/mdloader.f90" \
+        "$ROOT/fortran/example_sim.f90" -o "$out/example_sim_mpi" "${link[@]}" || ok=1
+    step "$log" "$fc" "${fflags[@]}" -cpp -DMDL_USE_MPI_F08 -J "$out/mod-f08" -I "$out/mod-f08" \
+        "$ROOT/fortran/mdloader.f90" "$ROOT/fortran/example_sim.f90" -o "$out/example_sim_f08" "${link[@]}" || ok=1
+    step "$log" "$fc" "${fflags[@]}" -J "$out/mod-qm9" -I "$out/mod-qm9" "$ROOT/fortran/mdloader.f90" \
+        "$ROOT/fortran/qm9_record.f90" "$ROOT/tests/qm9/qm9_decode_test.f90" -o "$out/qm9_decode_test_f" \
+        "${link[@]}" || ok=1
+    step "$log" "$cc" -std=c11 -O2 -g -Wall -Wextra -ffp-contract=off -I"$ROOT/include" -I"$ROOT/tests/qm9" \
+        "$ROOT/tests/qm9/qm9_decode_test.c" -o "$out/qm9_decode_test_c" "${link[@]}" || ok=1
+    # The Fortran module must also compile standalone and within gfortran's strict
+    # standard mode with -pedantic (it is installed for users).
+    step "$log" gfortran -std=f2018 -pedantic -Wall -Wextra -Werror -fsyntax-only -J "$out" "$ROOT/fortran/mdloader.f90" || ok=1
+    if grep -q "Warning:\|warning:" "$log"; then
+        echo "compiler warnings (see above)" >>"$log"
+        ok=1
+    fi
+    return $ok
+}
+
+# qm9_data <python>: converts QM9 (once) and writes the reference rows.
+qm9_data() {
+    local py=$1 log=$LOGDIR/bindings-qm9-convert.log
+    local pack=$QM9DIR/qm9.qm9g ref=$QM9DIR/reference.txt
+    if [ -f "$pack" ] && [ "$pack" -nt "$ROOT/python/mdloader/qm9.py" ] && [ -z "${MDL_QM9_FORCE:-}" ] &&
+        [ -f "$ref" ] && [ "$ref" -nt "$ROOT/tests/qm9/make_reference.py" ]; then
+        return 0
+    fi
+    : >"$log"
+    local start=$SECONDS
+    step "$log" env PYTHONPATH="$ROOT/python" "$py" -m mdloader.qm9 convert "$pack" || return 1
+    step "$log" env PYTHONPATH="$ROOT/python" "$py" -m mdloader.qm9 info "$pack" || return 1
+    step "$log" "$py" "$ROOT/tests/qm9/make_reference.py" "$ref" || return 1
+    QM9_CONVERTED="converted in $((SECONDS - start)) s"
+    return 0
+}
+
+# run_case <mpi> <np> <name> [VAR=value ...] -- <program> [args...]
+run_case() {
+    local mpi=$1 np=$2 name=$3
+    shift 3
+    local envs=()
+    while [ $# -gt 0 ] && [ "$1" != "--" ]; do
+        envs+=("$1")
+        shift
+    done
+    shift # --
+    local expect_fail=0
+    if [ "${1:-}" = "!" ]; then
+        expect_fail=1
+        shift
+    fi
+    local log=$LOGDIR/bindings-$mpi-$name.log
+    local launcher=()
+    local e
+    if [ "$mpi" = openmpi ]; then
+        launcher=(mpirun.openmpi --oversubscribe -n "$np")
+        for e in "${envs[@]}"; do launcher+=(-x "${e%%=*}"); done
+    else
+        launcher=(mpiexec.mpich -n "$np")
+        for e in "${envs[@]}"; do launcher+=(-genv "${e%%=*}" "${e#*=}"); done
+    fi
+    {
+        echo "+ ${envs[*]} ${launcher[*]} $*"
+        echo "+ started $(date -Is)"
+    } >"$log"
+    local start=$SECONDS rc
+    (cd "$ROOT" && env "${envs[@]}" OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+        OMPI_MCA_rmaps_base_oversubscribe=1 \
+        timeout -k 10 "$TIMEOUT" "${launcher[@]}" "$@") >>"$log" 2>&1 </dev/null
+    rc=$?
+    echo "+ exit $rc after $((SECONDS - start)) s" >>"$log"
+    local label="$mpi/$name ($((SECONDS - start)) s)"
+    local tests
+    tests=$(grep -Eo '^[0-9]+ passed' "$log" | sort -u | head -n 1 | grep -Eo '^[0-9]+')
+    # pytest's count, said without the word that summary tallies look for
+    [ -n "$tests" ] && label="$mpi/$name ($((SECONDS - start)) s, $tests tests on every rank)"
+    if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
+        fail "$mpi/$name (timeout after ${TIMEOUT} s)" "$log"
+    elif [ $expect_fail -eq 1 ]; then
+        if [ $rc -ne 0 ] && grep -q "mismatches" "$log" && ! grep -q " 0 mismatches" "$log"; then
+            pass "$label"
+        else
+            fail "$mpi/$name (exit $rc: a corrupted reference was not detected)" "$log"
+        fi
+    elif [ $rc -eq 0 ]; then
+        pass "$label"
+    else
+        fail "$mpi/$name (exit $rc)" "$log"
+    fi
+    # Keep the figures visible in the summary.
+    grep -E "^(example_sim|  verified|qm9_decode_test|qm9 decode|epoch [0-9]|learned|QM9:|engine |onesided |collective |auto )" \
+        "$log" | sed 's/^/    /' | head -n 12
+}
+
+QM9_READY=0
+for mpi in "${MPIS[@]}"; do
+    venv=$(venv_of "$mpi")
+    py=$venv/bin/python
+    if setup_python "$mpi"; then
+        pass "$mpi/python-env"
+        python_ok=1
+    else
+        fail "$mpi/python-env" "$LOGDIR/bindings-$mpi-python-env.log"
+        python_ok=0
+    fi
+    if [ $QM9_READY -eq 0 ] && [ $python_ok -eq 1 ]; then
+        QM9_CONVERTED="up to date"
+        if qm9_data "$py"; then
+            pass "qm9/convert ($QM9_CONVERTED)"
+            grep "^converted" "$LOGDIR/bindings-qm9-convert.log" 2>/dev/null | sed 's/^/    /'
+            QM9_READY=1
+        else
+            fail "qm9/convert" "$LOGDIR/bindings-qm9-convert.log"
+            QM9_READY=-1
+        fi
+    fi
+    if ! build "$mpi"; then
+        fail "$mpi/build" "$LOGDIR/bindings-$mpi-build.log"
+        continue
+    fi
+    pass "$mpi/build"
+
+    bin=$ROOT/target/bindings/$mpi
+    lib=$ROOT/target/$mpi/release/libmdloader.so
+    pyenv=(MDLOADER_LIBRARY="$lib" PYTHONPATH="$ROOT/python")
+    qm9env=(MDL_QM9_PACK="$QM9DIR/qm9.qm9g" MDL_QM9_REFERENCE="$QM9DIR/reference.txt")
+    if [ "$mpi" = openmpi ]; then
+        read -r -a nps <<<"${MDL_BINDINGS_NPS:-2 4}"
+    else
+        nps=(2)
+    fi
+    for np in "${nps[@]}"; do
+        run_case "$mpi" "$np" "fortran-example-use-mpi-np$np" -- "$bin/example_sim_mpi" 4 16
+        run_case "$mpi" "$np" "fortran-example-use-mpi_f08-np$np" -- "$bin/example_sim_f08" 4 16
+        if [ $QM9_READY -eq 1 ]; then
+            run_case "$mpi" "$np" "qm9-decode-c-np$np" -- "$bin/qm9_decode_test_c" "$QM9DIR/qm9.qm9g" \
+                "$QM9DIR/reference.txt"
+            run_case "$mpi" "$np" "qm9-decode-fortran-np$np" -- "$bin/qm9_decode_test_f" "$QM9DIR/qm9.qm9g" \
+                "$QM9DIR/reference.txt"
+        fi
+        [ $python_ok -eq 1 ] || continue
+        run_case "$mpi" "$np" "python-train-loop-np$np" "${pyenv[@]}" -- "$py" "$ROOT/python/examples/train_loop.py" \
+            --epochs 3 --samples-per-rank 1000
+        if [ $QM9_READY -eq 1 ]; then
+            run_case "$mpi" "$np" "qm9-decode-python-np$np" "${pyenv[@]}" "${qm9env[@]}" -- "$py" -m pytest -q \
+                -p no:cacheprovider --color=no -s "$ROOT/tests/python/test_qm9.py" -k matches_the_csv
+            run_case "$mpi" "$np" "qm9-epochs-np$np" "${pyenv[@]}" -- "$py" "$ROOT/python/examples/qm9_epochs.py" \
+                "$QM9DIR/qm9.qm9g" --epochs 1 --max-steps 40 --batch-size 128 --decode
+        fi
+        run_case "$mpi" "$np" "pytest-np$np" "${pyenv[@]}" -- "$py" -m pytest -q -p no:cacheprovider --color=no \
+            "$ROOT/tests/python" -k "not matches_the_csv"
+    done
+    # The decode test must notice a wrong value: one coordinate of the reference changed
+    # in its last digit (read by every rank, so every rank fetches that molecule).
+    if [ "$mpi" = openmpi ] && [ $QM9_READY -eq 1 ]; then
+        bad=$QM9DIR/reference-corrupted.txt
+        awk 'NR == 3 { $2 = sprintf("%.10f", $2 + 1e-6) } { print }' "$QM9DIR/reference.txt" >"$bad"
+        run_case "$mpi" 2 "qm9-decode-c-detects-corruption" -- ! "$bin/qm9_decode_test_c" "$QM9DIR/qm9.qm9g" "$bad"
+        run_case "$mpi" 2 "qm9-decode-fortran-detects-corruption" -- ! "$bin/qm9_decode_test_f" \
+            "$QM9DIR/qm9.qm9g" "$bad"
+    fi
+done
+
+echo "$PASSED passed, $FAILED failed"
+[ "$FAILED" -eq 0 ]
