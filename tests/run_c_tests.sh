@@ -14,6 +14,9 @@
 #                      MPICH above 2 ranks, where oversubscribed blocking calls busy-poll)
 #   MDL_TEST_SEED      seed passed to the tests (default 1)
 #   CFLAGS_EXTRA       extra compiler flags (e.g. -fsanitize=address)
+#   MDL_TEST_LOGDIR    where the per-case logs go (default target/test-logs)
+#   MDL_TEST_BUILDDIR  where the test binaries go (default target/c-tests); set both
+#                      to private directories to run two copies of this script at once
 #
 # The library itself is not built here: build it first with
 #   MPICC=mpicc.openmpi CARGO_TARGET_DIR=target/openmpi cargo build --release
@@ -25,8 +28,8 @@ WHICH=${1:-all}
 TIMEOUT=${MDL_TEST_TIMEOUT:-600}
 ITERS=${MDL_TEST_ITERS:-1000}
 SEED=${MDL_TEST_SEED:-1}
-LOGDIR=$ROOT/target/test-logs
-BUILDROOT=$ROOT/target/c-tests
+LOGDIR=${MDL_TEST_LOGDIR:-$ROOT/target/test-logs}
+BUILDROOT=${MDL_TEST_BUILDDIR:-$ROOT/target/c-tests}
 mkdir -p "$LOGDIR"
 
 case $WHICH in
@@ -83,11 +86,16 @@ build() {
     local flags=(-std=c11 -O2 -g -Wall -Wextra -I"$ROOT/include" -I"$ROOT/tests/c" ${CFLAGS_EXTRA:-})
     local link=(-L"$libdir" -lmdloader -Wl,-rpath,"$libdir" -lm)
     local ok=0 src name
-    for src in tests/c/fetch_test.c tests/c/errors_test.c c_examples/demo.c; do
+    for src in tests/c/fetch_test.c tests/c/errors_test.c tests/c/idle_rank_test.c c_examples/demo.c; do
         [ -f "$ROOT/$src" ] || continue
         name=$(basename "$src" .c)
         echo "+ $cc ${flags[*]} $src -o $out/$name ${link[*]}" >>"$log"
-        if ! "$cc" "${flags[@]}" "$ROOT/$src" -o "$out/$name" "${link[@]}" >>"$log" 2>&1; then
+        # Build to a temporary name and rename: a test still running from an earlier
+        # invocation keeps its (old) binary instead of crashing on a half-written one.
+        if "$cc" "${flags[@]}" "$ROOT/$src" -o "$out/$name.tmp.$$" "${link[@]}" >>"$log" 2>&1; then
+            mv -f "$out/$name.tmp.$$" "$out/$name"
+        else
+            rm -f "$out/$name.tmp.$$"
             ok=1
         fi
     done
@@ -164,6 +172,9 @@ for mpi in "${MPIS[@]}"; do
         fi
         run_case "$mpi" "$np" "fetch_test-np$np" -- "$bin/fetch_test" --iters "$iters" --seed "$SEED"
         run_case "$mpi" "$np" "errors_test-np$np" -- "$bin/errors_test" --seed "$SEED"
+        if [ "$np" -ge 3 ]; then
+            run_case "$mpi" "$np" "idle_rank_test-np$np" -- "$bin/idle_rank_test"
+        fi
     done
     # Tiny message cap: forces the split-into-rounds paths of both engines, including
     # samples larger than the cap (common.h puts a few 4-12 KB samples in the dataset).

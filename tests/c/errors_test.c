@@ -38,27 +38,25 @@ static tc_rng g_rng;
 static void on_alarm(int sig)
 {
     (void)sig;
-    /* Only async-signal-safe calls here. */
-    char head[64];
+    /* Only async-signal-safe calls; the whole line in one write() so that ranks do not
+       interleave: "[rank N] TIMEOUT in case NAME". */
+    char line[512], digits[12];
+    size_t k = 0;
     int r = g_rank, n = 0;
-    char digits[12];
     do {
         digits[n++] = (char)('0' + r % 10);
         r /= 10;
     } while (r && n < 11);
-    size_t k = 0;
-    const char *p = "[rank ";
-    while (*p)
-        head[k++] = *p++;
+    for (const char *p = "[rank "; *p; p++)
+        line[k++] = *p;
     while (n)
-        head[k++] = digits[--n];
-    p = "] TIMEOUT in case ";
-    while (*p)
-        head[k++] = *p++;
-    ssize_t ignored = write(2, head, k);
-    const char *c = g_case;
-    ignored = write(2, c, strlen(c));
-    ignored = write(2, "\n", 1);
+        line[k++] = digits[--n];
+    for (const char *p = "] TIMEOUT in case "; *p; p++)
+        line[k++] = *p;
+    for (const char *p = g_case; *p && k < sizeof line - 2; p++)
+        line[k++] = *p;
+    line[k++] = '\n';
+    ssize_t ignored = write(2, line, k);
     (void)ignored;
     _exit(3);
 }
@@ -116,12 +114,13 @@ static const char *sname(mdl_status s)
     return t ? t : "(null)";
 }
 
+/* One fprintf per message so that lines from different ranks do not interleave. */
 #define NOTE(r, ...)                                                                     \
     do {                                                                                 \
+        char msg_[1024];                                                                 \
         (r)->ok = 0;                                                                     \
-        fprintf(stderr, "[rank %d] %s: ", g_rank, g_case);                               \
-        fprintf(stderr, __VA_ARGS__);                                                    \
-        fputc('\n', stderr);                                                             \
+        snprintf(msg_, sizeof msg_, __VA_ARGS__);                                        \
+        fprintf(stderr, "[rank %d] %s: %s\n", g_rank, g_case, msg_);                     \
     } while (0)
 
 #define EXPECT(r, cond, ...)                                                             \
