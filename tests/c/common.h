@@ -230,4 +230,24 @@ static inline int tc_parse_u64(const char *s, uint64_t *out)
     return 0;
 }
 
+/* Async-signal-safe: appends text / a decimal number to line[*k] (bounded by cap). For
+   watchdog handlers, which may only use write() and the like. */
+static inline void tc_sig_puts(char *line, size_t *k, size_t cap, const char *t)
+{
+    while (*t && *k + 1 < cap)
+        line[(*k)++] = *t++;
+}
+
+static inline void tc_sig_putu(char *line, size_t *k, size_t cap, unsigned long long v)
+{
+    char d[24];
+    int n = 0;
+    do {
+        d[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v && n < 23);
+    while (n && *k + 1 < cap)
+        line[(*k)++] = d[--n];
+}
+
 #endif /* MDL_TESTS_COMMON_H */

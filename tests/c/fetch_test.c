@@ -18,17 +18,20 @@
  *
  * Usage: fetch_test [--iters N] [--seed S] [--base N] [--max-batch B] [--no-big]
  *                   [--phases world,sub,fortran] [--engines onesided,collective,auto]
- *                   [--max-errors N] [--trace]
+ *                   [--max-errors N] [--trace] [--step-timeout SECONDS]
  *
  * Output: one line per result on rank 0 ("PASS ..." / "FAIL ..."); per-rank details of
  * failures on stderr. Pass/fail is agreed with MPI_Allreduce so every rank exits with
  * the same code and the job ends cleanly.
  */
+#define _POSIX_C_SOURCE 200809L
 #include <mpi.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common.h"
 #include "mdloader.h"
@@ -48,6 +51,43 @@ static int g_use[N_ENGINES] = {1, 1, 1};
 static int g_wrank = 0;
 static long g_max_errors = 20;
 static int g_trace = 0; /* --trace: one stderr line per fetch, to locate a hang */
+
+/* Watchdog: re-armed at every step; if one step takes longer than g_step_timeout
+   seconds, every rank prints where it is stuck and exits 3, instead of the whole job
+   waiting for the runner's timeout. */
+static unsigned g_step_timeout = 120;
+static const char *volatile g_where = "startup";
+static volatile unsigned long long g_iter = 0;
+static volatile int g_engine = -1;
+
+static void on_alarm(int sig)
+{
+    (void)sig;
+    char line[256];
+    size_t k = 0;
+    tc_sig_puts(line, &k, sizeof line, "[rank ");
+    tc_sig_putu(line, &k, sizeof line, (unsigned long long)g_wrank);
+    tc_sig_puts(line, &k, sizeof line, "] TIMEOUT (hang) in ");
+    tc_sig_puts(line, &k, sizeof line, g_where);
+    tc_sig_puts(line, &k, sizeof line, " iter ");
+    tc_sig_putu(line, &k, sizeof line, g_iter);
+    if (g_engine >= 0) {
+        tc_sig_puts(line, &k, sizeof line, " engine ");
+        tc_sig_puts(line, &k, sizeof line, ENGINE_NAMES[g_engine]);
+    }
+    line[k++] = '\n';
+    ssize_t w = write(2, line, k);
+    (void)w;
+    _exit(3);
+}
+
+static void watchdog(const char *where, unsigned long long iter, int engine)
+{
+    g_where = where;
+    g_iter = iter;
+    g_engine = engine;
+    alarm(g_step_timeout);
+}
 
 typedef struct opts {
     uint64_t iters;
@@ -124,6 +164,7 @@ static int ctx_open(ctx *c, const char *name, mdl_loader *h, MPI_Comm comm, cons
 {
     memset(c, 0, sizeof(*c));
     c->name = name;
+    watchdog(name, 0, -1); /* registration */
     c->h = h;
     MPI_Comm_dup(comm, &c->comm);
     MPI_Comm_rank(c->comm, &c->rank);
@@ -356,6 +397,7 @@ static void step(ctx *c, uint64_t iter)
         memset(c->buf[e], GUARD_BYTE, (size_t)(cap + GUARD));
         for (size_t k = 0; k < n + 2; k++)
             c->offs[e][k] = OFF_SENTINEL;
+        watchdog(c->name, iter, e);
         mdl_status st = mdl_set_backend(c->h, ENGINES[e]);
         if (st != MDL_OK)
             FAILF(c, "mdl_set_backend(%s) -> %s", ENGINE_NAMES[e], st_name(st));
@@ -417,6 +459,7 @@ static int report(const char *label, ctx **cs, int ncs, long extra_errors)
         loc[3] += cs[i]->remote;
     }
     long gerr = 0;
+    watchdog(label, 0, -1);
     MPI_Allreduce(&err, &gerr, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
     MPI_Allreduce(loc, glob, 4, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
     if (g_wrank == 0) {
@@ -463,6 +506,8 @@ static int parse_args(int argc, char **argv, opts *o)
             o->big = 0;
         else if (!strcmp(a, "--trace"))
             g_trace = 1;
+        else if (!strcmp(a, "--step-timeout") && has && !tc_parse_u64(argv[++i], &v))
+            g_step_timeout = (unsigned)v;
         else if (!strcmp(a, "--iters") && has && !tc_parse_u64(argv[++i], &v))
             o->iters = v;
         else if (!strcmp(a, "--seed") && has && !tc_parse_u64(argv[++i], &v))
@@ -487,7 +532,7 @@ static int parse_args(int argc, char **argv, opts *o)
                 fprintf(stderr,
                         "usage: %s [--iters N] [--seed S] [--base N] [--max-batch B] [--no-big]\n"
                         "          [--phases world,sub,fortran] [--engines onesided,collective,auto]\n"
-                        "          [--max-errors N] [--trace]\n",
+                        "          [--max-errors N] [--trace] [--step-timeout SECONDS]\n",
                         argv[0]);
             return -1;
         }
@@ -506,6 +551,15 @@ int main(int argc, char **argv)
         MPI_Finalize();
         return 2;
     }
+    {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_alarm;
+        sigemptyset(&sa.sa_mask);
+        sigaction(SIGALRM, &sa, NULL);
+    }
+    /* Registration, index checks and reports are collective too: watch them as well. */
+    watchdog("setup", 0, -1);
     if (g_wrank == 0) {
         printf("fetch_test: %d ranks, iters=%llu seed=%llu base=%llu max_batch=%llu big=%d\n", wsize,
                (unsigned long long)o.iters, (unsigned long long)o.seed, (unsigned long long)o.base,
@@ -617,6 +671,7 @@ int main(int argc, char **argv)
             MPI_Comm_free(&dup);
     }
 
+    watchdog("final agreement", 0, -1);
     int loc = all_ok, glob = 0;
     MPI_Allreduce(&loc, &glob, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
     if (g_wrank == 0) {
