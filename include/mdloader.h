@@ -168,6 +168,55 @@ enum mdl_status mdl_fetch_batch(struct mdl_loader *h,
 enum mdl_status mdl_set_backend(struct mdl_loader *h, mdl_backend b);
 
 /**
+ * Collective. Starts an epoch of the built-in sampler. The epoch's order is a
+ * permutation of all global ids drawn from (seed, epoch) (identity when shuffle == 0),
+ * identical on every rank whatever the engine, the MPI or the number of ranks; the
+ * algorithm is documented in the README so that it can be reproduced elsewhere. Every
+ * rank gets the same number of samples, as PyTorch's DistributedSampler: ceil(N / P)
+ * padded by wrapping around, or floor(N / P) with the remainder dropped when
+ * drop_last != 0; rank r takes positions r, r + P, r + 2P, ... of the order. Batches
+ * hold batch_size samples (the last one may hold fewer), so every rank has the same
+ * number of steps. All arguments must be the same on every rank (checked). Stops any
+ * epoch in progress. mdl_fetch_batch is refused until this epoch ends.
+ */
+enum mdl_status mdl_epoch_begin(struct mdl_loader *h,
+                                uint64_t seed,
+                                uint64_t epoch,
+                                uint64_t batch_size,
+                                int shuffle,
+                                int drop_last);
+
+/**
+ * Collective. This rank's next batch, in loader-owned memory valid until the next
+ * call on h: *n samples, their ids, their bytes and n + 1 offsets (sample ids[k] is
+ * data[offsets[k] .. offsets[k+1])). *n == 0 on every rank at once marks the end of
+ * the epoch. If an out-pointer is NULL the step is still taken (so that the ranks stay
+ * in step) and MDL_ERR_NULL_ARG returned.
+ */
+enum mdl_status mdl_next_batch(struct mdl_loader *h,
+                               const uint64_t **ids,
+                               const void **data,
+                               const uint64_t **offsets,
+                               size_t *n);
+
+/**
+ * Collective. Resume a checkpointed run: the next mdl_next_batch returns step `step`
+ * of the current epoch (0-based; step == the number of steps is the end), exactly as
+ * an uninterrupted run would have. The same step on every rank (checked).
+ */
+enum mdl_status mdl_epoch_seek(struct mdl_loader *h, uint64_t step);
+
+/**
+ * Batches fetched ahead while the caller computes (0 = none, the default). Local;
+ * takes effect at the next mdl_epoch_begin or mdl_epoch_seek and must be the same on
+ * every rank (checked there). Prefetch runs on a thread of the library's own and
+ * needs MPI initialised with MPI_THREAD_MULTIPLE; otherwise epochs run without
+ * prefetch and the log says so once. While an epoch prefetches, mdl_set_backend is
+ * refused (MDL_ERR_STATE).
+ */
+enum mdl_status mdl_set_prefetch(struct mdl_loader *h, uint32_t depth);
+
+/**
  * Collective. Frees everything and sets *h = NULL. NULL or *h == NULL is a no-op.
  */
 enum mdl_status mdl_finalize(struct mdl_loader **h);

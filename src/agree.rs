@@ -74,3 +74,34 @@ pub fn agree_on_checks(comm: &Comm, checks: Result<()>, call: &str) -> Result<()
     let proposal = Proposal { error: error.clone(), backend: Backend::Auto, maxima: Vec::new() };
     agree(comm, &proposal)?.outcome(error, call)
 }
+
+/// Agree on local checks and on `values` being the same on every rank (arguments of a
+/// collective call that must match, like the sampler's seed and batch size). A mismatch
+/// is `MDL_ERR_INVALID_ARG` on every rank.
+pub fn agree_identical(comm: &Comm, checks: Result<()>, values: &[(&str, u64)], call: &str) -> Result<()> {
+    let error = checks.err();
+    // Each value as two 32-bit halves (exact in f64), and their negations so that the
+    // maximum also yields the minimum.
+    let mut maxima = Vec::with_capacity(values.len() * 4);
+    for &(_, v) in values {
+        let (hi, lo) = ((v >> 32) as f64, (v & 0xFFFF_FFFF) as f64);
+        maxima.extend_from_slice(&[hi, lo, -hi, -lo]);
+    }
+    let proposal = Proposal { error: error.clone(), backend: Backend::Auto, maxima };
+    let agreed = agree(comm, &proposal)?;
+    agreed.outcome(error, call)?;
+    let differing: Vec<&str> = values
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| {
+            let m = &agreed.maxima[i * 4..i * 4 + 4];
+            m[0] != -m[2] || m[1] != -m[3]
+        })
+        .map(|(_, (name, _))| *name)
+        .collect();
+    if differing.is_empty() {
+        Ok(())
+    } else {
+        Err(Error::invalid(format!("{call}: {} must be the same on every rank", differing.join(", "))))
+    }
+}

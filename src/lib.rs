@@ -18,6 +18,7 @@ mod loader;
 mod mpi;
 mod plan;
 mod rng;
+mod sampler;
 mod stats;
 mod store;
 

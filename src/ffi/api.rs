@@ -5,7 +5,7 @@ use super::args::{self, slice, slice_mut};
 use super::{boundary, init_logging, with_last_error};
 use crate::config::Backend;
 use crate::error::{Error, Result, mdl_status};
-use crate::loader::{FetchArgs, Loader};
+use crate::loader::{EpochArgs, FetchArgs, Loader};
 use crate::mpi::Comm;
 use crate::store::ShardView;
 use mpi_sys::{MPI_Comm, RSMPI_Fint};
@@ -167,7 +167,83 @@ pub extern "C" fn mdl_set_backend(h: *mut mdl_loader, b: MdlBackendArg) -> mdl_s
         let loader = loader_mut(h)?;
         let backend = Backend::from_code(b as i64)
             .ok_or_else(|| Error::invalid(format!("{b} is not an mdl_backend value")))?;
-        loader.set_backend(backend);
+        loader.set_backend(backend)
+    })
+}
+
+/// Collective. Starts an epoch of the built-in sampler. The epoch's order is a
+/// permutation of all global ids drawn from (seed, epoch) (identity when shuffle == 0),
+/// identical on every rank whatever the engine, the MPI or the number of ranks; the
+/// algorithm is documented in the README so that it can be reproduced elsewhere. Every
+/// rank gets the same number of samples, as PyTorch's DistributedSampler: ceil(N / P)
+/// padded by wrapping around, or floor(N / P) with the remainder dropped when
+/// drop_last != 0; rank r takes positions r, r + P, r + 2P, ... of the order. Batches
+/// hold batch_size samples (the last one may hold fewer), so every rank has the same
+/// number of steps. All arguments must be the same on every rank (checked). Stops any
+/// epoch in progress. mdl_fetch_batch is refused until this epoch ends.
+#[unsafe(no_mangle)]
+pub extern "C" fn mdl_epoch_begin(
+    h: *mut mdl_loader,
+    seed: u64,
+    epoch: u64,
+    batch_size: u64,
+    shuffle: c_int,
+    drop_last: c_int,
+) -> mdl_status {
+    boundary("mdl_epoch_begin", || {
+        let args = EpochArgs { seed, epoch, batch_size, shuffle: shuffle != 0, drop_last: drop_last != 0 };
+        loader_mut(h)?.epoch_begin(args)
+    })
+}
+
+/// Collective. This rank's next batch, in loader-owned memory valid until the next
+/// call on h: *n samples, their ids, their bytes and n + 1 offsets (sample ids[k] is
+/// data[offsets[k] .. offsets[k+1])). *n == 0 on every rank at once marks the end of
+/// the epoch. If an out-pointer is NULL the step is still taken (so that the ranks stay
+/// in step) and MDL_ERR_NULL_ARG returned.
+#[unsafe(no_mangle)]
+pub extern "C" fn mdl_next_batch(
+    h: *mut mdl_loader,
+    ids: *mut *const u64,
+    data: *mut *const c_void,
+    offsets: *mut *const u64,
+    n: *mut usize,
+) -> mdl_status {
+    boundary("mdl_next_batch", || {
+        let batch = loader_mut(h)?.next_batch()?;
+        let (ids_ptr, data_ptr, offsets_ptr, count) = match batch {
+            Some(b) => (b.ids.as_ptr(), b.data.as_ptr() as *const c_void, b.offsets.as_ptr(), b.ids.len()),
+            None => (std::ptr::null(), std::ptr::null(), std::ptr::null(), 0),
+        };
+        // SAFETY: each out-pointer is checked and points to a writable pointer or size_t.
+        unsafe {
+            *args::out(ids, "ids")? = ids_ptr;
+            *args::out(data, "data")? = data_ptr;
+            *args::out(offsets, "offsets")? = offsets_ptr;
+            *args::out(n, "n")? = count;
+        }
+        Ok(())
+    })
+}
+
+/// Collective. Resume a checkpointed run: the next mdl_next_batch returns step `step`
+/// of the current epoch (0-based; step == the number of steps is the end), exactly as
+/// an uninterrupted run would have. The same step on every rank (checked).
+#[unsafe(no_mangle)]
+pub extern "C" fn mdl_epoch_seek(h: *mut mdl_loader, step: u64) -> mdl_status {
+    boundary("mdl_epoch_seek", || loader_mut(h)?.epoch_seek(step))
+}
+
+/// Batches fetched ahead while the caller computes (0 = none, the default). Local;
+/// takes effect at the next mdl_epoch_begin or mdl_epoch_seek and must be the same on
+/// every rank (checked there). Prefetch runs on a thread of the library's own and
+/// needs MPI initialised with MPI_THREAD_MULTIPLE; otherwise epochs run without
+/// prefetch and the log says so once. While an epoch prefetches, mdl_set_backend is
+/// refused (MDL_ERR_STATE).
+#[unsafe(no_mangle)]
+pub extern "C" fn mdl_set_prefetch(h: *mut mdl_loader, depth: u32) -> mdl_status {
+    boundary("mdl_set_prefetch", || {
+        loader_mut(h)?.set_prefetch(depth);
         Ok(())
     })
 }

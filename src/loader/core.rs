@@ -1,4 +1,5 @@
-//! The loader handle: the communicator, the store, both engines and the estimator.
+//! The loader's core: the communicator, the store, both engines and the estimator;
+//! everything a fetch needs. The sampler's prefetch thread runs fetches on it too.
 //!
 //! Every collective entry point follows the same pattern: do all local checks and
 //! planning, agree with the other ranks (one small all-reduce), and only then
@@ -25,7 +26,7 @@ pub struct FetchArgs<'a> {
     pub out_offsets: &'a mut [u64],
 }
 
-pub struct Loader {
+pub struct Core {
     comm: Comm,
     config: Config,
     backend: Backend,
@@ -60,10 +61,10 @@ const PREVIOUS_STEP_SECONDS: usize = 0;
 const COLLECTIVE_INFEASIBLE: usize = 1;
 const FEATURES: usize = 2;
 
-impl Loader {
+impl Core {
     /// Collective: duplicate `host` and read the configuration. `local_check` carries
     /// an argument error found by the caller, so that every rank fails together.
-    pub fn init(host: MPI_Comm, local_check: Result<()>) -> Result<Loader> {
+    pub fn init(host: MPI_Comm, local_check: Result<()>) -> Result<Core> {
         let comm = Comm::duplicate(host)?;
         let config = Config::from_env();
         let checks = local_check.and(config.as_ref().map(|_| ()).map_err(Clone::clone));
@@ -79,7 +80,7 @@ impl Loader {
             config.backend.name(),
             config.max_message_bytes
         );
-        Ok(Loader {
+        Ok(Core {
             backend: config.backend,
             comm,
             config,
@@ -138,6 +139,14 @@ impl Loader {
 
     fn store(&self) -> Result<&Store> {
         self.store.as_ref().ok_or_else(|| Error::state("no shard registered yet (call mdl_register_shard first)"))
+    }
+
+    pub fn comm(&self) -> &Comm {
+        &self.comm
+    }
+
+    pub fn rank(&self) -> usize {
+        self.comm.rank()
     }
 
     pub fn num_samples(&self) -> Result<u64> {
@@ -283,7 +292,7 @@ impl Loader {
 
     /// Collective: free the window and the communicator.
     pub fn finalize(self) -> Result<()> {
-        let Loader { comm, store, stats, .. } = self;
+        let Core { comm, store, stats, .. } = self;
         log::info!("rank {}: finalize after {}", comm.rank(), stats.summary());
         let freed_store = store.map_or(Ok(()), Store::free);
         let freed_comm = comm.free();

@@ -90,8 +90,8 @@ impl Comm {
         // SAFETY: both buffers hold `count` elements of T and live until the wait ends.
         let rc = unsafe {
             ffi::MPI_Iallreduce(
-                values.as_ptr() as *const c_void,
-                out.as_mut_ptr() as *mut c_void,
+                send_ptr(values),
+                recv_ptr(&mut out),
                 count,
                 T::mpi_type(),
                 ffi::RSMPI_MAX,
@@ -140,10 +140,10 @@ impl Comm {
         // SAFETY: counts and displacements describe `out` exactly; local has counts[rank].
         let rc = unsafe {
             ffi::MPI_Iallgatherv(
-                local.as_ptr() as *const c_void,
+                send_ptr(local),
                 to_count(local.len() as u64, "allgatherv part")?,
                 T::mpi_type(),
-                out.as_mut_ptr() as *mut c_void,
+                recv_ptr(&mut out),
                 recv_counts.as_ptr(),
                 displs.as_ptr(),
                 T::mpi_type(),
@@ -164,10 +164,10 @@ impl Comm {
         // SAFETY: both buffers hold one element per rank.
         let rc = unsafe {
             ffi::MPI_Ialltoall(
-                send.as_ptr() as *const c_void,
+                send_ptr(send),
                 1,
                 T::mpi_type(),
-                out.as_mut_ptr() as *mut c_void,
+                recv_ptr(&mut out),
                 1,
                 T::mpi_type(),
                 self.raw,
@@ -201,11 +201,11 @@ impl Comm {
         // SAFETY: counts and displacements were checked to lie within both buffers.
         let rc = unsafe {
             ffi::MPI_Ialltoallv(
-                send.as_ptr() as *const c_void,
+                send_ptr(send),
                 scounts.as_ptr(),
                 sdispls.as_ptr(),
                 T::mpi_type(),
-                recv.as_mut_ptr() as *mut c_void,
+                recv_ptr(recv),
                 rcounts.as_ptr(),
                 rdispls.as_ptr(),
                 T::mpi_type(),
@@ -225,6 +225,22 @@ impl Comm {
         // SAFETY: raw is the communicator this value owns; it is not used afterwards.
         check(unsafe { ffi::MPI_Comm_free(&mut self.raw) }, "MPI_Comm_free")
     }
+}
+
+/// A buffer's address for MPI. An empty Rust slice has a dangling address such as 0x1,
+/// which Open MPI takes for `MPI_IN_PLACE` (`(void *) 1`), so empty buffers get the
+/// address of a real (never accessed) location instead: one for send buffers and
+/// another for receive buffers, because Open MPI's nonblocking collectives also treat
+/// `sendbuf == recvbuf` as in place, schedule differently on that rank alone, and the
+/// ranks' collectives stop matching (tests/c/repro/ialltoallv_aliased_empty_buffers.c).
+fn send_ptr<T>(buf: &[T]) -> *const c_void {
+    static EMPTY_SEND: u64 = 0;
+    if buf.is_empty() { &EMPTY_SEND as *const u64 as *const c_void } else { buf.as_ptr() as *const c_void }
+}
+
+fn recv_ptr<T>(buf: &mut [T]) -> *mut c_void {
+    static EMPTY_RECV: u64 = u64::MAX; // a different value: never merged with EMPTY_SEND
+    if buf.is_empty() { &EMPTY_RECV as *const u64 as *mut c_void } else { buf.as_mut_ptr() as *mut c_void }
 }
 
 /// A request handle that is "no request".

@@ -51,6 +51,16 @@ pub fn is_usable() -> bool {
     initialized != 0 && finalized == 0
 }
 
+/// Whether the host initialised MPI with `MPI_THREAD_MULTIPLE` (needed to communicate
+/// from the library's own thread while the host may call MPI).
+pub fn thread_multiple() -> bool {
+    let mut provided: c_int = 0;
+    // SAFETY: valid once MPI is initialised, which the loader checked at mdl_init.
+    unsafe { ffi::MPI_Query_thread(&mut provided) };
+    // SAFETY: reading an extern constant that mpi-sys exports.
+    provided == unsafe { ffi::RSMPI_THREAD_MULTIPLE }
+}
+
 /// Seconds since an arbitrary point, from `MPI_Wtime`.
 pub fn wtime() -> f64 {
     // SAFETY: MPI_Wtime has no preconditions beyond an initialised MPI.

@@ -1,0 +1,233 @@
+//! An epoch of the built-in sampler: batches in loader-owned buffers, fetched on the
+//! caller's thread or ahead of it on a prefetch thread.
+//!
+//! Prefetch with depth k: a thread of the library's own runs the fetches of the next k
+//! steps while the caller computes, into k + 1 reused buffers (the caller holds one,
+//! the batch it was last given). Step s may start once the caller has asked for
+//! `s - k + 1` batches, a rule that is the same on every rank; so when the caller stops
+//! an epoch (new epoch, seek, finalize) at the same call on every rank, every rank's
+//! thread finishes exactly the same steps before it exits, and no rank is left waiting
+//! in a fetch that another rank's thread skipped.
+
+use super::core::{Core, FetchArgs};
+use crate::error::{Error, Result, mdl_status};
+use crate::sampler::Epoch;
+use crossbeam::channel::{Receiver, Sender, unbounded};
+use parking_lot::{Condvar, Mutex};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+/// One batch in loader-owned memory. The buffers keep their capacity from step to
+/// step: no allocation once they have grown to the largest batch.
+#[derive(Default)]
+pub struct Batch {
+    pub ids: Vec<u64>,
+    pub data: Vec<u8>,
+    pub offsets: Vec<u64>,
+}
+
+/// Fill `batch` with the samples of `batch.ids` (collective).
+fn fetch_into(core: &mut Core, batch: &mut Batch) -> Result<()> {
+    let mut needed = 0u64;
+    for &id in &batch.ids {
+        needed += core.sample_size(id)?;
+    }
+    let needed = usize::try_from(needed).map_err(|_| Error::no_memory(needed))?;
+    if batch.data.len() < needed {
+        batch.data.try_reserve(needed - batch.data.len()).map_err(|_| Error::no_memory(needed as u64))?;
+        batch.data.resize(needed, 0);
+    }
+    batch.offsets.resize(batch.ids.len() + 1, 0);
+    core.fetch_batch(Ok(FetchArgs {
+        ids: &batch.ids,
+        out: &mut batch.data[..needed],
+        out_offsets: &mut batch.offsets,
+    }))
+}
+
+/// Where an epoch's batches come from.
+enum Source {
+    /// Fetched on the caller's thread at each call.
+    Inline(Batch),
+    Prefetch(Prefetcher),
+}
+
+pub struct EpochRun {
+    epoch: Arc<Epoch>,
+    /// The step the next call returns.
+    next_step: u64,
+    source: Source,
+    finished: bool,
+}
+
+impl EpochRun {
+    /// Start at `step` with the given prefetch depth (0: fetch inline).
+    pub fn start(core: &Arc<Mutex<Core>>, epoch: Epoch, step: u64, depth: u32) -> EpochRun {
+        let epoch = Arc::new(epoch);
+        let finished = step >= epoch.steps();
+        let source = if depth == 0 || finished {
+            Source::Inline(Batch::default())
+        } else {
+            Source::Prefetch(Prefetcher::start(core.clone(), epoch.clone(), step, depth))
+        };
+        EpochRun { epoch, next_step: step, source, finished }
+    }
+
+    /// True until the end of the epoch has been returned (or a step failed).
+    pub fn is_active(&self) -> bool {
+        !self.finished
+    }
+
+    pub fn is_prefetching(&self) -> bool {
+        matches!(self.source, Source::Prefetch(_)) && !self.finished
+    }
+
+    /// Collective: the next batch, or None at the end of the epoch (on every rank at once).
+    pub fn next(&mut self, core: &Arc<Mutex<Core>>) -> Result<Option<&Batch>> {
+        if self.finished || self.next_step >= self.epoch.steps() {
+            self.finished = true;
+            return Ok(None);
+        }
+        let step = self.next_step;
+        self.next_step += 1;
+        let result = match &mut self.source {
+            Source::Inline(batch) => {
+                let mut core = core.lock();
+                self.epoch.batch_into(step, core.rank(), &mut batch.ids);
+                fetch_into(&mut core, batch).map(|()| &*batch)
+            }
+            Source::Prefetch(prefetcher) => prefetcher.next(),
+        };
+        if result.is_err() {
+            // The failure was agreed on by every rank: the epoch ends everywhere.
+            self.finished = true;
+        }
+        result.map(Some)
+    }
+
+    /// Stop the prefetch thread, if any, after the steps every rank's thread may have
+    /// started (see the module documentation).
+    pub fn stop(self) -> Result<()> {
+        match self.source {
+            Source::Prefetch(prefetcher) => prefetcher.stop(),
+            Source::Inline(_) => Ok(()),
+        }
+    }
+}
+
+/// How far the prefetch thread may run.
+struct Progress {
+    /// Batches the caller has asked for.
+    requested: u64,
+    stopping: bool,
+}
+
+struct Prefetcher {
+    progress: Arc<(Mutex<Progress>, Condvar)>,
+    ready: Receiver<(Batch, Result<()>)>,
+    free: Sender<Batch>,
+    worker: Option<JoinHandle<()>>,
+    /// The batch the caller holds.
+    current: Option<Batch>,
+}
+
+impl Prefetcher {
+    fn start(core: Arc<Mutex<Core>>, epoch: Arc<Epoch>, first_step: u64, depth: u32) -> Prefetcher {
+        let progress = Arc::new((Mutex::new(Progress { requested: 0, stopping: false }), Condvar::new()));
+        let (ready_tx, ready) = unbounded();
+        let (free, free_rx) = unbounded();
+        for _ in 0..=depth {
+            free.send(Batch::default()).expect("the receiver is alive");
+        }
+        let shared = progress.clone();
+        let worker = std::thread::Builder::new()
+            .name("mdloader-prefetch".into())
+            .spawn(move || {
+                let run = AssertUnwindSafe(|| {
+                    prefetch_loop(&core, &epoch, first_step, depth as u64, &shared, &ready_tx, &free_rx)
+                });
+                if catch_unwind(run).is_err() {
+                    let error = Error::new(mdl_status::MDL_ERR_PANIC, "the prefetch thread panicked");
+                    let _ = ready_tx.send((Batch::default(), Err(error)));
+                }
+            })
+            .expect("spawning the prefetch thread");
+        Prefetcher { progress, ready, free, worker: Some(worker), current: None }
+    }
+
+    fn next(&mut self) -> Result<&Batch> {
+        if let Some(done) = self.current.take() {
+            let _ = self.free.send(done);
+        }
+        {
+            let (lock, wake) = &*self.progress;
+            lock.lock().requested += 1;
+            wake.notify_all();
+        }
+        let (batch, result) = self
+            .ready
+            .recv()
+            .map_err(|_| Error::new(mdl_status::MDL_ERR_PANIC, "the prefetch thread ended early"))?;
+        result?;
+        Ok(self.current.insert(batch))
+    }
+
+    fn stop(mut self) -> Result<()> {
+        {
+            let (lock, wake) = &*self.progress;
+            lock.lock().stopping = true;
+            wake.notify_all();
+        }
+        if let Some(done) = self.current.take() {
+            let _ = self.free.send(done);
+        }
+        // Hand every finished batch back so the thread never waits for a buffer, until
+        // it has run its last allowed step and hung up.
+        let mut failure = None;
+        while let Ok((batch, result)) = self.ready.recv() {
+            if let Err(err) = result {
+                failure.get_or_insert(err);
+            }
+            let _ = self.free.send(batch);
+        }
+        if let Some(worker) = self.worker.take() {
+            let _ = worker.join();
+        }
+        failure.map_or(Ok(()), Err)
+    }
+}
+
+fn prefetch_loop(
+    core: &Mutex<Core>,
+    epoch: &Epoch,
+    first_step: u64,
+    depth: u64,
+    progress: &(Mutex<Progress>, Condvar),
+    ready: &Sender<(Batch, Result<()>)>,
+    free: &Receiver<Batch>,
+) {
+    for step in first_step..epoch.steps() {
+        {
+            let (lock, wake) = progress;
+            let mut p = lock.lock();
+            // Step first_step + i may run once the caller asked for i - depth + 1 batches.
+            while step - first_step >= p.requested + depth {
+                if p.stopping {
+                    return;
+                }
+                wake.wait(&mut p);
+            }
+        }
+        let Ok(mut batch) = free.recv() else { return };
+        let result = {
+            let mut core = core.lock();
+            epoch.batch_into(step, core.rank(), &mut batch.ids);
+            fetch_into(&mut core, &mut batch)
+        };
+        let failed = result.is_err();
+        if ready.send((batch, result)).is_err() || failed {
+            return;
+        }
+    }
+}

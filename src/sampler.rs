@@ -1,0 +1,225 @@
+//! The built-in distributed sampler: which samples each rank gets at each step of an
+//! epoch, computed on every rank without communication.
+//!
+//! # The permutation (stable across versions; tests pin values)
+//!
+//! An epoch's order is `perm(0), perm(1), ..., perm(N-1)`, a permutation of the global
+//! ids `[0, N)` drawn from `(seed, epoch)`; the identity when shuffling is off. It takes
+//! O(1) memory and O(1) expected work per position, so it scales to 10^9 samples:
+//!
+//! 1. Keys: `k = splitmix64_stream(seed ^ splitmix64_mix(epoch))`, the first six outputs
+//!    of the SplitMix64 generator started at state `seed XOR mix(epoch)`, where `mix` is
+//!    SplitMix64's output function applied to `epoch + 0x9E3779B97F4A7C15`.
+//! 2. Domain: `b` = the smallest even number of bits >= 2 with `2^b >= N`; `h = b / 2`.
+//! 3. A balanced Feistel network of six rounds on `x` in `[0, 2^b)`: split
+//!    `L = x >> h`, `R = x & (2^h - 1)`; each round r sets
+//!    `(L, R) = (R, L XOR (mix(R XOR k[r]) & (2^h - 1)))`; the result is `(L << h) | R`.
+//!    This is a bijection on `[0, 2^b)` for any round function.
+//! 4. Cycle walking: `perm(i)` applies the network to `i`, then again to the result,
+//!    until the value is below N. Since `2^b < 4N`, this takes under four rounds on
+//!    average and stays a bijection on `[0, N)`.
+//!
+//! # Splitting among ranks (as PyTorch's DistributedSampler)
+//!
+//! With P ranks, each rank gets `per_rank = ceil(N / P)` samples, the order being padded
+//! by wrapping around (`position i` takes `perm(i mod N)`), or, with `drop_last`,
+//! `per_rank = floor(N / P)` and the tail is dropped. Rank r takes positions
+//! `r, r + P, r + 2P, ...`. Step s gives rank r its samples `s*B .. min((s+1)*B,
+//! per_rank)` for batch size B: every rank has the same number of steps,
+//! `ceil(per_rank / B)`, and the last batch may be smaller.
+
+use crate::error::{Error, Result};
+
+const ROUNDS: usize = 6;
+const GOLDEN: u64 = 0x9E37_79B9_7F4A_7C15;
+
+/// SplitMix64's output function.
+fn mix(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// A keyed bijection on `[0, n)`.
+#[derive(Clone, Debug)]
+pub struct Permutation {
+    n: u64,
+    half_bits: u32,
+    keys: Option<[u64; ROUNDS]>,
+}
+
+impl Permutation {
+    /// The identity when `shuffle` is false.
+    pub fn new(n: u64, seed: u64, epoch: u64, shuffle: bool) -> Permutation {
+        let bits = (u64::BITS - n.saturating_sub(1).leading_zeros()).max(2);
+        let half_bits = bits.div_ceil(2);
+        let keys = shuffle.then(|| {
+            let mut state = seed ^ mix(epoch.wrapping_add(GOLDEN));
+            std::array::from_fn(|_| {
+                state = state.wrapping_add(GOLDEN);
+                mix(state)
+            })
+        });
+        Permutation { n, half_bits, keys }
+    }
+
+    fn feistel(&self, keys: &[u64; ROUNDS], x: u64) -> u64 {
+        let mask = (1u64 << self.half_bits) - 1;
+        let (mut left, mut right) = (x >> self.half_bits, x & mask);
+        for key in keys {
+            (left, right) = (right, left ^ (mix(right ^ key) & mask));
+        }
+        (left << self.half_bits) | right
+    }
+
+    /// The id at position `i` (< n).
+    pub fn at(&self, i: u64) -> u64 {
+        debug_assert!(i < self.n);
+        let Some(keys) = &self.keys else { return i };
+        let mut x = self.feistel(keys, i);
+        while x >= self.n {
+            x = self.feistel(keys, x);
+        }
+        x
+    }
+}
+
+/// One epoch of the sampler, for a communicator of `ranks` ranks.
+#[derive(Clone, Debug)]
+pub struct Epoch {
+    perm: Permutation,
+    n: u64,
+    ranks: u64,
+    batch: u64,
+    per_rank: u64,
+}
+
+impl Epoch {
+    pub fn new(
+        n: u64,
+        ranks: usize,
+        seed: u64,
+        epoch: u64,
+        batch: u64,
+        shuffle: bool,
+        drop_last: bool,
+    ) -> Result<Epoch> {
+        if batch == 0 {
+            return Err(Error::invalid("batch_size must be at least 1"));
+        }
+        let ranks = ranks as u64;
+        let per_rank = if drop_last { n / ranks } else { n.div_ceil(ranks) };
+        Ok(Epoch { perm: Permutation::new(n, seed, epoch, shuffle), n, ranks, batch, per_rank })
+    }
+
+    /// Samples each rank gets in the epoch.
+    #[cfg(test)]
+    pub fn per_rank(&self) -> u64 {
+        self.per_rank
+    }
+
+    /// Steps in the epoch (the same on every rank).
+    pub fn steps(&self) -> u64 {
+        self.per_rank.div_ceil(self.batch)
+    }
+
+    /// Rank `rank`'s ids at `step` (empty past the end), written into `ids`.
+    pub fn batch_into(&self, step: u64, rank: usize, ids: &mut Vec<u64>) {
+        ids.clear();
+        let first = step.saturating_mul(self.batch).min(self.per_rank);
+        let end = (first + self.batch).min(self.per_rank);
+        ids.extend((first..end).map(|k| self.perm.at((rank as u64 + k * self.ranks) % self.n)));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn is_a_permutation_for_awkward_sizes() {
+        for n in [1u64, 2, 3, 4, 5, 17, 100, 1000, 4097] {
+            let p = Permutation::new(n, 42, 3, true);
+            let mut seen = vec![false; n as usize];
+            for i in 0..n {
+                let x = p.at(i) as usize;
+                assert!(!seen[x], "n = {n}: {x} twice");
+                seen[x] = true;
+            }
+        }
+    }
+
+    #[test]
+    fn pinned_values_never_change() {
+        // These values define the shuffle of every past release: never update them.
+        let p = Permutation::new(1000, 12345, 7, true);
+        let first: Vec<u64> = (0..8).map(|i| p.at(i)).collect();
+        assert_eq!(first, PINNED_1000_12345_7);
+        let big = Permutation::new(1_000_000_000, 1, 0, true);
+        assert_eq!([big.at(0), big.at(1), big.at(999_999_999)], PINNED_1E9_1_0);
+    }
+
+    const PINNED_1000_12345_7: [u64; 8] = [323, 698, 341, 780, 723, 929, 760, 87];
+    const PINNED_1E9_1_0: [u64; 3] = [993006891, 688983554, 759634527];
+
+    #[test]
+    fn epochs_and_seeds_differ_and_identity_without_shuffle() {
+        let a: Vec<u64> = (0..50).map(|i| Permutation::new(50, 1, 0, true).at(i)).collect();
+        let b: Vec<u64> = (0..50).map(|i| Permutation::new(50, 1, 1, true).at(i)).collect();
+        let c: Vec<u64> = (0..50).map(|i| Permutation::new(50, 2, 0, true).at(i)).collect();
+        assert!(a != b && a != c);
+        assert!((0..50).all(|i| Permutation::new(50, 1, 0, false).at(i) == i));
+    }
+
+    /// PyTorch's DistributedSampler: (N, P, drop_last) -> samples per rank.
+    #[test]
+    fn counts_match_distributed_sampler() {
+        let table = [
+            (10, 3, false, 4),
+            (10, 3, true, 3),
+            (9, 3, false, 3),
+            (9, 3, true, 3),
+            (2, 4, false, 1),
+            (2, 4, true, 0),
+            (0, 2, false, 0),
+            (1001, 8, false, 126),
+            (1001, 8, true, 125),
+        ];
+        for (n, p, drop_last, per_rank) in table {
+            let e = Epoch::new(n, p, 0, 0, 16, true, drop_last).unwrap();
+            assert_eq!(e.per_rank(), per_rank, "N={n} P={p} drop_last={drop_last}");
+        }
+    }
+
+    #[test]
+    fn every_sample_exactly_once_without_padding_and_wrapped_with_it() {
+        let (n, p, batch) = (103u64, 4usize, 8u64);
+        let e = Epoch::new(n, p, 9, 2, batch, true, true).unwrap();
+        let mut count = vec![0; n as usize];
+        let mut ids = Vec::new();
+        for r in 0..p {
+            for s in 0..e.steps() {
+                e.batch_into(s, r, &mut ids);
+                ids.iter().for_each(|&id| count[id as usize] += 1);
+            }
+        }
+        assert_eq!(count.iter().filter(|&&c| c == 1).count() as u64, n / p as u64 * p as u64);
+        assert!(count.iter().all(|&c| c <= 1));
+        let padded = Epoch::new(n, p, 9, 2, batch, true, false).unwrap();
+        let mut total = 0;
+        for r in 0..p {
+            for s in 0..padded.steps() {
+                padded.batch_into(s, r, &mut ids);
+                total += ids.len() as u64;
+            }
+            padded.batch_into(padded.steps(), r, &mut ids);
+            assert!(ids.is_empty());
+        }
+        assert_eq!(total, n.div_ceil(p as u64) * p as u64);
+    }
+
+    #[test]
+    fn refuses_batch_zero() {
+        assert!(Epoch::new(10, 2, 0, 0, 0, true, false).is_err());
+    }
+}
