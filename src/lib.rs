@@ -19,6 +19,7 @@ mod mpi;
 mod plan;
 mod rng;
 mod sampler;
+pub mod scale_model;
 mod stats;
 mod store;
 

@@ -1,0 +1,113 @@
+//! The scale model: the estimator's cost model fed with interconnect parameters instead
+//! of measured ones, to predict which engine wins on a machine we cannot run on (and at
+//! rank counts we cannot reach here).
+//!
+//! From an interconnect with latency `L`, per-get overhead `g` (an RMA get is handled
+//! in software by the NIC's library: request, completion tracking), per-message
+//! injection overhead `o` of two-sided messages, link bandwidth `W` (bytes/s per NIC)
+//! and memory-copy bandwidth `M`, for P ranks:
+//!
+//! ```text
+//! a_os   = L                       one round trip to complete the step's gets
+//! g_os   = g                       each get is issued, all in flight at once
+//! b_os   = 1 / W                   bytes through this rank's NIC
+//! c_os   = 1 / W                   bytes through the target's NIC (contention)
+//! a_coll = 3 * L * log2(P) + 2 * (P - 1) * o
+//!                                  per round: a log-depth MPI_Alltoall of counts, and two
+//!                                  MPI_Alltoallv that post a message to every peer
+//! s_coll = 2 * 8 / W               request id out, plus packing bookkeeping
+//! b_coll = 1 / W + 2 / M           transfer, pack on the owner, unpack on the requester
+//! ```
+//!
+//! A batch of B samples per rank drawn uniformly over all ranks, of mean size s, has
+//! `S = G = B (P - 1) / P` remote samples per rank and `B_r = IN = S * s` bytes in and out
+//! per rank (the expectation; the busiest rank is close to it for large batches).
+
+use crate::config::Backend;
+use crate::estimator::model::{CostParams, StepFeatures};
+
+/// An interconnect, in SI units.
+#[derive(Clone, Copy, Debug)]
+pub struct Interconnect {
+    pub latency: f64,
+    pub get_overhead: f64,
+    pub injection_overhead: f64,
+    pub bandwidth: f64,
+    pub memcpy_bandwidth: f64,
+}
+
+impl Interconnect {
+    /// HPE Slingshot-like: 2 us latency, 25 GB/s per NIC, 1 us per get, 0.25 us per
+    /// two-sided message, 10 GB/s memcpy.
+    pub fn slingshot() -> Interconnect {
+        Interconnect {
+            latency: 2e-6,
+            get_overhead: 1e-6,
+            injection_overhead: 0.25e-6,
+            bandwidth: 25e9,
+            memcpy_bandwidth: 10e9,
+        }
+    }
+
+    pub fn params(&self, ranks: usize) -> CostParams {
+        let p = ranks.max(2) as f64;
+        CostParams {
+            a_os: self.latency,
+            g_os: self.get_overhead,
+            b_os: 1.0 / self.bandwidth,
+            c_os: 1.0 / self.bandwidth,
+            a_coll: 3.0 * self.latency * p.log2() + 2.0 * (p - 1.0) * self.injection_overhead,
+            s_coll: 16.0 / self.bandwidth,
+            b_coll: 1.0 / self.bandwidth + 2.0 / self.memcpy_bandwidth,
+        }
+    }
+}
+
+/// Predicted seconds of each engine for a uniformly random batch.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Point {
+    pub ranks: usize,
+    pub batch: u64,
+    pub sample_bytes: f64,
+    pub onesided: f64,
+    pub collective: f64,
+}
+
+impl Point {
+    pub fn winner(&self) -> &'static str {
+        if self.collective < self.onesided { "collective" } else { "onesided" }
+    }
+}
+
+pub fn predict(net: &Interconnect, ranks: usize, batch: u64, sample_bytes: f64) -> Point {
+    let p = ranks as f64;
+    let remote = batch as f64 * (p - 1.0) / p;
+    let f = StepFeatures {
+        gets: remote,
+        samples: remote,
+        bytes: remote * sample_bytes,
+        served: remote * sample_bytes,
+        rounds: 1.0,
+    };
+    let params = net.params(ranks);
+    Point {
+        ranks,
+        batch,
+        sample_bytes,
+        onesided: params.predict(Backend::OneSided, &f),
+        collective: params.predict(Backend::Collective, &f),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn collective_wins_large_batches_at_few_ranks_and_onesided_at_scale() {
+        let net = Interconnect::slingshot();
+        assert_eq!(predict(&net, 4, 1024, 2048.0).winner(), "collective");
+        assert_eq!(predict(&net, 2048, 1024, 2048.0).winner(), "onesided");
+        assert_eq!(predict(&net, 4, 1, 2048.0).winner(), "onesided");
+    }
+}
