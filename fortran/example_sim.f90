@@ -40,7 +40,7 @@ program example_sim
    integer, parameter :: header_words = 3       ! rank, step, n_particles (int64 each)
    type(mdl_loader) :: loader
    integer :: ierr, mpierr, rank, nranks, r, s, k, epoch, nepochs, batch, backend
-   integer :: failures, total_failures
+   integer(int64) :: failures, total_failures     ! int64 like the other reductions (one buffer type per call site)
    integer, allocatable :: steps_of(:)
    integer(int64), allocatable :: first_id(:), perm(:), ids(:), offsets(:), out_offsets(:)
    integer(int8), allocatable :: data(:), sample(:), out(:)
@@ -160,11 +160,12 @@ program example_sim
    call check(ierr == MDL_OK, 'usable after errors')
    if (ierr == MDL_OK) call verify(ids(1), out(out_offsets(1) + 1:out_offsets(2)))
    call check(mdl_status_string(MDL_ERR_REMOTE) /= '', 'mdl_status_string')
+   call check(index(mdl_stats_json(loader), '"samples"') > 0, 'mdl_stats_json')
 
    call mdl_finalize(loader, ierr)
    call check(ierr == MDL_OK .and. .not. mdl_initialized(loader), 'mdl_finalize')
 
-   call MPI_Allreduce(failures, total_failures, 1, MPI_INTEGER, MPI_SUM, comm, mpierr)
+   call MPI_Allreduce(failures, total_failures, 1, MPI_INTEGER8, MPI_SUM, comm, mpierr)
    call MPI_Allreduce(checked, total_checked, 1, MPI_INTEGER8, MPI_SUM, comm, mpierr)
    call MPI_Allreduce(bytes, total_bytes, 1, MPI_INTEGER8, MPI_SUM, comm, mpierr)
    if (rank == 0) then

@@ -74,7 +74,7 @@ module mdloader
 
    public :: mdl_init, mdl_register_shard, mdl_num_samples, mdl_sample_size
    public :: mdl_fetch_batch, mdl_fetch_batch_alloc, mdl_set_backend, mdl_finalize
-   public :: mdl_last_error, mdl_status_string, mdl_initialized, mdl_c_handle
+   public :: mdl_last_error, mdl_status_string, mdl_initialized, mdl_c_handle, mdl_stats_json
 
    !> Message of the last call that this module itself rejected (empty: none pending).
    !> Takes precedence over the library's message until a later call fails in the library.
@@ -134,6 +134,13 @@ module mdloader
          type(c_ptr), intent(inout) :: h
          integer(c_int) :: status
       end function c_mdl_finalize
+
+      function c_mdl_stats_json(h, buf, len) result(full) bind(C, name='mdl_stats_json')
+         import :: c_size_t, c_ptr
+         type(c_ptr), value :: h, buf
+         integer(c_size_t), value :: len
+         integer(c_size_t) :: full
+      end function c_mdl_stats_json
 
       function c_mdl_status_string(s) result(text) bind(C, name='mdl_status_string')
          import :: c_int, c_ptr
@@ -358,6 +365,25 @@ contains
          msg(i:i) = buf(i)
       end do
    end function mdl_last_error
+
+   !> This rank's statistics as a JSON object (steps and seconds per engine, samples,
+   !> bytes, the estimator's decisions, the calibration; see include/mdloader.h). Local.
+   !> '' when the loader is not initialised.
+   function mdl_stats_json(loader) result(json)
+      type(mdl_loader), intent(in) :: loader
+      character(len=:), allocatable :: json
+      character(kind=c_char), allocatable, target :: buf(:)
+      integer(c_size_t) :: full
+      integer :: i
+
+      full = c_mdl_stats_json(loader%handle, c_null_ptr, 0_c_size_t)
+      allocate (buf(full + 1))
+      full = c_mdl_stats_json(loader%handle, c_loc(buf(1)), int(size(buf), c_size_t))
+      allocate (character(len=int(full)) :: json)
+      do i = 1, int(full)
+         json(i:i) = buf(i)
+      end do
+   end function mdl_stats_json
 
    !> Static text for a status code, e.g. mdl_status_string(MDL_ERR_OUT_OF_RANGE).
    function mdl_status_string(status) result(text)

@@ -90,24 +90,24 @@ setup_python() {
     if ! "$py" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('qm9pack') is None)" >>"$log" 2>&1; then
         step "$log" "$py" -m pip install -q qm9pack || return 1
     fi
-    # mpi4py must load this MPI's library: check what it was built for (without
-    # initialising MPI, which a singleton Open MPI may not like as root).
-    local want=ompi
-    [ "$mpi" = mpich ] && want=mpich
-    local have
-    have=$("$py" -c "import mpi4py; c = mpi4py.get_config(); print(c.get('mpicc', ''))" 2>/dev/null)
-    if [ "$mpi" = openmpi ]; then
-        if ! "$py" -c "import mpi4py" >/dev/null 2>&1; then
+    # mpi4py must run on this MPI: the PyPI wheel (Open MPI here) loads libmpi.so at run
+    # time; a build from source against MPICH links libmpich.so.12, which its extension
+    # module names (checked without importing mpi4py.MPI, which would initialise MPI).
+    if ! "$py" -c "import mpi4py" >/dev/null 2>&1; then
+        if [ "$mpi" = openmpi ]; then
             step "$log" "$py" -m pip install -q mpi4py || return 1
         fi
-    else
-        if ! "$py" -c "import mpi4py" >/dev/null 2>&1 || [[ "$have" != *mpicc.mpich* ]]; then
+    fi
+    if [ "$mpi" = mpich ]; then
+        local ext
+        ext=$("$py" -c "import glob, os, mpi4py; print(*glob.glob(os.path.join(os.path.dirname(mpi4py.__file__), 'MPI.*.so')))" 2>/dev/null)
+        if [ -z "$ext" ] || ! grep -q "libmpich.so" $ext; then
             echo "building mpi4py from source against mpicc.mpich (about 3 minutes)" >>"$log"
             step "$log" env MPICC=mpicc.mpich "$py" -m pip install -q --no-cache-dir --force-reinstall \
                 --no-binary mpi4py mpi4py || return 1
         fi
     fi
-    echo "mpi4py config: $("$py" -c "import mpi4py; print(mpi4py.get_config())" 2>&1) (want $want)" >>"$log"
+    step "$log" "$py" -c "import mpi4py, numpy; print('mpi4py', mpi4py.__version__, 'numpy', numpy.__version__)"
     return 0
 }
 

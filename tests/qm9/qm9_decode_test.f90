@@ -29,7 +29,8 @@ program qm9_decode_test_f
    integer(int8), allocatable :: data(:), out(:)
    integer(int64), allocatable :: offsets(:), ids(:), out_offsets(:)
    integer(int64) :: first, total, checked, edges, atoms, all_checked, all_edges, all_atoms
-   integer :: rank, nranks, mpierr, ierr, nref, batch, b, k, n, step, start, errors, all_errors, u
+   integer :: rank, nranks, mpierr, ierr, nref, batch, b, k, n, step, start, u
+   integer(int64) :: errors, all_errors         ! int64 like the other reductions
    integer, allocatable :: which(:)
    integer, parameter :: engines(3) = [MDL_BACKEND_ONESIDED, MDL_BACKEND_COLLECTIVE, MDL_BACKEND_AUTO]
    character(len=1024) :: pack_path, ref_path, arg
@@ -90,7 +91,7 @@ program qm9_decode_test_f
    end do
    call mdl_finalize(loader, ierr)
 
-   call MPI_Allreduce(errors, all_errors, 1, MPI_INTEGER, MPI_SUM, MPI_COMM_WORLD, mpierr)
+   call MPI_Allreduce(errors, all_errors, 1, MPI_INTEGER8, MPI_SUM, MPI_COMM_WORLD, mpierr)
    call MPI_Allreduce(checked, all_checked, 1, MPI_INTEGER8, MPI_SUM, MPI_COMM_WORLD, mpierr)
    call MPI_Allreduce(edges, all_edges, 1, MPI_INTEGER8, MPI_SUM, MPI_COMM_WORLD, mpierr)
    call MPI_Allreduce(atoms, all_atoms, 1, MPI_INTEGER8, MPI_SUM, MPI_COMM_WORLD, mpierr)
