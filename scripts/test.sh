@@ -49,6 +49,12 @@ done
 for mpi in $MPIS; do
     run_suite "c-$mpi" tests/run_c_tests.sh "$mpi"
 done
+for mpi in $MPIS; do
+    run_suite "cmake-$mpi" tests/run_cmake_tests.sh "$mpi"
+done
+for mpi in $MPIS; do
+    run_suite "bindings-$mpi" tests/run_binding_tests.sh "$mpi"
+done
 
 [ ${#FAILED_SUITES[@]} -gt 0 ] && echo "failed suites: ${FAILED_SUITES[*]}"
 echo "$PASSED passed, $FAILED failed"
