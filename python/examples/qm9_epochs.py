@@ -11,7 +11,7 @@ With --decode every batch is also turned into a PyG-style disjoint graph (mdload
 which is what a trainer would do next; every record's row is checked against its id.
 
     mpirun -n 4 python qm9_epochs.py target/qm9/qm9.qm9g [--epochs 2] [--batch-size 128]
-        [--engines onesided,collective,auto] [--max-steps N] [--decode]
+        [--engines onesided,collective,auto] [--max-steps N] [--warmup-steps 20] [--decode]
 """
 
 import argparse
@@ -33,6 +33,7 @@ def main():
     ap.add_argument("--batch-size", type=int, default=128, help="molecules per rank per step")
     ap.add_argument("--engines", default="onesided,collective,auto")
     ap.add_argument("--max-steps", type=int, default=0, help="stop each epoch after this many steps (0: all)")
+    ap.add_argument("--warmup-steps", type=int, default=20, help="untimed steps per engine before its epochs")
     ap.add_argument("--decode", action="store_true", help="also decode every batch into a graph batch")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
@@ -64,6 +65,12 @@ def main():
             steps = len(loader) if not args.max_steps else min(len(loader), args.max_steps)
             samples = nbytes = 0
             elapsed = 0.0
+            # Untimed warm-up (first touch of buffers, the estimator's first steps).
+            loader.set_epoch(1_000_000)
+            warm = iter(loader)
+            for _ in range(min(args.warmup_steps, len(loader))):
+                next(warm)
+            warm.close()
             for epoch in range(args.epochs):
                 loader.set_epoch(epoch)
                 comm.Barrier()
