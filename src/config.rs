@@ -54,6 +54,15 @@ pub enum Calibration {
     File(PathBuf),
 }
 
+/// How the library waits for MPI requests (see `mpi::wait`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Wait {
+    /// Yield between tests when this node's ranks outnumber its cores, spin otherwise.
+    Auto,
+    Spin,
+    Yield,
+}
+
 #[derive(Clone, Debug)]
 pub struct Config {
     /// `MDL_BACKEND`: the backend in force until `mdl_set_backend` changes it.
@@ -77,6 +86,8 @@ pub struct Config {
     /// full request matrix (P * P values), which tells the estimator exactly how many
     /// bytes each rank serves (default 32).
     pub matrix_max_ranks: usize,
+    /// `MDL_WAIT=auto|spin|yield`.
+    pub wait: Wait,
 }
 
 /// An environment variable parsed as T and checked, or `default` when unset.
@@ -105,7 +116,14 @@ impl Config {
             Ok("off") => Calibration::Off,
             Ok(path) => Calibration::File(PathBuf::from(path)),
         };
+        let wait = match std::env::var("MDL_WAIT").as_deref().map(str::trim) {
+            Err(_) | Ok("auto") => Wait::Auto,
+            Ok("spin") => Wait::Spin,
+            Ok("yield") => Wait::Yield,
+            Ok(other) => return Err(Error::invalid(format!("MDL_WAIT={other}: expected auto, spin or yield"))),
+        };
         Ok(Config {
+            wait,
             backend,
             max_message_bytes: env_or(
                 "MDL_MAX_MESSAGE_BYTES",

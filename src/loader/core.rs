@@ -6,7 +6,7 @@
 //! communicate. See `agree.rs`.
 
 use crate::agree::{Proposal, agree, agree_on_checks};
-use crate::config::{Backend, Calibration as CalibrationMode, Config};
+use crate::config::{Backend, Calibration as CalibrationMode, Config, Wait};
 use crate::engine::{StepContext, collective_rounds, execute};
 use crate::error::{Error, Result, mdl_status};
 use crate::estimator::calibrate::{self, Calibration, CalibrationSettings};
@@ -73,12 +73,22 @@ impl Core {
             return Err(err);
         }
         let config = config.expect("checked above");
+        let yield_between_tests = match config.wait {
+            Wait::Spin => false,
+            Wait::Yield => true,
+            Wait::Auto => {
+                let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+                comm.ranks_on_node()? > cores
+            }
+        };
+        mpi::set_wait_policy(yield_between_tests);
         log::debug!(
-            "rank {}/{}: backend {}, max message {} bytes",
+            "rank {}/{}: backend {}, max message {} bytes, waits {}",
             comm.rank(),
             comm.size(),
             config.backend.name(),
-            config.max_message_bytes
+            config.max_message_bytes,
+            if yield_between_tests { "yield (more ranks than cores)" } else { "spin" }
         );
         Ok(Core {
             backend: config.backend,

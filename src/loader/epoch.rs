@@ -144,6 +144,7 @@ impl Prefetcher {
         let worker = std::thread::Builder::new()
             .name("mdloader-prefetch".into())
             .spawn(move || {
+                crate::mpi::mark_background_thread();
                 let run = AssertUnwindSafe(|| {
                     prefetch_loop(&core, &epoch, first_step, depth as u64, &shared, &ready_tx, &free_rx)
                 });

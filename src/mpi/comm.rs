@@ -1,6 +1,6 @@
 //! The library's own communicator: a duplicate of the host's, with errors returned.
 
-use super::{check, ffi, to_count, wait::wait};
+use super::{check, ffi, to_count, wait::complete};
 use crate::error::{Error, Result};
 use std::os::raw::{c_int, c_void};
 
@@ -72,6 +72,25 @@ impl Comm {
         Ok(unsafe { ffi::RSMPI_Comm_f2c(handle) })
     }
 
+    /// Collective: how many ranks of this communicator share this rank's node.
+    pub fn ranks_on_node(&self) -> Result<usize> {
+        // SAFETY: mem::zeroed is a valid placeholder for the handle MPI writes.
+        let mut node: ffi::MPI_Comm = unsafe { std::mem::zeroed() };
+        // SAFETY: self.raw is valid; node receives a new communicator, freed below.
+        check(
+            unsafe { ffi::MPI_Comm_split_type(self.raw, ffi::RSMPI_COMM_TYPE_SHARED, 0, ffi::RSMPI_INFO_NULL, &mut node) },
+            "MPI_Comm_split_type",
+        )?;
+        let mut size: c_int = 0;
+        // SAFETY: node is the communicator just created; it is freed once and not used after.
+        unsafe {
+            let sized = check(ffi::MPI_Comm_size(node, &mut size), "MPI_Comm_size");
+            check(ffi::MPI_Comm_free(&mut node), "MPI_Comm_free")?;
+            sized?;
+        }
+        Ok(size as usize)
+    }
+
     pub fn rank(&self) -> usize {
         self.rank
     }
@@ -86,43 +105,27 @@ impl Comm {
     pub fn allreduce_max<T: Datatype>(&self, values: &[T]) -> Result<Vec<T>> {
         let mut out = vec![T::default(); values.len()];
         let count = to_count(values.len() as u64, "allreduce length")?;
-        let mut request = null_request();
-        // SAFETY: both buffers hold `count` elements of T and live until the wait ends.
-        let rc = unsafe {
-            ffi::MPI_Iallreduce(
-                send_ptr(values),
-                recv_ptr(&mut out),
-                count,
-                T::mpi_type(),
-                ffi::RSMPI_MAX,
-                self.raw,
-                &mut request,
-            )
-        };
-        check(rc, "MPI_Iallreduce")?;
-        wait(request)?;
+        let (send, recv, ty) = (send_ptr(values), recv_ptr(&mut out), T::mpi_type());
+        // SAFETY (both closures): both buffers hold `count` elements of T and outlive the
+        // call, which `complete` finishes before returning.
+        complete(
+            "MPI_Allreduce",
+            || unsafe { ffi::MPI_Allreduce(send, recv, count, ty, ffi::RSMPI_MAX, self.raw) },
+            |req| unsafe { ffi::MPI_Iallreduce(send, recv, count, ty, ffi::RSMPI_MAX, self.raw, req) },
+        )?;
         Ok(out)
     }
 
     /// Every rank's `value`, in rank order.
     pub fn allgather<T: Datatype>(&self, value: T) -> Result<Vec<T>> {
         let mut out = vec![T::default(); self.size];
-        let mut request = null_request();
-        // SAFETY: one element is sent, `size` are received into `out`.
-        let rc = unsafe {
-            ffi::MPI_Iallgather(
-                &value as *const T as *const c_void,
-                1,
-                T::mpi_type(),
-                out.as_mut_ptr() as *mut c_void,
-                1,
-                T::mpi_type(),
-                self.raw,
-                &mut request,
-            )
-        };
-        check(rc, "MPI_Iallgather")?;
-        wait(request)?;
+        let (send, recv, ty) = (&value as *const T as *const c_void, recv_ptr(&mut out), T::mpi_type());
+        // SAFETY (both closures): one element is sent, `size` are received into `out`.
+        complete(
+            "MPI_Allgather",
+            || unsafe { ffi::MPI_Allgather(send, 1, ty, recv, 1, ty, self.raw) },
+            |req| unsafe { ffi::MPI_Iallgather(send, 1, ty, recv, 1, ty, self.raw, req) },
+        )?;
         Ok(out)
     }
 
@@ -136,23 +139,16 @@ impl Comm {
             .collect::<Result<Vec<_>>>()?;
         let displs = displacements(&recv_counts, "allgatherv total")?;
         let mut out = vec![T::default(); total as usize];
-        let mut request = null_request();
-        // SAFETY: counts and displacements describe `out` exactly; local has counts[rank].
-        let rc = unsafe {
-            ffi::MPI_Iallgatherv(
-                send_ptr(local),
-                to_count(local.len() as u64, "allgatherv part")?,
-                T::mpi_type(),
-                recv_ptr(&mut out),
-                recv_counts.as_ptr(),
-                displs.as_ptr(),
-                T::mpi_type(),
-                self.raw,
-                &mut request,
-            )
-        };
-        check(rc, "MPI_Iallgatherv")?;
-        wait(request)?;
+        let count = to_count(local.len() as u64, "allgatherv part")?;
+        let (send, recv, ty) = (send_ptr(local), recv_ptr(&mut out), T::mpi_type());
+        let (rc, rd) = (recv_counts.as_ptr(), displs.as_ptr());
+        // SAFETY (both closures): counts and displacements describe `out` exactly; local
+        // has counts[rank] elements.
+        complete(
+            "MPI_Allgatherv",
+            || unsafe { ffi::MPI_Allgatherv(send, count, ty, recv, rc, rd, ty, self.raw) },
+            |req| unsafe { ffi::MPI_Iallgatherv(send, count, ty, recv, rc, rd, ty, self.raw, req) },
+        )?;
         Ok(out)
     }
 
@@ -160,22 +156,13 @@ impl Comm {
     pub fn alltoall<T: Datatype>(&self, send: &[T]) -> Result<Vec<T>> {
         assert_eq!(send.len(), self.size, "alltoall takes one element per rank");
         let mut out = vec![T::default(); self.size];
-        let mut request = null_request();
-        // SAFETY: both buffers hold one element per rank.
-        let rc = unsafe {
-            ffi::MPI_Ialltoall(
-                send_ptr(send),
-                1,
-                T::mpi_type(),
-                recv_ptr(&mut out),
-                1,
-                T::mpi_type(),
-                self.raw,
-                &mut request,
-            )
-        };
-        check(rc, "MPI_Ialltoall")?;
-        wait(request)?;
+        let (sp, rp, ty) = (send_ptr(send), recv_ptr(&mut out), T::mpi_type());
+        // SAFETY (both closures): both buffers hold one element per rank.
+        complete(
+            "MPI_Alltoall",
+            || unsafe { ffi::MPI_Alltoall(sp, 1, ty, rp, 1, ty, self.raw) },
+            |req| unsafe { ffi::MPI_Ialltoall(sp, 1, ty, rp, 1, ty, self.raw, req) },
+        )?;
         Ok(out)
     }
 
@@ -197,24 +184,15 @@ impl Comm {
         let rdispls = displacements(&rcounts, "alltoallv receive total")?;
         assert_eq!(send_counts.iter().sum::<u64>(), send.len() as u64);
         assert_eq!(recv_counts.iter().sum::<u64>(), recv.len() as u64);
-        let mut request = null_request();
-        // SAFETY: counts and displacements were checked to lie within both buffers.
-        let rc = unsafe {
-            ffi::MPI_Ialltoallv(
-                send_ptr(send),
-                scounts.as_ptr(),
-                sdispls.as_ptr(),
-                T::mpi_type(),
-                recv_ptr(recv),
-                rcounts.as_ptr(),
-                rdispls.as_ptr(),
-                T::mpi_type(),
-                self.raw,
-                &mut request,
-            )
-        };
-        check(rc, "MPI_Ialltoallv")?;
-        wait(request)
+        let (sp, rp, ty) = (send_ptr(send), recv_ptr(recv), T::mpi_type());
+        let (sc, sd, rc, rd) = (scounts.as_ptr(), sdispls.as_ptr(), rcounts.as_ptr(), rdispls.as_ptr());
+        // SAFETY (both closures): counts and displacements were checked to lie within
+        // both buffers.
+        complete(
+            "MPI_Alltoallv",
+            || unsafe { ffi::MPI_Alltoallv(sp, sc, sd, ty, rp, rc, rd, ty, self.raw) },
+            |req| unsafe { ffi::MPI_Ialltoallv(sp, sc, sd, ty, rp, rc, rd, ty, self.raw, req) },
+        )
     }
 
     /// Collective: free the communicator. Skipped when MPI is already finalised.

@@ -11,6 +11,7 @@ mod wait;
 mod window;
 
 pub use comm::Comm;
+pub use wait::{mark_background_thread, set_policy as set_wait_policy};
 pub use window::{Get, Window};
 
 use crate::error::{Error, Result, mdl_status};

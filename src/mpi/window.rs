@@ -7,9 +7,9 @@
 //! epoch (`MPI_Win_lock_all`) is opened at creation and held until the window is freed:
 //! a fetch pays for gets and their completion only, never for locks.
 
-use super::{Comm, MAX_COUNT, check, comm::null_request, ffi, to_count, wait::wait_all};
+use super::{Comm, MAX_COUNT, check, comm::null_request, ffi, to_count, wait::blocking_allowed, wait::wait_all};
 use crate::error::{Error, Result};
-use std::os::raw::c_void;
+use std::os::raw::{c_int, c_void};
 
 /// Window sizes are rounded up to a multiple of this. MPICH 4.0.2 (ch4, shared memory)
 /// returns wrong bytes from a rank's window when the window of the rank before it is not
@@ -92,51 +92,71 @@ impl Window {
     }
 
     /// Perform every get into `dest` and wait for all of them. A get longer than
-    /// `max_message` bytes (at most the MPI count limit) is split.
+    /// `max_message` bytes (at most the MPI count limit) is split. With cores to spare
+    /// the gets are `MPI_Get` completed by one `MPI_Win_flush_all`; on oversubscribed
+    /// cores they are `MPI_Rget` completed by the test-and-yield loop (see `wait`).
     pub fn get_all(&self, gets: &[Get], dest: &mut [u8], max_message: u64) -> Result<()> {
         let chunk = max_message.clamp(1, MAX_COUNT);
+        if blocking_allowed() {
+            let issued = self.issue(gets, dest, chunk, |origin, count, target, disp| {
+                // SAFETY: see `issue`; the flush below completes the get.
+                unsafe {
+                    ffi::MPI_Get(origin, count, ffi::RSMPI_UINT8_T, target, disp, count, ffi::RSMPI_UINT8_T, self.raw)
+                }
+            });
+            // Flush even when issuing failed part way: `dest` must not be released while
+            // a get may still write into it.
+            // SAFETY: inside the epoch opened at creation.
+            let flushed = check(unsafe { ffi::MPI_Win_flush_all(self.raw) }, "MPI_Win_flush_all");
+            return issued.and(flushed);
+        }
         let mut requests = Vec::with_capacity(gets.len());
-        let issued = self.issue(gets, dest, chunk, &mut requests);
-        // Wait for what was issued even when issuing failed part way: `dest` must not
-        // be released while a get may still write into it.
+        let issued = self.issue(gets, dest, chunk, |origin, count, target, disp| {
+            let mut request = null_request();
+            // SAFETY: see `issue`; wait_all below completes the request.
+            let rc = unsafe {
+                ffi::MPI_Rget(
+                    origin,
+                    count,
+                    ffi::RSMPI_UINT8_T,
+                    target,
+                    disp,
+                    count,
+                    ffi::RSMPI_UINT8_T,
+                    self.raw,
+                    &mut request,
+                )
+            };
+            requests.push(request);
+            rc
+        });
+        // Wait for what was issued even when issuing failed part way (as above).
         let waited = wait_all(&mut requests);
         issued.and(waited)
     }
 
+    /// Call `get(origin, count, target, displacement)` for every piece of every get,
+    /// pieces being at most `chunk` bytes.
     fn issue(
         &self,
         gets: &[Get],
         dest: &mut [u8],
         chunk: u64,
-        requests: &mut Vec<ffi::MPI_Request>,
+        mut get: impl FnMut(*mut c_void, c_int, c_int, ffi::MPI_Aint) -> c_int,
     ) -> Result<()> {
-        for get in gets {
-            let end = get.dest_offset.checked_add(get.len);
+        for g in gets {
+            let end = g.dest_offset.checked_add(g.len);
             assert!(end.is_some_and(|e| e <= dest.len() as u64), "get outside its buffer");
             let mut done = 0;
-            while done < get.len {
-                let len = (get.len - done).min(chunk);
-                let disp = ffi::MPI_Aint::try_from(get.target_offset + done)
+            while done < g.len {
+                let len = (g.len - done).min(chunk);
+                let disp = ffi::MPI_Aint::try_from(g.target_offset + done)
                     .map_err(|_| Error::invalid("window offset exceeds MPI_Aint"))?;
                 let count = to_count(len, "get length")?;
-                let mut request = null_request();
-                // SAFETY: the destination range lies inside `dest` (asserted above) and
-                // `dest` outlives the requests: get_all waits for them before returning.
-                let rc = unsafe {
-                    ffi::MPI_Rget(
-                        dest.as_mut_ptr().add((get.dest_offset + done) as usize) as *mut c_void,
-                        count,
-                        ffi::RSMPI_UINT8_T,
-                        get.target as _,
-                        disp,
-                        count,
-                        ffi::RSMPI_UINT8_T,
-                        self.raw,
-                        &mut request,
-                    )
-                };
-                check(rc, "MPI_Rget")?;
-                requests.push(request);
+                // SAFETY: the destination range lies inside `dest` (asserted above), and
+                // `dest` outlives the get: get_all completes every get before returning.
+                let origin = unsafe { dest.as_mut_ptr().add((g.dest_offset + done) as usize) };
+                check(get(origin as *mut c_void, count, g.target as c_int, disp), "MPI_Get")?;
                 done += len;
             }
         }
