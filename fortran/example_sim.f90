@@ -8,9 +8,11 @@
 !> this rank's shard. Then a few "epochs" draw a global shuffle of all snapshots, give
 !> each rank an equal slice of it, and fetch it in batches: most samples come from other
 !> ranks. Every fetched snapshot is checked against a recomputation of the simulation.
-!> Epochs use the one-sided, the collective and the automatic backend in turn, and two
-!> error cases are checked (a bad id on one rank, a buffer too small), which must fail on
-!> every rank together and leave the loader usable.
+!> Epochs use the one-sided, the collective and the automatic backend in turn; a last
+!> epoch uses the library's built-in sampler (mdl_epoch_begin / mdl_next_batch, with
+!> prefetch when MPI provides MPI_THREAD_MULTIPLE). Error cases are checked (a bad id on
+!> one rank, a buffer too small), which must fail on every rank together and leave the
+!> loader usable.
 !>
 !> The same source builds with `use mpi` (default) and `use mpi_f08` (-DMDL_USE_MPI_F08,
 !> with the preprocessor on: -cpp), which hands the library comm%MPI_VAL:
@@ -39,7 +41,10 @@ program example_sim
 #endif
    integer, parameter :: header_words = 3       ! rank, step, n_particles (int64 each)
    type(mdl_loader) :: loader
-   integer :: ierr, mpierr, rank, nranks, r, s, k, epoch, nepochs, batch, backend
+   integer :: ierr, mpierr, rank, nranks, r, s, k, epoch, nepochs, batch, backend, provided, n
+   integer(int64), pointer :: batch_ids(:), batch_offsets(:)
+   integer(int8), pointer :: batch_data(:)
+   integer(int64) :: sampled, total_sampled
    integer(int64) :: failures, total_failures     ! int64 like the other reductions (one buffer type per call site)
    integer, allocatable :: steps_of(:)
    integer(int64), allocatable :: first_id(:), perm(:), ids(:), offsets(:), out_offsets(:)
@@ -50,7 +55,7 @@ program example_sim
    character(len=12), parameter :: backend_names(0:2) = [character(len=12) :: 'auto', 'onesided', 'collective']
    integer, parameter :: epoch_backends(3) = [MDL_BACKEND_ONESIDED, MDL_BACKEND_COLLECTIVE, MDL_BACKEND_AUTO]
 
-   call MPI_Init(mpierr)
+   call MPI_Init_thread(MPI_THREAD_MULTIPLE, provided, mpierr)   ! MULTIPLE: the sampler may prefetch
    comm = MPI_COMM_WORLD
    call MPI_Comm_rank(comm, rank, mpierr)
    call MPI_Comm_size(comm, nranks, mpierr)
@@ -135,6 +140,24 @@ program example_sim
    end do
    t1 = MPI_Wtime()
 
+   ! ---- one more epoch through the library's built-in sampler ----
+   if (provided == MPI_THREAD_MULTIPLE) call mdl_set_prefetch(loader, 2, ierr)
+   call mdl_epoch_begin(loader, 7_int64, 0_int64, int(batch, int64), .true., .false., ierr)
+   call check(ierr == MDL_OK, 'mdl_epoch_begin')
+   sampled = 0
+   do while (ierr == MDL_OK)
+      call mdl_next_batch(loader, batch_ids, batch_data, batch_offsets, n, ierr)
+      call check(ierr == MDL_OK, 'mdl_next_batch')
+      if (ierr /= MDL_OK .or. n == 0) exit          ! n = 0 on every rank at once: the end
+      do k = 1, n
+         call verify(batch_ids(k), batch_data(batch_offsets(k) + 1:batch_offsets(k + 1)))
+      end do
+      sampled = sampled + n
+   end do
+   ! DistributedSampler's split: every rank ceil(N/P) samples.
+   call check(sampled == (n_total + nranks - 1) / nranks, 'sampler epoch: ceil(N/P) samples on every rank')
+   call mdl_set_prefetch(loader, 0, ierr)
+
    ! ---- errors fail on every rank together, and the loader stays usable ----
    if (allocated(out)) deallocate (out)
    if (allocated(out_offsets)) deallocate (out_offsets)
@@ -168,12 +191,15 @@ program example_sim
    call MPI_Allreduce(failures, total_failures, 1, MPI_INTEGER8, MPI_SUM, comm, mpierr)
    call MPI_Allreduce(checked, total_checked, 1, MPI_INTEGER8, MPI_SUM, comm, mpierr)
    call MPI_Allreduce(bytes, total_bytes, 1, MPI_INTEGER8, MPI_SUM, comm, mpierr)
+   call MPI_Allreduce(sampled, total_sampled, 1, MPI_INTEGER8, MPI_SUM, comm, mpierr)
    if (rank == 0) then
       write (output_unit, '(a,a,a,i0,a,i0,a,i0,a)') 'example_sim (', flavour, '): ', nranks, ' ranks, ', &
          n_total, ' snapshots, ', nepochs, ' epochs'
       write (output_unit, '(a,i0,a,i0,a,f8.3,a,f12.0,a)') '  verified ', total_checked, ' fetched snapshots (', &
          total_bytes, ' bytes) in ', t1 - t0, ' s, ', real(total_checked, real64) / max(t1 - t0, 1e-9_real64), &
          ' samples/s'
+      write (output_unit, '(a,i0,a,a)') '  built-in sampler epoch: verified ', total_sampled, ' snapshots', &
+         merge(' (prefetch 2)', '             ', provided == MPI_THREAD_MULTIPLE)
       if (total_failures == 0) then
          write (output_unit, '(a)') '  all checks passed'
       else

@@ -37,7 +37,7 @@
 !>   if (ierr /= MDL_OK) print *, mdl_last_error()
 !>   call mdl_finalize(ld, ierr)
 module mdloader
-   use, intrinsic :: iso_c_binding, only: c_int, c_int64_t, c_size_t, c_char, c_ptr, c_null_ptr, &
+   use, intrinsic :: iso_c_binding, only: c_int, c_int32_t, c_int64_t, c_size_t, c_char, c_ptr, c_null_ptr, &
                                           c_null_char, c_associated, c_loc, c_f_pointer
    use, intrinsic :: iso_fortran_env, only: int8, int64, error_unit
    implicit none
@@ -75,6 +75,11 @@ module mdloader
    public :: mdl_init, mdl_register_shard, mdl_num_samples, mdl_sample_size
    public :: mdl_fetch_batch, mdl_fetch_batch_alloc, mdl_set_backend, mdl_finalize
    public :: mdl_last_error, mdl_status_string, mdl_initialized, mdl_c_handle, mdl_stats_json
+   public :: mdl_epoch_begin, mdl_next_batch, mdl_epoch_seek, mdl_set_prefetch
+
+   !> What mdl_next_batch points at when there is no batch (size 0, never written).
+   integer(int64), target, save :: no_ids(0), no_offsets(0)
+   integer(int8), target, save :: no_data(0)
 
    !> Message of the last call that this module itself rejected (empty: none pending).
    !> Takes precedence over the library's message until a later call fails in the library.
@@ -128,6 +133,37 @@ module mdloader
          integer(c_int), value :: b
          integer(c_int) :: status
       end function c_mdl_set_backend
+
+      function c_mdl_epoch_begin(h, seed, epoch, batch_size, shuffle, drop_last) result(status) &
+         bind(C, name='mdl_epoch_begin')
+         import :: c_int, c_int64_t, c_ptr
+         type(c_ptr), value :: h
+         integer(c_int64_t), value :: seed, epoch, batch_size
+         integer(c_int), value :: shuffle, drop_last
+         integer(c_int) :: status
+      end function c_mdl_epoch_begin
+
+      function c_mdl_next_batch(h, ids, data, offsets, n) result(status) bind(C, name='mdl_next_batch')
+         import :: c_int, c_size_t, c_ptr
+         type(c_ptr), value :: h
+         type(c_ptr), intent(out) :: ids, data, offsets
+         integer(c_size_t), intent(out) :: n
+         integer(c_int) :: status
+      end function c_mdl_next_batch
+
+      function c_mdl_epoch_seek(h, step) result(status) bind(C, name='mdl_epoch_seek')
+         import :: c_int, c_int64_t, c_ptr
+         type(c_ptr), value :: h
+         integer(c_int64_t), value :: step
+         integer(c_int) :: status
+      end function c_mdl_epoch_seek
+
+      function c_mdl_set_prefetch(h, depth) result(status) bind(C, name='mdl_set_prefetch')
+         import :: c_int, c_int32_t, c_ptr
+         type(c_ptr), value :: h
+         integer(c_int32_t), value :: depth
+         integer(c_int) :: status
+      end function c_mdl_set_prefetch
 
       function c_mdl_finalize(h) result(status) bind(C, name='mdl_finalize')
          import :: c_int, c_ptr
@@ -333,6 +369,80 @@ contains
       status = c_mdl_set_backend(loader%handle, int(backend, c_int))
       call finish(status, ierr)
    end subroutine mdl_set_backend
+
+   !> Collective. Starts an epoch of the built-in sampler: a permutation of all ids drawn
+   !> from (seed, epoch) (the identity without shuffle), the same on every rank and in
+   !> every language, split like PyTorch's DistributedSampler (every rank ceil(N/P) ids,
+   !> padded by wrapping around, or floor(N/P) with drop_last), in batches of batch_size
+   !> (the last may be smaller). All arguments the same on every rank. mdl_fetch_batch is
+   !> refused until the epoch ends (mdl_next_batch returns n = 0).
+   subroutine mdl_epoch_begin(loader, seed, epoch, batch_size, shuffle, drop_last, ierr)
+      type(mdl_loader), intent(in) :: loader
+      integer(int64), intent(in) :: seed, epoch, batch_size
+      logical, intent(in) :: shuffle, drop_last
+      integer, intent(out), optional :: ierr
+      integer :: status
+
+      status = c_mdl_epoch_begin(loader%handle, int(seed, c_int64_t), int(epoch, c_int64_t), &
+                                 int(batch_size, c_int64_t), merge(1_c_int, 0_c_int, shuffle), &
+                                 merge(1_c_int, 0_c_int, drop_last))
+      call finish(status, ierr)
+   end subroutine mdl_epoch_begin
+
+   !> Collective. This rank's next batch of the epoch: n samples; ids(1:n) their 0-based
+   !> global ids; sample k is data(offsets(k)+1 : offsets(k+1)), k = 1..n. The pointers
+   !> point into the library's memory, valid until the next call on this loader (copy
+   !> what must outlive the step; do not deallocate them). n = 0 (on every rank at once)
+   !> marks the end of the epoch; the pointers then have size 0.
+   subroutine mdl_next_batch(loader, ids, data, offsets, n, ierr)
+      type(mdl_loader), intent(in) :: loader
+      integer(int64), pointer, intent(out) :: ids(:), offsets(:)
+      integer(int8), pointer, intent(out) :: data(:)
+      integer, intent(out) :: n
+      integer, intent(out), optional :: ierr
+      type(c_ptr) :: pids, pdata, poffsets
+      integer(c_size_t) :: count
+      integer :: status
+
+      count = 0
+      status = c_mdl_next_batch(loader%handle, pids, pdata, poffsets, count)
+      n = 0
+      ids => no_ids
+      offsets => no_offsets
+      data => no_data
+      if (status == MDL_OK .and. count > 0) then
+         n = int(count)
+         call c_f_pointer(pids, ids, [count])
+         call c_f_pointer(poffsets, offsets, [count + 1])
+         if (offsets(n + 1) > 0) call c_f_pointer(pdata, data, [offsets(n + 1)])
+      end if
+      call finish(status, ierr)
+   end subroutine mdl_next_batch
+
+   !> Collective. The next mdl_next_batch returns step `step` (0-based) of the current
+   !> epoch, exactly as an uninterrupted run would (resuming from a checkpoint).
+   subroutine mdl_epoch_seek(loader, step, ierr)
+      type(mdl_loader), intent(in) :: loader
+      integer(int64), intent(in) :: step
+      integer, intent(out), optional :: ierr
+      integer :: status
+
+      status = c_mdl_epoch_seek(loader%handle, int(step, c_int64_t))
+      call finish(status, ierr)
+   end subroutine mdl_epoch_seek
+
+   !> Batches the sampler fetches ahead on a library thread while the caller computes
+   !> (0: none, the default). Local, the same on every rank; takes effect at the next
+   !> mdl_epoch_begin. Needs MPI_Init_thread with MPI_THREAD_MULTIPLE (else no prefetch).
+   subroutine mdl_set_prefetch(loader, depth, ierr)
+      type(mdl_loader), intent(in) :: loader
+      integer, intent(in) :: depth
+      integer, intent(out), optional :: ierr
+      integer :: status
+
+      status = c_mdl_set_prefetch(loader%handle, int(depth, c_int32_t))
+      call finish(status, ierr)
+   end subroutine mdl_set_prefetch
 
    !> Collective. Frees the loader; afterwards mdl_initialized(loader) is .false.
    !> Finalizing a loader that is not initialised does nothing.

@@ -215,7 +215,7 @@ run_case() {
         fail "$mpi/$name (exit $rc)" "$log"
     fi
     # Keep the figures visible in the summary.
-    grep -E "^(example_sim|  verified|qm9_decode_test|qm9 decode|epoch [0-9]|learned|QM9:|engine |onesided |collective |auto )" \
+    grep -E "^(example_sim|  verified|  built-in|qm9_decode_test|qm9 decode|epoch [0-9]|learned|QM9:|engine |onesided |collective |auto )" \
         "$log" | sed 's/^/    /' | head -n 12
 }
 

@@ -138,6 +138,20 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.mdl_set_backend.restype = c_int
     lib.mdl_finalize.argtypes = [c_handle_p]
     lib.mdl_finalize.restype = c_int
+    # The built-in sampler (libraries from 0.1 with the sampler; absent in older builds).
+    if hasattr(lib, "mdl_epoch_begin"):
+        lib.mdl_epoch_begin.argtypes = [ctypes.c_void_p, c_u64, c_u64, c_u64, c_int, c_int]
+        lib.mdl_epoch_begin.restype = c_int
+        lib.mdl_next_batch.argtypes = [ctypes.c_void_p, ctypes.POINTER(c_u64_p), ctypes.POINTER(ctypes.c_void_p),
+                                       ctypes.POINTER(c_u64_p), ctypes.POINTER(ctypes.c_size_t)]
+        lib.mdl_next_batch.restype = c_int
+        lib.mdl_epoch_seek.argtypes = [ctypes.c_void_p, c_u64]
+        lib.mdl_epoch_seek.restype = c_int
+        lib.mdl_set_prefetch.argtypes = [ctypes.c_void_p, ctypes.c_uint32]
+        lib.mdl_set_prefetch.restype = c_int
+    if hasattr(lib, "mdl_stats_json"):
+        lib.mdl_stats_json.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t]
+        lib.mdl_stats_json.restype = ctypes.c_size_t
     lib.mdl_status_string.argtypes = [c_int]
     lib.mdl_status_string.restype = ctypes.c_char_p
     lib.mdl_last_error.argtypes = [ctypes.c_char_p, ctypes.c_size_t]

@@ -97,6 +97,11 @@ class DataLoader:
     :class:`mdloader.Batch` before it is yielded (e.g. decoding records into tensors).
     reuse_buffer: fetch every batch into one buffer that is grown as needed (the views
     of a batch are then valid only until the next batch is fetched).
+    sampler: "python" (default: :class:`DistributedSampler` here, each batch fetched with
+    :meth:`Loader.fetch` into memory of its own) or "library": the library's built-in
+    sampler (:meth:`Loader.epoch`): the same order as C and Fortran programs get for the
+    same seed and epoch, batches fetched ahead on a library thread when ``prefetch`` > 0,
+    and batches that are views of the library's memory, valid until the next batch.
 
     Iterating makes one pass over the current epoch and then advances the epoch, so
     ``for epoch in range(E): for batch in loader: ...`` sees a new shuffle each time;
@@ -115,9 +120,21 @@ class DataLoader:
         reuse_buffer: bool = False,
         num_replicas: Optional[int] = None,
         rank: Optional[int] = None,
+        sampler: str = "python",
+        prefetch: int = 0,
     ):
         if batch_size < 1:
             raise ValueError("batch_size must be >= 1")
+        if sampler not in ("python", "library"):
+            raise ValueError(f"sampler must be 'python' or 'library', not {sampler!r}")
+        if sampler == "library" and (num_replicas is not None or rank is not None):
+            raise ValueError("the library's sampler splits over the loader's communicator: no num_replicas/rank")
+        if prefetch and sampler != "library":
+            raise ValueError("prefetch needs sampler='library'")
+        self.sampler_kind = sampler
+        self.prefetch = int(prefetch)
+        self.shuffle = shuffle
+        self.seed = int(seed)
         self.loader = loader
         self.batch_size = int(batch_size)
         self.drop_last = drop_last
@@ -145,6 +162,9 @@ class DataLoader:
         return n // self.batch_size if self.drop_last else math.ceil(n / self.batch_size)
 
     def __iter__(self) -> Iterator[Any]:
+        if self.sampler_kind == "library":
+            yield from self._iter_library()
+            return
         ids = self.sampler.indices()
         steps = len(self)
         sizes = self.loader.sample_sizes() if self.reuse_buffer else None
@@ -157,6 +177,18 @@ class DataLoader:
                     self._buffer = np.empty(max(need, 1), dtype=np.uint8)
                 out = self._buffer
             batch = self.loader.fetch(chunk, out=out)
+            yield self.collate_fn(batch) if self.collate_fn is not None else batch
+        self.sampler.set_epoch(self.sampler.epoch + 1)
+
+
+    def _iter_library(self) -> Iterator[Any]:
+        self.loader.set_prefetch(self.prefetch)
+        batches = self.loader.epoch(
+            self.batch_size, seed=self.seed, epoch=self.epoch, shuffle=self.shuffle, drop_last=self.drop_last
+        )
+        for batch in batches:
+            if self.drop_last and len(batch) < self.batch_size:
+                continue  # the last, incomplete batch: still taken (collective), not yielded
             yield self.collate_fn(batch) if self.collate_fn is not None else batch
         self.sampler.set_epoch(self.sampler.epoch + 1)
 

@@ -7,7 +7,7 @@ import enum
 import json
 import warnings
 from collections.abc import Sequence
-from typing import Any, Iterable, Union
+from typing import Any, Iterable, Iterator, Union
 
 import numpy as np
 
@@ -208,6 +208,7 @@ class Loader:
         self._sizes: np.ndarray | None = None
         self._first_ids: np.ndarray | None = None
         self._n_local = 0
+        self._epoch_steps: int | None = None  # steps of the built-in epoch in progress
         if backend is not None:
             self.set_backend(backend)
 
@@ -359,12 +360,104 @@ class Loader:
         fn = getattr(self._lib, "mdl_stats_json", None)
         if fn is None:
             return {}
-        fn.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t]
-        fn.restype = ctypes.c_size_t
         n = fn(self._handle(), None, 0)
         buf = ctypes.create_string_buffer(n + 1)
         fn(self._handle(), buf, n + 1)
         return json.loads(buf.value.decode()) if n else {}
+
+    # -- the library's built-in sampler ----------------------------------------------------
+    @property
+    def has_sampler(self) -> bool:
+        """Whether the library has the built-in sampler (mdl_epoch_begin ...)."""
+        return hasattr(self._lib, "mdl_epoch_begin")
+
+    def _sampler_fn(self, name: str):
+        if not self.has_sampler:
+            raise MDLError(Status.ERR_STATE, f"{_lib.library_path()} has no built-in sampler ({name})")
+        return getattr(self._lib, name)
+
+    def epoch(
+        self,
+        batch_size: int,
+        *,
+        seed: int = 0,
+        epoch: int = 0,
+        shuffle: bool = True,
+        drop_last: bool = False,
+        start_step: int = 0,
+    ) -> Iterator[Batch]:
+        """Collective. One epoch of the library's built-in sampler (mdl_epoch_begin /
+        mdl_next_batch): a permutation of all ids drawn from (seed, epoch), the same in
+        every language and on every rank, split like PyTorch's DistributedSampler, in
+        batches of batch_size (the last may be smaller), fetched ahead when
+        :meth:`set_prefetch` asked for it.
+
+        The yielded batches are zero-copy views of the library's memory, **valid until
+        the next batch is taken** (copy what must outlive the step: ``bytes(batch[k])``,
+        ``np.array(batch[k])``). ``batch.ids`` and ``batch.offsets`` are copies.
+
+        start_step: resume at this step (0-based) exactly as an uninterrupted run would
+        (mdl_epoch_seek), e.g. after restarting from a checkpoint.
+
+        Stopping early leaves the epoch open: plain :meth:`fetch` is refused until
+        :meth:`end_epoch` (collective) or the next epoch begins.
+        """
+        begin = self._sampler_fn("mdl_epoch_begin")
+        h = self._handle()
+        _check(begin(h, int(seed), int(epoch), int(batch_size), int(bool(shuffle)), int(bool(drop_last))))
+        self._epoch_steps = self.epoch_steps(batch_size, drop_last)
+        if start_step:
+            self.seek(start_step)
+        next_batch = self._lib.mdl_next_batch
+        ids_p = _lib.c_u64_p()
+        offs_p = _lib.c_u64_p()
+        data_p = ctypes.c_void_p()
+        n = ctypes.c_size_t()
+        refs = (ctypes.byref(ids_p), ctypes.byref(data_p), ctypes.byref(offs_p), ctypes.byref(n))
+        while True:
+            _check(next_batch(h, *refs))
+            count = n.value
+            if count == 0:
+                self._epoch_steps = None
+                return
+            ids = np.ctypeslib.as_array(ids_p, (count,)).copy()
+            offs = np.ctypeslib.as_array(offs_p, (count + 1,)).copy()
+            total = int(offs[-1])
+            if total:
+                data = np.ctypeslib.as_array(ctypes.cast(data_p, ctypes.POINTER(ctypes.c_uint8)), (total,))
+                data.flags.writeable = False
+            else:
+                data = np.zeros(0, dtype=np.uint8)
+            yield Batch(ids, data, offs)
+
+    def end_epoch(self) -> None:
+        """Collective. Ends the built-in sampler's epoch in progress (after stopping
+        early), so that :meth:`fetch` may be used again. No-op when none is open."""
+        if self._epoch_steps is None:
+            return
+        self.seek(self._epoch_steps)  # the end: the next step is empty and closes the epoch
+        ids_p, offs_p, data_p, n = _lib.c_u64_p(), _lib.c_u64_p(), ctypes.c_void_p(), ctypes.c_size_t()
+        status = self._lib.mdl_next_batch(
+            self._handle(), ctypes.byref(ids_p), ctypes.byref(data_p), ctypes.byref(offs_p), ctypes.byref(n)
+        )
+        self._epoch_steps = None
+        _check(status)
+
+    def epoch_steps(self, batch_size: int, drop_last: bool = False) -> int:
+        """Steps of a built-in sampler epoch on every rank (the same everywhere)."""
+        total, ranks = self.num_samples, self.size
+        per_rank = total // ranks if drop_last else -(-total // ranks)
+        return -(-per_rank // int(batch_size))
+
+    def seek(self, step: int) -> None:
+        """Collective. The next batch of the current built-in epoch is step ``step``
+        (0-based), exactly as an uninterrupted run (resuming from a checkpoint)."""
+        _check(self._sampler_fn("mdl_epoch_seek")(self._handle(), int(step)))
+
+    def set_prefetch(self, depth: int) -> None:
+        """Batches the built-in sampler fetches ahead on a library thread (0: none).
+        Local, the same on every rank; needs MPI_THREAD_MULTIPLE (mpi4py's default)."""
+        _check(self._sampler_fn("mdl_set_prefetch")(self._handle(), int(depth)))
 
     def batches(self, batch_size: int, **kwargs) -> "Any":
         """A :class:`mdloader.DataLoader` over this loader (see there for the arguments)."""
