@@ -273,6 +273,9 @@ for mpi in "${MPIS[@]}"; do
                 -p no:cacheprovider --color=no -s "$ROOT/tests/python/test_qm9.py" -k matches_the_csv
             run_case "$mpi" "$np" "qm9-epochs-np$np" "${pyenv[@]}" -- "$py" "$ROOT/python/examples/qm9_epochs.py" \
                 "$QM9DIR/qm9.qm9g" --epochs 1 --max-steps 40 --batch-size 128 --decode
+            run_case "$mpi" "$np" "qm9-epochs-library-sampler-np$np" "${pyenv[@]}" -- "$py" \
+                "$ROOT/python/examples/qm9_epochs.py" "$QM9DIR/qm9.qm9g" --epochs 1 --max-steps 40 --batch-size 128 \
+                --sampler library --prefetch 2
         fi
         run_case "$mpi" "$np" "pytest-np$np" "${pyenv[@]}" -- "$py" -m pytest -q -p no:cacheprovider --color=no \
             "$ROOT/tests/python" -k "not matches_the_csv"

@@ -12,6 +12,7 @@ which is what a trainer would do next; every record's row is checked against its
 
     mpirun -n 4 python qm9_epochs.py target/qm9/qm9.qm9g [--epochs 2] [--batch-size 128]
         [--engines onesided,collective,auto] [--max-steps N] [--warmup-steps 20] [--decode]
+        [--sampler python|library] [--prefetch K]
 """
 
 import argparse
@@ -35,6 +36,9 @@ def main():
     ap.add_argument("--max-steps", type=int, default=0, help="stop each epoch after this many steps (0: all)")
     ap.add_argument("--warmup-steps", type=int, default=20, help="untimed steps per engine before its epochs")
     ap.add_argument("--decode", action="store_true", help="also decode every batch into a graph batch")
+    ap.add_argument("--sampler", choices=["python", "library"], default="python",
+                    help="mdloader.DataLoader's sampler: python (fetch per step) or the library's built-in one")
+    ap.add_argument("--prefetch", type=int, default=0, help="with --sampler library: batches fetched ahead")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
 
@@ -61,7 +65,11 @@ def main():
             comm.reduce(shard_bytes)
         for engine in args.engines.split(","):
             ld.set_backend(engine)
-            loader = ld.batches(args.batch_size, shuffle=True, seed=args.seed, drop_last=True, reuse_buffer=True)
+            if args.sampler == "library":
+                loader = ld.batches(args.batch_size, shuffle=True, seed=args.seed, drop_last=True,
+                                    sampler="library", prefetch=args.prefetch)
+            else:
+                loader = ld.batches(args.batch_size, shuffle=True, seed=args.seed, drop_last=True, reuse_buffer=True)
             steps = len(loader) if not args.max_steps else min(len(loader), args.max_steps)
             samples = nbytes = 0
             elapsed = 0.0
@@ -71,6 +79,8 @@ def main():
             for _ in range(min(args.warmup_steps, len(loader))):
                 next(warm)
             warm.close()
+            if args.sampler == "library":
+                ld.end_epoch()
             for epoch in range(args.epochs):
                 loader.set_epoch(epoch)
                 comm.Barrier()
@@ -89,6 +99,8 @@ def main():
                             bad += int(batch[k][16:20].view("<u4")[0] != batch.ids[k])
                 elapsed += time.perf_counter() - start
                 it.close()
+                if args.sampler == "library":
+                    ld.end_epoch()  # stopped early (or at the end): close the epoch on every rank
             slowest = comm.allreduce(elapsed, op=MPI.MAX)
             all_samples = comm.allreduce(samples)
             all_bytes = comm.allreduce(nbytes)
