@@ -3,7 +3,8 @@
 The C API is declared in include/mdloader.h, which is the reference for every call.
 The library is found, in this order:
 
-1. ``MDLOADER_LIBRARY``: the full path of the shared library;
+1. ``MDLOADER_LIBRARY``: the full path of the shared library (when set, it is the only
+   candidate: an explicit choice is never replaced by another library silently);
 2. ``MDLOADER_PREFIX``: an install prefix, searched as ``PREFIX/lib/libmdloader.so``
    (and ``lib64``, ``.so.0``);
 3. next to this package: ``mdloader/libmdloader.so``, and the prefix the package is
@@ -38,7 +39,7 @@ def candidates() -> list[tuple[str, Path]]:
     found: list[tuple[str, Path]] = []
     explicit = os.environ.get("MDLOADER_LIBRARY")
     if explicit:
-        found.append(("MDLOADER_LIBRARY", Path(explicit)))
+        return [("MDLOADER_LIBRARY", Path(explicit))]
     prefix = os.environ.get("MDLOADER_PREFIX")
     if prefix:
         for libdir in ("lib", "lib64"):
@@ -72,14 +73,14 @@ def load_library() -> ctypes.CDLL:
                 lib = ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
             except OSError as err:
                 tried.append(f"  {path}  ({reason}): {err}")
-                if reason == "MDLOADER_LIBRARY":
-                    break
                 continue
             _declare(lib)
             _lib, _path = lib, str(path)
             return lib
         if not tried:
             tried.append("  (no candidate)")
+        if os.environ.get("MDLOADER_LIBRARY"):
+            tried.append("  (MDLOADER_LIBRARY is set, so nothing else was tried)")
         raise LibraryNotFound(
             "libmdloader.so not found. Tried:\n"
             + "\n".join(tried)

@@ -33,11 +33,19 @@ def test_prefix_env_var(comm, tmp_path):
 
 
 def test_not_found_lists_what_was_tried(comm, tmp_path):
-    missing = tmp_path / "nowhere" / "libmdloader.so"
-    r = run({"MDLOADER_LIBRARY": str(missing), "MDLOADER_PREFIX": str(tmp_path / "noprefix")})
+    r = run({"MDLOADER_PREFIX": str(tmp_path / "noprefix")})
     assert r.returncode != 0
     assert "LibraryNotFound" in r.stderr
-    assert str(missing) in r.stderr
     assert str(tmp_path / "noprefix" / "lib" / "libmdloader.so") in r.stderr
     assert "next to the package" in r.stderr
     assert "MDLOADER_LIBRARY" in r.stderr
+
+
+def test_explicit_library_is_the_only_candidate(comm, tmp_path):
+    missing = tmp_path / "nowhere" / "libmdloader.so"
+    prefix = tmp_path / f"prefix{comm.rank}"
+    (prefix / "lib").mkdir(parents=True)
+    (prefix / "lib" / "libmdloader.so").symlink_to(os.environ["MDLOADER_LIBRARY"])
+    r = run({"MDLOADER_LIBRARY": str(missing), "MDLOADER_PREFIX": str(prefix)})
+    assert r.returncode != 0  # not silently the prefix's library
+    assert str(missing) in r.stderr and "nothing else was tried" in r.stderr
