@@ -4,7 +4,9 @@
 //! Per round: `MPI_Alltoall` of request counts, `MPI_Alltoallv` of the requested ids,
 //! packing on the owner, `MPI_Alltoallv` of the bytes, and unpacking into the output.
 //! Requesters know every sample's length from the global index, so no byte counts
-//! travel.
+//! travel. With the built-in sampler every rank knows every rank's batch: owners then
+//! work out what each rank will ask of them, and the request round (the
+//! `MPI_Alltoall` and the first `MPI_Alltoallv`) is skipped.
 //!
 //! MPI counts and displacements are C `int`. To stay under a limit L (default 2^31 - 1,
 //! `MDL_MAX_MESSAGE_BYTES`), a rank's remote samples are cut into rounds of at most
@@ -15,7 +17,7 @@
 
 use super::{Engine, StepContext};
 use crate::error::{Error, Result};
-use crate::plan::RemoteSample;
+use crate::plan::{BatchPlan, RemoteSample};
 use std::ops::Range;
 
 pub struct Collective;
@@ -51,16 +53,45 @@ impl Engine for Collective {
         let ranks = step.comm.size();
         let rounds = collective_rounds(&step.plan.remote, ranks, step.max_message_bytes)
             .ok_or_else(|| Error::invalid("a sample exceeds the collective engine's message limit"))?;
+        let known = match step.known_batches {
+            Some(batch_of) => Some(requests_of_others(step, batch_of)?),
+            None => None,
+        };
         for round in 0..step.collective_rounds as usize {
             let mine = rounds.get(round).cloned().unwrap_or(0..0);
-            exchange(step, &step.plan.remote[mine], out)?;
+            let asked = known.as_ref().map(|k| k.get(round).cloned().unwrap_or_else(|| vec![Vec::new(); ranks]));
+            exchange(step, &step.plan.remote[mine], asked, out)?;
         }
         Ok(())
     }
 }
 
-/// One round: `requests` (grouped by owner) is what this rank wants in it.
-fn exchange(step: &StepContext, requests: &[RemoteSample], out: &mut [u8]) -> Result<()> {
+/// What every other rank will ask this rank for, per round and requester, when every
+/// rank's batch is known (the built-in sampler): each requester's plan and rounds are
+/// rebuilt here exactly as that rank builds them, so no request needs to travel.
+fn requests_of_others(step: &StepContext, batch_of: &dyn Fn(usize, &mut Vec<u64>)) -> Result<Vec<Vec<Vec<u64>>>> {
+    let (me, ranks) = (step.comm.rank(), step.comm.size());
+    let mut per_round: Vec<Vec<Vec<u64>>> = Vec::new();
+    let mut ids = Vec::new();
+    for requester in (0..ranks).filter(|&q| q != me) {
+        batch_of(requester, &mut ids);
+        let plan = BatchPlan::new(&step.store.index, requester, &ids)?;
+        let rounds = collective_rounds(&plan.remote, ranks, step.max_message_bytes)
+            .ok_or_else(|| Error::invalid("a sample exceeds the collective engine's message limit"))?;
+        for (r, range) in rounds.into_iter().enumerate() {
+            if per_round.len() <= r {
+                per_round.resize(r + 1, vec![Vec::new(); ranks]);
+            }
+            let mine = plan.remote[range].iter().filter(|s| s.owner == me).map(|s| s.id);
+            per_round[r][requester].extend(mine);
+        }
+    }
+    Ok(per_round)
+}
+
+/// One round: `requests` (grouped by owner) is what this rank wants in it; `known`,
+/// when given, is what each rank asks of this one (no request exchange needed).
+fn exchange(step: &StepContext, requests: &[RemoteSample], known: Option<Vec<Vec<u64>>>, out: &mut [u8]) -> Result<()> {
     let comm = step.comm;
     let ranks = comm.size();
     let mut ids_to = vec![0u64; ranks];
@@ -69,10 +100,19 @@ fn exchange(step: &StepContext, requests: &[RemoteSample], out: &mut [u8]) -> Re
         ids_to[r.owner] += 1;
         bytes_from[r.owner] += r.len;
     }
-    let ids_from = comm.alltoall(&ids_to)?;
-    let wanted: Vec<u64> = requests.iter().map(|r| r.id).collect();
-    let mut asked = zeroed(ids_from.iter().sum::<u64>())?;
-    comm.alltoallv(&wanted, &ids_to, &mut asked, &ids_from)?;
+    let (asked, ids_from) = match known {
+        Some(by_requester) => {
+            let ids_from = by_requester.iter().map(|ids| ids.len() as u64).collect();
+            (by_requester.concat(), ids_from)
+        }
+        None => {
+            let ids_from = comm.alltoall(&ids_to)?;
+            let wanted: Vec<u64> = requests.iter().map(|r| r.id).collect();
+            let mut asked = zeroed(ids_from.iter().sum::<u64>())?;
+            comm.alltoallv(&wanted, &ids_to, &mut asked, &ids_from)?;
+            (asked, ids_from)
+        }
+    };
 
     let (packed, bytes_to) = pack(step, &asked, &ids_from)?;
     let mut received = zeroed(bytes_from.iter().sum::<u64>())?;

@@ -25,6 +25,9 @@ pub struct StepContext<'a> {
     /// Rounds of the collective exchange, agreed by all ranks (the maximum any rank
     /// needs); ignored by the one-sided engine.
     pub collective_rounds: u64,
+    /// When every rank's batch of this step is known (the built-in sampler): writes
+    /// rank q's ids into the vector. The collective engine then sends no requests.
+    pub known_batches: Option<&'a dyn Fn(usize, &mut Vec<u64>)>,
 }
 
 pub trait Engine {

@@ -123,6 +123,7 @@ fn run_probes(comm: &Comm, store: &Store, settings: &CalibrationSettings, starte
             plan: &plan,
             max_message_bytes: settings.max_message_bytes,
             collective_rounds: f.rounds as u64,
+            known_batches: None,
         };
         let mut out_of_time = false;
         for engine in [Backend::OneSided, Backend::Collective] {

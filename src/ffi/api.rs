@@ -151,6 +151,7 @@ pub extern "C" fn mdl_fetch_batch(
                     ids: slice(ids, n, "ids")?,
                     out_offsets: slice_mut(out_offsets, n + 1, "out_offsets")?,
                     out: slice_mut(out as *mut u8, args::len(out_cap, "out_cap")?, "out")?,
+                    known_batches: None,
                 })
             }
         })();

@@ -24,6 +24,9 @@ pub struct FetchArgs<'a> {
     pub out: &'a mut [u8],
     /// ids.len() + 1 entries.
     pub out_offsets: &'a mut [u64],
+    /// Every rank's ids of this step, when known (the built-in sampler); see
+    /// `StepContext::known_batches`.
+    pub known_batches: Option<&'a dyn Fn(usize, &mut Vec<u64>)>,
 }
 
 pub struct Core {
@@ -46,6 +49,7 @@ struct PreparedFetch<'a> {
     out: &'a mut [u8],
     /// None when a sample is too large for the collective engine's message limit.
     rounds: Option<u64>,
+    known_batches: Option<&'a dyn Fn(usize, &mut Vec<u64>)>,
 }
 
 struct PendingMeasurement {
@@ -237,11 +241,11 @@ impl Core {
         }
         let rounds = collective_rounds(&plan.remote, self.comm.size(), self.config.max_message_bytes)
             .map(|r| r.len() as u64);
-        Ok(PreparedFetch { plan, out: args.out, rounds })
+        Ok(PreparedFetch { plan, out: args.out, rounds, known_batches: args.known_batches })
     }
 
     fn run(&mut self, decision: &Decision, prepared: PreparedFetch, features: StepFeatures) -> Result<()> {
-        let PreparedFetch { plan, out, .. } = prepared;
+        let PreparedFetch { plan, out, known_batches, .. } = prepared;
         let store = self.store.as_ref().expect("prepared fetches have a store");
         let step = StepContext {
             comm: &self.comm,
@@ -249,6 +253,7 @@ impl Core {
             plan: &plan,
             max_message_bytes: self.config.max_message_bytes,
             collective_rounds: features.rounds as u64,
+            known_batches,
         };
         let started = mpi::wtime();
         let result = execute(&step, decision.engine, out);

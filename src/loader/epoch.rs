@@ -27,8 +27,11 @@ pub struct Batch {
     pub offsets: Vec<u64>,
 }
 
-/// Fill `batch` with the samples of `batch.ids` (collective).
-fn fetch_into(core: &mut Core, batch: &mut Batch) -> Result<()> {
+/// Fill `batch` with this rank's samples of `step` (collective). Every rank's batch is
+/// known, so the collective engine needs no request round.
+fn fetch_into(core: &mut Core, epoch: &Epoch, step: u64, batch: &mut Batch) -> Result<()> {
+    epoch.batch_into(step, core.rank(), &mut batch.ids);
+    let batch_of = |rank: usize, ids: &mut Vec<u64>| epoch.batch_into(step, rank, ids);
     let mut needed = 0u64;
     for &id in &batch.ids {
         needed += core.sample_size(id)?;
@@ -43,6 +46,7 @@ fn fetch_into(core: &mut Core, batch: &mut Batch) -> Result<()> {
         ids: &batch.ids,
         out: &mut batch.data[..needed],
         out_offsets: &mut batch.offsets,
+        known_batches: Some(&batch_of),
     }))
 }
 
@@ -93,9 +97,7 @@ impl EpochRun {
         self.next_step += 1;
         let result = match &mut self.source {
             Source::Inline(batch) => {
-                let mut core = core.lock();
-                self.epoch.batch_into(step, core.rank(), &mut batch.ids);
-                fetch_into(&mut core, batch).map(|()| &*batch)
+                fetch_into(&mut core.lock(), &self.epoch, step, batch).map(|()| &*batch)
             }
             Source::Prefetch(prefetcher) => prefetcher.next(),
         };
@@ -221,11 +223,7 @@ fn prefetch_loop(
             }
         }
         let Ok(mut batch) = free.recv() else { return };
-        let result = {
-            let mut core = core.lock();
-            epoch.batch_into(step, core.rank(), &mut batch.ids);
-            fetch_into(&mut core, &mut batch)
-        };
+        let result = fetch_into(&mut core.lock(), epoch, step, &mut batch);
         let failed = result.is_err();
         if ready.send((batch, result)).is_err() || failed {
             return;
