@@ -435,7 +435,13 @@ class Loader:
         early), so that :meth:`fetch` may be used again. No-op when none is open."""
         if self._epoch_steps is None:
             return
-        self.seek(self._epoch_steps)  # the end: the next step is empty and closes the epoch
+        try:
+            self.seek(self._epoch_steps)  # the end: the next step is empty and closes the epoch
+        except MDLError as err:
+            if err.status == Status.ERR_STATE:  # no epoch open after all (e.g. a refused seek ended it)
+                self._epoch_steps = None
+                return
+            raise
         ids_p, offs_p, data_p, n = _lib.c_u64_p(), _lib.c_u64_p(), ctypes.c_void_p(), ctypes.c_size_t()
         status = self._lib.mdl_next_batch(
             self._handle(), ctypes.byref(ids_p), ctypes.byref(data_p), ctypes.byref(offs_p), ctypes.byref(n)
