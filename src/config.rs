@@ -80,7 +80,7 @@ pub struct Config {
     /// engine not in use (default 64; 0 never probes).
     pub probe_interval: u64,
     /// `MDL_HYSTERESIS`: how much faster (relative) the other engine must be predicted
-    /// before AUTO switches (default 0.05).
+    /// before AUTO switches (default 0.1).
     pub hysteresis: f64,
     /// `MDL_MATRIX_MAX_RANKS`: up to this many ranks, each step's agreement carries the
     /// full request matrix (P * P values), which tells the estimator exactly how many
@@ -134,7 +134,7 @@ impl Config {
             calibration,
             calibration_seconds: env_or("MDL_CALIBRATION_SECONDS", 0.4, |s: &f64| *s >= 0.0, "seconds >= 0")?,
             probe_interval: env_or("MDL_PROBE_INTERVAL", 64, |_| true, "a number of steps")?,
-            hysteresis: env_or("MDL_HYSTERESIS", 0.05, |h: &f64| (0.0..1.0).contains(h), "a fraction in [0, 1)")?,
+            hysteresis: env_or("MDL_HYSTERESIS", 0.1, |h: &f64| (0.0..1.0).contains(h), "a fraction in [0, 1)")?,
             matrix_max_ranks: env_or("MDL_MATRIX_MAX_RANKS", 32, |_| true, "a number of ranks")?,
         })
     }

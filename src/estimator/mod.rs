@@ -27,7 +27,7 @@ use crate::config::Backend;
 use model::{CostParams, StepFeatures};
 
 /// Weight of a new measurement in a bucket's scale.
-const CORRECTION_RATE: f64 = 0.3;
+const CORRECTION_RATE: f64 = 0.2;
 /// The engine not in use is probed only when predicted at most this much slower.
 const PROBE_MAX_RATIO: f64 = 3.0;
 /// Scales are kept within [1/MAX_SCALE, MAX_SCALE] of the model.
@@ -69,6 +69,7 @@ struct Bucket {
 pub struct EstimatorCounters {
     pub decisions: u64,
     pub probes: u64,
+    /// Changes of a bucket's preferred engine (probes, which return, are not counted).
     pub switches: u64,
 }
 
@@ -76,7 +77,6 @@ pub struct Estimator {
     params: CostParams,
     settings: Settings,
     buckets: Vec<Option<Bucket>>,
-    last_engine: Option<Backend>,
     counters: EstimatorCounters,
 }
 
@@ -95,7 +95,7 @@ fn bucket_of(f: &StepFeatures) -> usize {
 
 impl Estimator {
     pub fn new(params: CostParams, settings: Settings) -> Estimator {
-        Estimator { params, settings, buckets: vec![None; 65], last_engine: None, counters: Default::default() }
+        Estimator { params, settings, buckets: vec![None; 65], counters: Default::default() }
     }
 
     #[cfg(test)]
@@ -142,10 +142,6 @@ impl Estimator {
         }
         self.counters.decisions += 1;
         self.counters.probes += decision.probe as u64;
-        if self.last_engine.is_some_and(|last| last != decision.engine) {
-            self.counters.switches += 1;
-        }
-        self.last_engine = Some(decision.engine);
         decision
     }
 
@@ -165,9 +161,12 @@ impl Estimator {
             .preferred
             .filter(|&p| predicted(other(p)) > predicted(p) * (1.0 - settings.hysteresis))
             .unwrap_or(fastest);
+        let switched = bucket.preferred.is_some_and(|p| p != keep);
         bucket.preferred = Some(keep);
         bucket.steps_since_probe += 1;
         let due = settings.probe_interval > 0 && bucket.steps_since_probe >= settings.probe_interval;
+        self.counters.switches += switched as u64;
+        let bucket = self.bucket(f);
         if due && predicted(other(keep)) <= PROBE_MAX_RATIO * predicted(keep) {
             bucket.steps_since_probe = 0;
             *probe = true;

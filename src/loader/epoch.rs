@@ -59,6 +59,7 @@ enum Source {
 
 pub struct EpochRun {
     epoch: Arc<Epoch>,
+    depth: u32,
     /// The step the next call returns.
     next_step: u64,
     source: Source,
@@ -75,7 +76,13 @@ impl EpochRun {
         } else {
             Source::Prefetch(Prefetcher::start(core.clone(), epoch.clone(), step, depth))
         };
-        EpochRun { epoch, next_step: step, source, finished }
+        EpochRun { epoch, depth, next_step: step, source, finished }
+    }
+
+    /// Where the epoch stands (the step the next call returns) and its prefetch depth,
+    /// to restart it exactly there.
+    pub fn position(&self) -> (u64, u32) {
+        (self.next_step, self.depth)
     }
 
     /// True until the end of the epoch has been returned (or a step failed).

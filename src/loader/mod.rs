@@ -98,16 +98,27 @@ impl Loader {
         self.start_epoch(args, 0, "mdl_epoch_begin")
     }
 
-    /// Collective: restart the current epoch at `step`.
+    /// Collective: restart the current epoch at `step`. A refused seek leaves the epoch
+    /// where it was.
     pub fn epoch_seek(&mut self, step: u64) -> Result<()> {
         let args = self.current_args;
+        let resume = self.epoch.as_ref().filter(|run| run.is_active()).map(EpochRun::position);
         self.stop_epoch()?;
         let Some(args) = args else {
             // Agree anyway so that no rank is left behind (all ranks see no epoch).
             let core = self.core.lock();
             return agree_identical(core.comm(), Err(Error::state("no epoch to seek in (call mdl_epoch_begin first)")), &[], "mdl_epoch_seek");
         };
-        self.start_epoch(args, step, "mdl_epoch_seek")
+        let sought = self.start_epoch(args, step, "mdl_epoch_seek");
+        if let (Err(_), Some((at, depth))) = (&sought, resume) {
+            // Every rank refused the same seek (it was agreed on), so every rank resumes
+            // at the same step: no further agreement is needed.
+            let n = self.core.lock().num_samples()?;
+            let ranks = self.core.lock().comm().size();
+            let epoch = Epoch::new(n, ranks, args.seed, args.epoch, args.batch_size, args.shuffle, args.drop_last)?;
+            self.epoch = Some(EpochRun::start(&self.core, epoch, at, depth));
+        }
+        sought
     }
 
     fn start_epoch(&mut self, args: EpochArgs, step: u64, call: &str) -> Result<()> {

@@ -226,6 +226,17 @@ int main(int argc, char **argv)
         snprintf(what, sizeof what, "mdl_epoch_seek(%llu) reproduces the uninterrupted run (prefetch %u)",
                  (unsigned long long)skip, depth);
         check(st == MDL_OK && tail.hash == whole.hash && tail.steps == whole.steps && tail.bytes_ok, what);
+
+        /* A refused seek leaves the epoch where it was. */
+        run_result after = {0, 0, 0, 1, NULL};
+        mdl_epoch_begin(h, 5, 1, 10, 1, 0);
+        for (uint64_t s = 0; s < skip; s++)
+            mdl_next_batch(h, &ids, &d, &offs, &n);
+        st = mdl_epoch_seek(h, 1u << 30);
+        mdl_status drained = drain(h, &after);
+        snprintf(what, sizeof what, "a refused seek (past the end) leaves the epoch in place (prefetch %u)", depth);
+        check(st == MDL_ERR_INVALID_ARG && drained == MDL_OK && after.hash == whole.hash && after.steps == whole.steps,
+              what);
     }
 
     /* Misuse, each failing on every rank without a hang, and the loader usable after. */
