@@ -11,6 +11,9 @@
  *                   MPI_Win_unlock, on a window from MPI_Win_allocate holding the shard
  *   floor-gets      bare one-sided floor: MPI_Win_lock_all, one MPI_Get per remote
  *                   sample (local ones memcpy'd), one MPI_Win_flush_all, unlock_all
+ *   floor-gets+agree  floor-gets preceded by one MPI_Allreduce(MAX) of 64 doubles: what
+ *                   any design that agrees on something every step (as MDLoader does to
+ *                   report errors and pick the engine on all ranks alike) pays at least
  *   floor-a2av      bare collective floor: one MPI_Alltoallv of exactly the per-peer
  *                   byte counts the batch needs (remote bytes only). Counts and packed
  *                   send buffers are prepared outside the clock: every rank can compute
@@ -19,9 +22,12 @@
  *                   pack, so this is a floor it cannot reach, only approach.
  *
  * Step time = the slowest rank's time for the operation (ranks lined up by a barrier
- * before each step, outside the clock); reported: the median over steps after warm-up,
- * plus p10 / p90. Variants are interleaved step by step so that noise from other jobs
- * on the machine hits all of them alike.
+ * before each variant, outside the clock); reported: the median over steps after
+ * warm-up, plus p10 / p90. Variants are interleaved step by step so that noise from
+ * other jobs on the machine hits all of them alike, their order rotates every step (a
+ * variant may leave work behind for the next one), and an untimed bare-gets round
+ * starts each step (the first operation after the step's planning was measured to pay
+ * ~15 us extra, raw MPI included).
  *
  * "ratio" compares each variant with the floor of its kind (onesided and ddstore vs
  * floor-gets, collective vs floor-a2av); "vs best" compares with the faster floor.
@@ -31,7 +37,7 @@
  *
  * Usage: mpirun -n 4 engine_floor [--samples-per-rank N] [--steps S] [--warmup W]
  *            [--batches 16,256] [--seed S] [--label TEXT] [--csv FILE] [--md FILE]
- *            [--no-verify]
+ *            [--variants lib-onesided,lib-collective,ddstore,floor-gets+agree] [--no-verify]
  */
 #include <math.h>
 #include <mpi.h>
@@ -42,9 +48,11 @@
 
 #include "mdloader.h"
 
-enum { V_LIB_ONESIDED, V_LIB_COLLECTIVE, V_DDSTORE, V_FLOOR_GETS, V_FLOOR_A2AV, NV };
-static const char *VNAME[NV] = {"lib-onesided", "lib-collective", "ddstore", "floor-gets", "floor-a2av"};
-static const int VFLOOR[NV] = {V_FLOOR_GETS, V_FLOOR_A2AV, V_FLOOR_GETS, V_FLOOR_GETS, V_FLOOR_A2AV};
+enum { V_LIB_ONESIDED, V_LIB_COLLECTIVE, V_DDSTORE, V_FLOOR_GETS, V_GETS_AGREE, V_FLOOR_A2AV, NV };
+static const char *VNAME[NV] = {"lib-onesided", "lib-collective", "ddstore",
+                                "floor-gets",   "floor-gets+agree", "floor-a2av"};
+static const int VFLOOR[NV] = {V_FLOOR_GETS, V_FLOOR_A2AV, V_FLOOR_GETS, V_FLOOR_GETS, V_FLOOR_GETS, V_FLOOR_A2AV};
+static int g_use[NV] = {1, 1, 1, 1, 1, 1}; /* --variants; the two floors always run */
 
 static int g_rank, g_P;
 
@@ -168,6 +176,21 @@ static int parse_args(int argc, char **argv, opts *o)
             o->csv = v;
         } else if (!strcmp(a, "--md")) {
             o->md = v;
+        } else if (!strcmp(a, "--variants")) {
+            /* Exact names, comma separated; the floors are always measured since the
+               ratios need them. */
+            for (int x = 0; x < NV; x++)
+                g_use[x] = x == V_FLOOR_GETS || x == V_FLOOR_A2AV;
+            char buf[256];
+            snprintf(buf, sizeof buf, "%s", v);
+            for (char *t = strtok(buf, ","); t; t = strtok(NULL, ",")) {
+                int found = 0;
+                for (int x = 0; x < NV; x++)
+                    if (!strcmp(t, VNAME[x]))
+                        g_use[x] = found = 1;
+                if (!found)
+                    return -1;
+            }
         } else if (!strcmp(a, "--batches")) {
             char buf[256];
             snprintf(buf, sizeof buf, "%s", v);
@@ -240,7 +263,8 @@ int main(int argc, char **argv)
         if (g_rank == 0)
             fprintf(stderr,
                     "usage: %s [--samples-per-rank N] [--steps S] [--warmup W] [--batches 16,256]\n"
-                    "          [--seed S] [--label TEXT] [--csv FILE] [--md FILE] [--no-verify]\n",
+                    "          [--seed S] [--label TEXT] [--csv FILE] [--md FILE] [--no-verify]\n"
+                    "          [--variants lib-onesided,lib-collective,ddstore,floor-gets+agree]\n",
                     argv[0]);
         MPI_Finalize();
         return 2;
@@ -312,6 +336,7 @@ int main(int argc, char **argv)
     for (int v = 0; v < NV; v++)
         t[v] = xmalloc(sizeof(double) * nsteps);
     double med[16][NV], p10[16][NV], p90[16][NV], meanbytes[16];
+    double agree_in[64] = {0}, agree_out[64];
     long bad[NV] = {0};
 
     for (int bi = 0; bi < o.nbatches; bi++) {
@@ -380,7 +405,25 @@ int main(int argc, char **argv)
                 }
             }
 
-            for (int v = 0; v < NV; v++) {
+            /* Settle: one untimed bare-gets round trip. Measured (Open MPI, shared memory):
+               whichever variant ran first after the planning above paid ~15 us more at
+               batch 16, raw MPI included; this absorbs that first-operation cost. */
+            MPI_Barrier(MPI_COMM_WORLD);
+            MPI_Win_lock_all(MPI_MODE_NOCHECK, win);
+            for (uint64_t k = 0; k < B; k++)
+                if (pl.owner[k] != me)
+                    MPI_Get(out + pl.outoff[k], (int)(pl.outoff[k + 1] - pl.outoff[k]), MPI_BYTE, pl.owner[k],
+                            (MPI_Aint)pl.disp[k], (int)(pl.outoff[k + 1] - pl.outoff[k]), MPI_BYTE, win);
+            MPI_Win_flush_all(win);
+            MPI_Win_unlock_all(win);
+            for (int vi = 0; vi < NV; vi++) {
+                /* Rotate the order every step, so that no variant always follows the
+                   same one (a variant can leave work behind that the next one pays). */
+                const int v = (int)((vi + s) % NV);
+                if (!g_use[v]) {
+                    t[v][s] = 0;
+                    continue;
+                }
                 MPI_Barrier(MPI_COMM_WORLD);
                 double a = MPI_Wtime();
                 switch (v) {
@@ -401,6 +444,9 @@ int main(int argc, char **argv)
                         MPI_Win_unlock(pl.owner[k], win);
                     }
                     break;
+                case V_GETS_AGREE:
+                    MPI_Allreduce(agree_in, agree_out, 64, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+                    /* fall through - then exactly floor-gets */
                 case V_FLOOR_GETS:
                     MPI_Win_lock_all(MPI_MODE_NOCHECK, win);
                     for (uint64_t k = 0; k < B; k++) {
@@ -480,11 +526,14 @@ int main(int argc, char **argv)
     if (me == 0) {
         for (int bi = 0; bi < o.nbatches; bi++) {
             double best = fmin(med[bi][V_FLOOR_GETS], med[bi][V_FLOOR_A2AV]);
-            for (int v = 0; v < NV; v++)
+            for (int v = 0; v < NV; v++) {
+                if (!g_use[v])
+                    continue;
                 fprintf(csv, "%s,%s,%d,%llu,%s,%llu,%.2f,%.2f,%.2f,%.0f,%s,%.3f,%.3f\n", o.label, mpi, P,
                         (unsigned long long)o.batches[bi], VNAME[v], (unsigned long long)o.steps, med[bi][v],
                         p10[bi][v], p90[bi][v], meanbytes[bi], VNAME[VFLOOR[v]],
                         med[bi][v] / med[bi][VFLOOR[v]], med[bi][v] / best);
+            }
         }
         if (csv != stdout)
             fclose(csv);
@@ -492,15 +541,18 @@ int main(int argc, char **argv)
             md = stdout;
         fprintf(md, "\n%s%s%d ranks, %s, mean sample %.0f B, median of %llu steps (slowest rank per step)\n\n",
                 o.label, *o.label ? ", " : "", P, mpi, mean_size, (unsigned long long)o.steps);
-        fprintf(md, "| batch/rank | ranks | variant        | median us | p10 us | p90 us | ratio to floor | vs best floor |\n");
-        fprintf(md, "|-----------:|------:|----------------|----------:|-------:|-------:|---------------:|--------------:|\n");
+        fprintf(md, "| batch/rank | ranks | variant          | median us | p10 us | p90 us | ratio to floor | vs best floor |\n");
+        fprintf(md, "|-----------:|------:|------------------|----------:|-------:|-------:|---------------:|--------------:|\n");
         for (int bi = 0; bi < o.nbatches; bi++) {
             double best = fmin(med[bi][V_FLOOR_GETS], med[bi][V_FLOOR_A2AV]);
-            for (int v = 0; v < NV; v++)
-                fprintf(md, "| %10llu | %5d | %-14s | %9.1f | %6.1f | %6.1f | %8.2f (%s) | %13.2f |\n",
+            for (int v = 0; v < NV; v++) {
+                if (!g_use[v])
+                    continue;
+                fprintf(md, "| %10llu | %5d | %-16s | %9.1f | %6.1f | %6.1f | %8.2f (%s) | %13.2f |\n",
                         (unsigned long long)o.batches[bi], P, VNAME[v], med[bi][v], p10[bi][v], p90[bi][v],
                         med[bi][v] / med[bi][VFLOOR[v]], VFLOOR[v] == V_FLOOR_GETS ? "gets" : "a2av",
                         med[bi][v] / best);
+            }
         }
         for (int v = 0; v < NV; v++) {
             if (gbad[v])

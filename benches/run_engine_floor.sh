@@ -8,7 +8,11 @@
 # the markdown tables in engine_floor.md (also printed).
 #
 # Knobs (environment): STEPS (200), WARMUP (20), SAMPLES_PER_RANK (20000),
-# BATCHES (16,256), NPS ("2 4"), BENCH_TIMEOUT seconds per run (900).
+# BATCHES (16,256), NPS ("2 4"), BENCH_TIMEOUT seconds per run (900), MPIRUN_ARGS
+# (extra launcher arguments, e.g. "--bind-to none"), VARIANTS (engine_floor --variants).
+#
+# The numbers are only as good as the machine is quiet: check `uptime` first, other
+# jobs on the same cores inflate every variant (the floors too, but not equally).
 #
 # Note: on a 2-core machine, 4 ranks are oversubscribed. Open MPI then still runs at
 # microsecond scale; MPICH's blocking calls busy-poll and become ~1000x slower
@@ -64,14 +68,18 @@ for mpi in "${MPIS[@]}"; do
         else
             launch=(mpiexec.mpich -n "$np")
         fi
+        # shellcheck disable=SC2206 # word splitting of the extra arguments is intended
+        launch+=(${MPIRUN_ARGS:-})
+        extra=()
+        [ -n "${VARIANTS:-}" ] && extra=(--variants "$VARIANTS")
         csv=$OUT/$mpi-np$np.csv
         md=$OUT/$mpi-np$np.md
         log=$OUT/$mpi-np$np.log
-        echo "== $mpi, $np ranks" >&2
+        echo "== $mpi, $np ranks ($(uptime | sed 's/.*load/load/'))" >&2
         if OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout -k 10 "$TMO" \
             "${launch[@]}" "$bin" --steps "$STEPS" --warmup "$WARMUP" \
             --samples-per-rank "$SAMPLES_PER_RANK" --batches "$BATCHES" \
-            --label "$mpi-shm" --csv "$csv" --md "$md" >"$log" 2>&1; then
+            --label "$mpi-shm" --csv "$csv" --md "$md" "${extra[@]}" >"$log" 2>&1; then
             cat "$md" >>"$OUT/engine_floor.md"
             if [ $first_csv = 1 ]; then
                 cat "$csv" >"$OUT/engine_floor.csv"
