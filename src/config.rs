@@ -69,8 +69,9 @@ pub struct Config {
     pub backend: Backend,
     /// `MDL_MAX_MESSAGE_BYTES`: the most bytes one MPI transfer may carry (default and
     /// ceiling: 2^31 - 1, MPI's count limit). Larger gets are split; the collective
-    /// engine runs in rounds so that no count or displacement exceeds it. Small values
-    /// exist to exercise those paths in tests.
+    /// engine runs in rounds so that no count or displacement exceeds it (and reads a
+    /// sample too large for a round with a get). Small values exercise those paths in
+    /// tests.
     pub max_message_bytes: u64,
     /// `MDL_CALIBRATION=on|off|<file.json>`.
     pub calibration: Calibration,

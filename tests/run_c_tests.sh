@@ -88,7 +88,8 @@ build() {
     local flags=(-std=c11 -O2 -g -Wall -Wextra -I"$ROOT/include" -I"$ROOT/tests/c" ${CFLAGS_EXTRA:-})
     local link=(-L"$libdir" -lmdloader -Wl,-rpath,"$libdir" -lm)
     local ok=0 src name
-    for src in tests/c/fetch_test.c tests/c/errors_test.c tests/c/idle_rank_test.c c_examples/demo.c; do
+    for src in tests/c/fetch_test.c tests/c/errors_test.c tests/c/idle_rank_test.c tests/c/sampler_test.c \
+        tests/c/estimator_test.c c_examples/demo.c; do
         [ -f "$ROOT/$src" ] || continue
         name=$(basename "$src" .c)
         echo "+ $cc ${flags[*]} $src -o $out/$name ${link[*]}" >>"$log"
@@ -177,7 +178,11 @@ for mpi in "${MPIS[@]}"; do
         if [ "$np" -ge 3 ]; then
             run_case "$mpi" "$np" "idle_rank_test-np$np" -- "$bin/idle_rank_test"
         fi
+        run_case "$mpi" "$np" "sampler_test-np$np" -- "$bin/sampler_test"
+        run_case "$mpi" "$np" "estimator_test-np$np" -- "$bin/estimator_test"
     done
+    # The sampler's collective engine in rounds (owners rebuild every rank's rounds).
+    run_case "$mpi" 2 "sampler_test-np2-maxmsg2000" MDL_MAX_MESSAGE_BYTES=2000 -- "$bin/sampler_test"
     np=3
     [ "$mpi" = mpich ] && np=2
     # Message cap well below a batch's bytes but above every sample's size times the

@@ -11,58 +11,71 @@
 //! MPI counts and displacements are C `int`. To stay under a limit L (default 2^31 - 1,
 //! `MDL_MAX_MESSAGE_BYTES`), a rank's remote samples are cut into rounds of at most
 //! L / P bytes, where P is the number of ranks: then no rank receives more than L / P
-//! bytes and no owner sends more than P * L / P = L bytes in a round. This needs every
-//! sample to be at most L / P bytes; for larger samples the engine refuses clearly
-//! (see [`collective_rounds`]) and AUTO uses the one-sided engine.
+//! bytes and no owner sends more than P * L / P = L bytes in a round. A sample larger
+//! than L / P cannot travel in a round; the engine reads those few with one-sided gets
+//! (split into pieces of at most L bytes) in the same step, so every batch can be moved.
 
 use super::{Engine, StepContext};
 use crate::error::{Error, Result};
+use crate::mpi::Get;
 use crate::plan::{BatchPlan, RemoteSample};
 use std::ops::Range;
 
 pub struct Collective;
 
-/// The rounds this rank needs: consecutive ranges of `remote` (grouped by owner) of at
-/// most `max_message_bytes / ranks` bytes each. `None` when a sample is larger than that.
-pub fn collective_rounds(
-    remote: &[RemoteSample],
-    ranks: usize,
-    max_message_bytes: u64,
-) -> Option<Vec<Range<usize>>> {
-    let budget = max_message_bytes / ranks as u64;
-    let mut rounds = Vec::new();
-    let (mut start, mut bytes) = (0, 0u64);
-    for (i, sample) in remote.iter().enumerate() {
-        if sample.len > budget {
-            return None;
+/// A rank's remote samples, divided: those the exchange carries (at most
+/// `max_message_bytes / ranks` bytes each), in rounds, and the larger ones.
+pub struct Rounds {
+    pub exchanged: Vec<RemoteSample>,
+    /// Consecutive ranges of `exchanged` (grouped by owner) of at most the budget.
+    pub rounds: Vec<Range<usize>>,
+    pub oversize: Vec<RemoteSample>,
+}
+
+impl Rounds {
+    pub fn of(remote: &[RemoteSample], ranks: usize, max_message_bytes: u64) -> Rounds {
+        let budget = max_message_bytes / ranks as u64;
+        let (exchanged, oversize): (Vec<RemoteSample>, Vec<RemoteSample>) = remote.iter().partition(|s| s.len <= budget);
+        let mut rounds = Vec::new();
+        let (mut start, mut bytes) = (0, 0u64);
+        for (i, sample) in exchanged.iter().enumerate() {
+            if bytes + sample.len > budget {
+                rounds.push(start..i);
+                (start, bytes) = (i, 0);
+            }
+            bytes += sample.len;
         }
-        if bytes + sample.len > budget {
-            rounds.push(start..i);
-            (start, bytes) = (i, 0);
+        if start < exchanged.len() {
+            rounds.push(start..exchanged.len());
         }
-        bytes += sample.len;
+        Rounds { exchanged, rounds, oversize }
     }
-    if start < remote.len() {
-        rounds.push(start..remote.len());
-    }
-    Some(rounds)
+}
+
+/// The number of exchange rounds this rank needs for `remote`.
+pub fn collective_rounds(remote: &[RemoteSample], ranks: usize, max_message_bytes: u64) -> u64 {
+    Rounds::of(remote, ranks, max_message_bytes).rounds.len() as u64
 }
 
 impl Engine for Collective {
     fn fetch(&self, step: &StepContext, out: &mut [u8]) -> Result<()> {
         let ranks = step.comm.size();
-        let rounds = collective_rounds(&step.plan.remote, ranks, step.max_message_bytes)
-            .ok_or_else(|| Error::invalid("a sample exceeds the collective engine's message limit"))?;
+        let mine = Rounds::of(&step.plan.remote, ranks, step.max_message_bytes);
         let known = match step.known_batches {
             Some(batch_of) => Some(requests_of_others(step, batch_of)?),
             None => None,
         };
         for round in 0..step.collective_rounds as usize {
-            let mine = rounds.get(round).cloned().unwrap_or(0..0);
+            let range = mine.rounds.get(round).cloned().unwrap_or(0..0);
             let asked = known.as_ref().map(|k| k.get(round).cloned().unwrap_or_else(|| vec![Vec::new(); ranks]));
-            exchange(step, &step.plan.remote[mine], asked, out)?;
+            exchange(step, &mine.exchanged[range], asked, out)?;
         }
-        Ok(())
+        let gets: Vec<Get> = mine
+            .oversize
+            .iter()
+            .map(|s| Get { target: s.owner, target_offset: s.target_offset, dest_offset: s.dest_offset, len: s.len })
+            .collect();
+        step.store.window.get_all(&gets, out, step.max_message_bytes)
     }
 }
 
@@ -76,14 +89,13 @@ fn requests_of_others(step: &StepContext, batch_of: &dyn Fn(usize, &mut Vec<u64>
     for requester in (0..ranks).filter(|&q| q != me) {
         batch_of(requester, &mut ids);
         let plan = BatchPlan::new(&step.store.index, requester, &ids)?;
-        let rounds = collective_rounds(&plan.remote, ranks, step.max_message_bytes)
-            .ok_or_else(|| Error::invalid("a sample exceeds the collective engine's message limit"))?;
-        for (r, range) in rounds.into_iter().enumerate() {
+        let theirs = Rounds::of(&plan.remote, ranks, step.max_message_bytes);
+        for (r, range) in theirs.rounds.into_iter().enumerate() {
             if per_round.len() <= r {
                 per_round.resize(r + 1, vec![Vec::new(); ranks]);
             }
-            let mine = plan.remote[range].iter().filter(|s| s.owner == me).map(|s| s.id);
-            per_round[r][requester].extend(mine);
+            let asked = theirs.exchanged[range].iter().filter(|s| s.owner == me).map(|s| s.id);
+            per_round[r][requester].extend(asked);
         }
     }
     Ok(per_round)
@@ -170,22 +182,29 @@ mod tests {
         RemoteSample { id: 0, owner, target_offset: 0, dest_offset: 0, len }
     }
 
+    fn ranges(remote: &[RemoteSample], ranks: usize, max: u64) -> Vec<Range<usize>> {
+        Rounds::of(remote, ranks, max).rounds
+    }
+
     #[test]
     fn one_round_when_everything_fits() {
         let remote = [sample(0, 10), sample(1, 20)];
-        assert_eq!(collective_rounds(&remote, 2, 1000), Some(vec![0..2]));
-        assert_eq!(collective_rounds(&[], 2, 1000), Some(vec![]));
+        assert_eq!(ranges(&remote, 2, 1000), vec![0..2]);
+        assert!(ranges(&[], 2, 1000).is_empty());
     }
 
     #[test]
     fn cuts_rounds_at_the_per_rank_budget() {
         // budget = 100 / 2 = 50 bytes per round.
         let remote = [sample(0, 30), sample(0, 20), sample(1, 1), sample(1, 50), sample(1, 49)];
-        assert_eq!(collective_rounds(&remote, 2, 100), Some(vec![0..2, 2..3, 3..4, 4..5]));
+        assert_eq!(ranges(&remote, 2, 100), vec![0..2, 2..3, 3..4, 4..5]);
     }
 
     #[test]
-    fn refuses_a_sample_over_the_budget() {
-        assert_eq!(collective_rounds(&[sample(0, 51)], 2, 100), None);
+    fn samples_over_the_budget_go_by_gets() {
+        let r = Rounds::of(&[sample(0, 51), sample(1, 10), sample(1, 60)], 2, 100);
+        assert_eq!(r.exchanged.len(), 1);
+        assert_eq!(r.oversize.iter().map(|s| s.len).collect::<Vec<_>>(), vec![51, 60]);
+        assert_eq!(r.rounds, vec![0..1]);
     }
 }

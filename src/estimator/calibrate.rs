@@ -111,9 +111,8 @@ fn run_probes(comm: &Comm, store: &Store, settings: &CalibrationSettings, starte
     for probe in PROBES.iter().filter(|p| !p.hot_target || ranks >= 3) {
         let ids = probe_ids(probe, rank, ranks, &store.index.first_ids(), &mut rng);
         let plan = BatchPlan::new(&store.index, rank, &ids)?;
-        let rounds = collective_rounds(&plan.remote, ranks, settings.max_message_bytes).map(|r| r.len() as u64);
-        let mut mine = features::encode(&plan, rounds.unwrap_or(1), rank, settings.matrix_max_ranks);
-        mine.push(rounds.is_none() as u8 as f64);
+        let rounds = collective_rounds(&plan.remote, ranks, settings.max_message_bytes);
+        let mine = features::encode(&plan, rounds, rank, settings.matrix_max_ranks);
         let agreed = comm.allreduce_max(&mine)?;
         let f: StepFeatures = features::decode(&agreed, ranks, settings.matrix_max_ranks);
         let mut out = vec![0u8; plan.total_bytes() as usize];
@@ -127,9 +126,6 @@ fn run_probes(comm: &Comm, store: &Store, settings: &CalibrationSettings, starte
         };
         let mut out_of_time = false;
         for engine in [Backend::OneSided, Backend::Collective] {
-            if engine == Backend::Collective && *agreed.last().expect("flag pushed") != 0.0 {
-                continue;
-            }
             let mut local = Vec::with_capacity(REPS + 1);
             for _ in 0..=REPS {
                 let t0 = mpi::wtime();

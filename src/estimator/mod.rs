@@ -130,25 +130,20 @@ impl Estimator {
         (predict(Backend::OneSided), predict(Backend::Collective))
     }
 
-    /// The engine for a step. `requested` is the backend in force (AUTO or forced);
-    /// `collective_feasible` is false when a sample exceeds the collective engine's
-    /// message limit.
-    pub fn decide(&mut self, f: &StepFeatures, requested: Backend, collective_feasible: bool) -> Decision {
+    /// The engine for a step. `requested` is the backend in force (AUTO or forced).
+    pub fn decide(&mut self, f: &StepFeatures, requested: Backend) -> Decision {
         let (os, coll) = self.predict(f);
         let mut decision =
             Decision { engine: requested, predicted_onesided: os, predicted_collective: coll, probe: false };
         if requested == Backend::Auto {
-            decision.engine = self.choose_auto(f, os, coll, collective_feasible, &mut decision.probe);
+            decision.engine = self.choose_auto(f, os, coll, &mut decision.probe);
         }
         self.counters.decisions += 1;
         self.counters.probes += decision.probe as u64;
         decision
     }
 
-    fn choose_auto(&mut self, f: &StepFeatures, os: f64, coll: f64, feasible: bool, probe: &mut bool) -> Backend {
-        if !feasible {
-            return Backend::OneSided;
-        }
+    fn choose_auto(&mut self, f: &StepFeatures, os: f64, coll: f64, probe: &mut bool) -> Backend {
         if f.samples == 0.0 {
             // Nothing remote anywhere: the one-sided engine communicates not at all.
             return Backend::OneSided;
@@ -205,7 +200,7 @@ mod tests {
         let mut e = Estimator::new(CostParams::default(), settings());
         for forced in [Backend::OneSided, Backend::Collective] {
             for _ in 0..50 {
-                assert_eq!(e.decide(&step(64.0, 1e5), forced, true).engine, forced);
+                assert_eq!(e.decide(&step(64.0, 1e5), forced).engine, forced);
             }
         }
     }
@@ -214,31 +209,31 @@ mod tests {
     fn correction_moves_the_choice_to_the_engine_that_measures_faster() {
         let mut e = Estimator::new(CostParams::default(), settings());
         let f = step(16.0, 32768.0);
-        let first = e.decide(&f, Backend::Auto, true).engine;
+        let first = e.decide(&f, Backend::Auto).engine;
         // The chosen engine turns out 20x slower than modelled; the other as modelled.
         for _ in 0..40 {
-            let d = e.decide(&f, Backend::Auto, true);
+            let d = e.decide(&f, Backend::Auto);
             let modelled = e.params().predict(d.engine, &f);
             e.observe(d.engine, &f, if d.engine == first { 20.0 * modelled } else { modelled });
         }
-        assert_eq!(e.decide(&f, Backend::Auto, true).engine, other(first));
+        assert_eq!(e.decide(&f, Backend::Auto).engine, other(first));
     }
 
     #[test]
     fn probes_are_bounded_and_periodic() {
         let mut e = Estimator::new(CostParams::default(), settings());
         let f = step(16.0, 32768.0);
-        let probes = (0..100).filter(|_| e.decide(&f, Backend::Auto, true).probe).count();
+        let probes = (0..100).filter(|_| e.decide(&f, Backend::Auto).probe).count();
         assert!((9..=11).contains(&probes), "{probes} probes in 100 steps");
         let mut never = Estimator::new(CostParams::default(), Settings { probe_interval: 0, ..settings() });
-        assert!((0..100).all(|_| !never.decide(&f, Backend::Auto, true).probe));
+        assert!((0..100).all(|_| !never.decide(&f, Backend::Auto).probe));
     }
 
     #[test]
     fn hysteresis_keeps_the_engine_when_costs_are_equal() {
         let mut e = Estimator::new(CostParams::default(), Settings { probe_interval: 0, hysteresis: 0.1 });
         let f = step(16.0, 32768.0);
-        let first = e.decide(&f, Backend::Auto, true).engine;
+        let first = e.decide(&f, Backend::Auto).engine;
         // Make the other engine look 5% faster: within the margin, no switch.
         let (os, coll) = e.predict(&f);
         let target = if first == Backend::OneSided { os } else { coll } * 0.95;
@@ -246,14 +241,13 @@ mod tests {
         for _ in 0..30 {
             e.observe(other(first), &f, target / modelled * modelled);
         }
-        assert_eq!(e.decide(&f, Backend::Auto, true).engine, first);
+        assert_eq!(e.decide(&f, Backend::Auto).engine, first);
         assert_eq!(e.counters().switches, 0);
     }
 
     #[test]
-    fn infeasible_collective_and_empty_steps_use_onesided() {
+    fn empty_steps_use_onesided() {
         let mut e = Estimator::new(CostParams::default(), settings());
-        assert_eq!(e.decide(&step(1024.0, 1e6), Backend::Auto, false).engine, Backend::OneSided);
-        assert_eq!(e.decide(&step(0.0, 0.0), Backend::Auto, true).engine, Backend::OneSided);
+        assert_eq!(e.decide(&step(0.0, 0.0), Backend::Auto).engine, Backend::OneSided);
     }
 }

@@ -47,8 +47,8 @@ pub struct Core {
 struct PreparedFetch<'a> {
     plan: BatchPlan,
     out: &'a mut [u8],
-    /// None when a sample is too large for the collective engine's message limit.
-    rounds: Option<u64>,
+    /// Rounds of the collective exchange this rank needs.
+    rounds: u64,
     known_batches: Option<&'a dyn Fn(usize, &mut Vec<u64>)>,
 }
 
@@ -62,8 +62,7 @@ struct PendingMeasurement {
 /// Positions of the values each rank contributes to a fetch's agreement, before the
 /// step features (see `estimator::features`).
 const PREVIOUS_STEP_SECONDS: usize = 0;
-const COLLECTIVE_INFEASIBLE: usize = 1;
-const FEATURES: usize = 2;
+const FEATURES: usize = 1;
 
 impl Core {
     /// Collective: duplicate `host` and read the configuration. `local_check` carries
@@ -189,8 +188,7 @@ impl Core {
         let mut maxima = vec![0.0; FEATURES + features::encoded_len(ranks, matrix_max_ranks)];
         maxima[PREVIOUS_STEP_SECONDS] = self.pending.as_ref().map_or(0.0, |p| p.seconds);
         if let Ok(p) = &prepared {
-            maxima[COLLECTIVE_INFEASIBLE] = p.rounds.is_none() as u8 as f64;
-            let mine = features::encode(&p.plan, p.rounds.unwrap_or(1), self.comm.rank(), matrix_max_ranks);
+            let mine = features::encode(&p.plan, p.rounds, self.comm.rank(), matrix_max_ranks);
             maxima[FEATURES..].copy_from_slice(&mine);
         }
         let error = prepared.as_ref().err().cloned();
@@ -212,15 +210,7 @@ impl Core {
         }
         let prepared = prepared.expect("agreed that every rank prepared its fetch");
         let step_features = features::decode(&agreed.maxima[FEATURES..], ranks, matrix_max_ranks);
-        let collective_feasible = agreed.maxima[COLLECTIVE_INFEASIBLE] == 0.0;
-        if self.backend == Backend::Collective && !collective_feasible {
-            return Err(Error::invalid(format!(
-                "the collective engine cannot move a sample larger than \
-                 MDL_MAX_MESSAGE_BYTES / ranks = {} bytes; use the one-sided engine",
-                self.config.max_message_bytes / ranks as u64
-            )));
-        }
-        let decision = self.estimator.decide(&step_features, self.backend, collective_feasible);
+        let decision = self.estimator.decide(&step_features, self.backend);
         self.run(&decision, prepared, step_features)
     }
 
@@ -239,8 +229,7 @@ impl Core {
                 ),
             ));
         }
-        let rounds = collective_rounds(&plan.remote, self.comm.size(), self.config.max_message_bytes)
-            .map(|r| r.len() as u64);
+        let rounds = collective_rounds(&plan.remote, self.comm.size(), self.config.max_message_bytes);
         Ok(PreparedFetch { plan, out: args.out, rounds, known_batches: args.known_batches })
     }
 
