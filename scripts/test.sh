@@ -46,14 +46,13 @@ run_suite unit env MPICC=mpicc.openmpi CARGO_TARGET_DIR=target/openmpi cargo tes
 for mpi in $MPIS; do
     run_suite "build-$mpi" scripts/build.sh "$mpi"
 done
-for mpi in $MPIS; do
-    run_suite "c-$mpi" tests/run_c_tests.sh "$mpi"
-done
-for mpi in $MPIS; do
-    run_suite "cmake-$mpi" tests/run_cmake_tests.sh "$mpi"
-done
-for mpi in $MPIS; do
-    run_suite "bindings-$mpi" tests/run_binding_tests.sh "$mpi"
+# Each suite for each MPI: C tests (tests/run_c_tests.sh), the CMake package and its
+# consumers (tests/run_cmake_tests.sh), the Fortran and Python bindings with QM9
+# (tests/run_binding_tests.sh).
+for suite in c cmake binding; do
+    for mpi in $MPIS; do
+        run_suite "$suite-$mpi" "tests/run_${suite}_tests.sh" "$mpi"
+    done
 done
 
 [ ${#FAILED_SUITES[@]} -gt 0 ] && echo "failed suites: ${FAILED_SUITES[*]}"
