@@ -9,14 +9,15 @@
  * byte-identical, and guard bytes after out_cap / after out_offsets[n] must be untouched.
  *
  * Phases (all run by default):
- *   world    mdl_init(MPI_COMM_WORLD)
+ *   world    mdl_init(MPI_COMM_WORLD); then 6 "large" steps of up to 4 x --large ids
+ *            per rank (default 5000; 0 skips them)
  *   sub      mdl_init on an MPI_Comm_split sub-communicator (rank order reversed, the
  *            caller frees its comm right after mdl_init), interleaved step by step
  *            with a second world loader whose dataset has a different seed, so
  *            cross-talk between two live loaders would show up as wrong bytes
  *   fortran  mdl_init_f(MPI_Comm_c2f(dup of world))
  *
- * Usage: fetch_test [--iters N] [--seed S] [--base N] [--max-batch B] [--no-big]
+ * Usage: fetch_test [--iters N] [--seed S] [--base N] [--max-batch B] [--large B] [--no-big]
  *                   [--phases world,sub,fortran] [--engines onesided,collective,auto]
  *                   [--max-errors N] [--trace] [--step-timeout SECONDS]
  *
@@ -94,6 +95,7 @@ typedef struct opts {
     uint64_t seed;
     uint64_t base;
     uint64_t max_batch;
+    uint64_t large; /* max_batch of the "large" steps (0: none) */
     int big;
     int ph_world, ph_sub, ph_fortran;
 } opts;
@@ -496,6 +498,7 @@ static int parse_args(int argc, char **argv, opts *o)
     o->seed = 1;
     o->base = 1000;
     o->max_batch = 64;
+    o->large = 5000;
     o->big = 1;
     o->ph_world = o->ph_sub = o->ph_fortran = 1;
     for (int i = 1; i < argc; i++) {
@@ -516,6 +519,8 @@ static int parse_args(int argc, char **argv, opts *o)
             o->base = v;
         else if (!strcmp(a, "--max-batch") && has && !tc_parse_u64(argv[++i], &v) && v > 0)
             o->max_batch = v;
+        else if (!strcmp(a, "--large") && has && !tc_parse_u64(argv[++i], &v))
+            o->large = v;
         else if (!strcmp(a, "--max-errors") && has && !tc_parse_u64(argv[++i], &v))
             g_max_errors = (long)v;
         else if (!strcmp(a, "--phases") && has && !parse_phases(argv[++i], o))
@@ -530,7 +535,7 @@ static int parse_args(int argc, char **argv, opts *o)
         else {
             if (g_wrank == 0)
                 fprintf(stderr,
-                        "usage: %s [--iters N] [--seed S] [--base N] [--max-batch B] [--no-big]\n"
+                        "usage: %s [--iters N] [--seed S] [--base N] [--max-batch B] [--large B] [--no-big]\n"
                         "          [--phases world,sub,fortran] [--engines onesided,collective,auto]\n"
                         "          [--max-errors N] [--trace] [--step-timeout SECONDS]\n",
                         argv[0]);
@@ -561,9 +566,9 @@ int main(int argc, char **argv)
     /* Registration, index checks and reports are collective too: watch them as well. */
     watchdog("setup", 0, -1);
     if (g_wrank == 0) {
-        printf("fetch_test: %d ranks, iters=%llu seed=%llu base=%llu max_batch=%llu big=%d\n", wsize,
-               (unsigned long long)o.iters, (unsigned long long)o.seed, (unsigned long long)o.base,
-               (unsigned long long)o.max_batch, o.big);
+        printf("fetch_test: %d ranks, iters=%llu seed=%llu base=%llu max_batch=%llu large=%llu big=%d\n",
+               wsize, (unsigned long long)o.iters, (unsigned long long)o.seed, (unsigned long long)o.base,
+               (unsigned long long)o.max_batch, (unsigned long long)o.large, o.big);
         fflush(stdout);
     }
 
@@ -592,6 +597,16 @@ int main(int argc, char **argv)
                      g_use[0] && (g_use[1] || g_use[2]) ? "=" : "", g_use[1] ? "collective" : "",
                      g_use[1] && g_use[2] ? "=" : "", g_use[2] ? "auto" : "");
             all_ok &= report(label, &cp, 1, 0);
+            if (o.large) {
+                /* A few batches of thousands of ids per rank (tens of MB): long plans,
+                   many rounds, large counts, at the default message cap too. */
+                reset_stats(&c);
+                c.max_batch = o.large;
+                for (uint64_t it = 0; it < 6; it++)
+                    step(&c, o.iters + it);
+                c.max_batch = o.max_batch;
+                all_ok &= report("world/large-batches (up to 4 x --large ids per rank)", &cp, 1, 0);
+            }
             reset_stats(&c);
             ctx_close(&c);
             all_ok &= report("world/finalize", &cp, 1, 0);
