@@ -21,6 +21,9 @@
  * Environment: MDL_LOG=info shows the library's decisions; MDL_BACKEND is overridden
  * per row by mdl_set_backend.
  *
+ * The last column counts the steps each engine ran in the row (warm-up included), from
+ * mdl_stats_json: for "auto" it shows what the estimator chose.
+ *
  * Exit status: 0 if every byte verified, 1 otherwise, 2 on bad usage or library error.
  */
 #include <math.h>
@@ -191,6 +194,20 @@ static int parse_args(int argc, char **argv, opts *o)
     return 0;
 }
 
+/* Steps run so far by one engine, from mdl_stats_json ("onesided": {"steps": N, ...}).
+   Used to show what AUTO chose; -1 if the statistics are unavailable. */
+static long engine_steps(const mdl_loader *h, const char *engine)
+{
+    char js[4096], key[64];
+    if (mdl_stats_json(h, js, sizeof js) == 0)
+        return -1;
+    snprintf(key, sizeof key, "\"%s\"", engine);
+    const char *p = strstr(js, key);
+    p = p ? strstr(p, "\"steps\"") : NULL;
+    p = p ? strchr(p, ':') : NULL;
+    return p ? strtol(p + 1, NULL, 10) : -1;
+}
+
 static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -268,8 +285,8 @@ int main(int argc, char **argv)
                (unsigned long long)o.steps, (unsigned long long)o.warmup, o.verify ? "every byte" : "off");
         printf("mdl_init %.1f ms, mdl_register_shard %.1f ms (slowest rank)\n\n", tmax[0] * 1e3,
                tmax[1] * 1e3);
-        printf("| batch/rank | engine     | median step (ms) | p90 step (ms) | samples/s  | MB/s    |\n");
-        printf("|-----------:|------------|-----------------:|--------------:|-----------:|--------:|\n");
+        printf("| batch/rank | engine     | median step (ms) | p90 step (ms) | samples/s  | MB/s    | steps run by     |\n");
+        printf("|-----------:|------------|-----------------:|--------------:|-----------:|--------:|------------------|\n");
         fflush(stdout);
     }
     FILE *csv = NULL;
@@ -294,6 +311,8 @@ int main(int argc, char **argv)
         for (int ei = 0; ei < o.nengines; ei++) {
             mdl_backend eng = o.engines[ei];
             check(mdl_set_backend(h, eng), "mdl_set_backend", rank);
+            /* The estimator's choices are the same on every rank: rank 0's counts tell. */
+            long os0 = engine_steps(h, "onesided"), co0 = engine_steps(h, "collective");
             for (uint64_t s = 0; s < nsteps; s++) {
                 /* Same id stream for every engine: rows differ only by the engine. */
                 uint64_t st = mix64(o.seed ^ mix64(B * 1000003u + s) ^ ((uint64_t)rank << 40));
@@ -339,8 +358,12 @@ int main(int argc, char **argv)
                 double med = o.steps % 2 ? m[o.steps / 2] : 0.5 * (m[o.steps / 2 - 1] + m[o.steps / 2]);
                 double p90 = m[(o.steps * 9) / 10 < o.steps ? (o.steps * 9) / 10 : o.steps - 1];
                 double sps = (double)P * (double)B / med, mbs = bytes / med / 1e6;
-                printf("| %10llu | %-10s | %16.3f | %13.3f | %10.0f | %7.1f |\n", (unsigned long long)B,
-                       engine_name(eng), med * 1e3, p90 * 1e3, sps, mbs);
+                long os = engine_steps(h, "onesided") - os0, co = engine_steps(h, "collective") - co0;
+                char picks[64] = "?";
+                if (os0 >= 0 && co0 >= 0)
+                    snprintf(picks, sizeof picks, "os %ld, coll %ld", os, co);
+                printf("| %10llu | %-10s | %16.3f | %13.3f | %10.0f | %7.1f | %-16s |\n", (unsigned long long)B,
+                       engine_name(eng), med * 1e3, p90 * 1e3, sps, mbs, picks);
                 fflush(stdout);
                 if (csv)
                     fprintf(csv, "%d,%llu,%s,%llu,%.9f,%.9f,%.1f,%.3f\n", P, (unsigned long long)B,
