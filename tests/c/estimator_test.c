@@ -11,22 +11,12 @@
  */
 #define _POSIX_C_SOURCE 200809L /* setenv */
 #include "mdloader.h"
+#include "check.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static int g_rank, g_size, g_failed;
 
-static void check(int ok, const char *what)
-{
-    int all = 0;
-    MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-    if (!all)
-        g_failed++;
-    if (g_rank == 0)
-        printf("%s %s\n", all ? "PASS" : "FAIL", what);
-    fflush(stdout);
-}
 
 /* The number after "key": in the JSON text, searching from `within` (e.g. "\"collective\"")
    when given. */
@@ -47,13 +37,6 @@ static char *stats(mdl_loader *h)
     return buf;
 }
 
-static int same_on_all_ranks(double v)
-{
-    double lo, hi;
-    MPI_Allreduce(&v, &lo, 1, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD);
-    MPI_Allreduce(&v, &hi, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-    return lo == hi;
-}
 
 int main(int argc, char **argv)
 {

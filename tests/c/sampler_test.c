@@ -14,11 +14,11 @@
  * Prints PASS/FAIL lines on rank 0; exit status 0 when everything passed.
  */
 #include "mdloader.h"
+#include "check.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static int g_rank, g_size, g_failed;
 static uint64_t g_n = 1000;
 
 /* The dataset: sample g has (g * 37) % 300 bytes, byte k is (g * 131 + k) & 0xff;
@@ -30,17 +30,6 @@ static uint64_t first_id(int r)
 static uint64_t size_of(uint64_t g) { return (g * 37) % 300; }
 static uint8_t byte_of(uint64_t g, uint64_t k) { return (uint8_t)((g * 131 + k) & 0xff); }
 
-/* Agree on a check across ranks and report it on rank 0. */
-static void check(int ok, const char *what)
-{
-    int all = 0;
-    MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-    if (!all)
-        g_failed++;
-    if (g_rank == 0)
-        printf("%s %s\n", all ? "PASS" : "FAIL", what);
-    fflush(stdout);
-}
 
 static uint64_t mix(uint64_t h, uint64_t x)
 {
@@ -103,13 +92,6 @@ static run_result run_epoch(mdl_loader *h, mdl_backend b, uint32_t depth, uint64
     return res;
 }
 
-static int same_on_all_ranks(uint64_t v)
-{
-    uint64_t lo = 0, hi = 0;
-    MPI_Allreduce(&v, &lo, 1, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);
-    MPI_Allreduce(&v, &hi, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
-    return lo == hi;
-}
 
 int main(int argc, char **argv)
 {
