@@ -10,8 +10,9 @@
 //! before use, and the state updates are deterministic, so all ranks make the same
 //! choice without further communication.
 //!
-//! Online correction: steps are grouped into buckets by batch size (log2 of the remote
-//! samples of the busiest rank). Each bucket keeps, per engine, a scale applied to the
+//! Online correction: steps are grouped into buckets by batch size and sample size
+//! (log2 of the remote samples of the busiest rank, log2 of its mean remote sample
+//! size). Each bucket keeps, per engine, a scale applied to the
 //! model: an exponential moving average of log(measured / predicted), so a model that
 //! is wrong in one regime is corrected there without disturbing the others. Every
 //! `probe_interval` steps of a bucket the engine not in use is run once (a probe) unless
@@ -88,14 +89,23 @@ fn other(engine: Backend) -> Backend {
     if engine == Backend::Collective { Backend::OneSided } else { Backend::Collective }
 }
 
-fn bucket_of(f: &StepFeatures) -> usize {
-    let samples = f.samples.max(0.0) as u64;
-    (u64::BITS - samples.leading_zeros()) as usize
+/// Buckets per dimension: log2 classes of a u64.
+const CLASSES: usize = 65;
+
+fn log2_class(x: f64) -> usize {
+    let x = x.max(0.0) as u64;
+    (u64::BITS - x.leading_zeros()) as usize
+}
+
+/// (batch class, sample-size class) of a step.
+fn bucket_of(f: &StepFeatures) -> (usize, usize) {
+    let mean_sample = if f.samples > 0.0 { f.bytes / f.samples } else { 0.0 };
+    (log2_class(f.samples), log2_class(mean_sample))
 }
 
 impl Estimator {
     pub fn new(params: CostParams, settings: Settings) -> Estimator {
-        Estimator { params, settings, buckets: vec![None; 65], counters: Default::default() }
+        Estimator { params, settings, buckets: vec![None; CLASSES * CLASSES], counters: Default::default() }
     }
 
     #[cfg(test)]
@@ -108,15 +118,18 @@ impl Estimator {
     }
 
     fn bucket(&mut self, f: &StepFeatures) -> &mut Bucket {
-        let index = bucket_of(f);
+        let (batch, size) = bucket_of(f);
+        let index = batch * CLASSES + size;
         // A new bucket starts from the nearest bucket's correction: neighbouring batch
-        // sizes behave alike.
+        // and sample sizes behave alike.
         if self.buckets[index].is_none() {
-            let nearest = (0..self.buckets.len())
-                .filter(|&i| self.buckets[i].is_some())
-                .min_by_key(|&i| i.abs_diff(index));
+            let distance = |i: usize| (i / CLASSES).abs_diff(batch) + (i % CLASSES).abs_diff(size);
+            let nearest = (0..self.buckets.len()).filter(|&i| self.buckets[i].is_some()).min_by_key(|&i| distance(i));
             let log_scale = nearest.map_or([0.0; 2], |i| self.buckets[i].expect("filtered").log_scale);
-            let steps_since_probe = self.settings.probe_interval / 2;
+            // The first probe comes early (after 8 steps): a new bucket's correction is
+            // borrowed, and least to be trusted.
+            let interval = self.settings.probe_interval;
+            let steps_since_probe = interval.saturating_sub(8.min(interval / 2));
             self.buckets[index] = Some(Bucket { log_scale, preferred: None, steps_since_probe });
         }
         self.buckets[index].as_mut().expect("created above")
