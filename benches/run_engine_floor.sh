@@ -17,7 +17,10 @@
 # Note: on a 2-core machine, 4 ranks are oversubscribed. Open MPI then still runs at
 # microsecond scale; MPICH's blocking calls busy-poll and become ~1000x slower
 # (ENVIRONMENT.md), which makes its 4-rank raw-MPI rows meaningless: MPICH defaults
-# to 2 ranks only (override with NPS).
+# to 2 ranks only (override with NPS). Also, with more ranks than cores MPICH 4.0.2
+# sometimes completes MPI_Win_flush_all before the gets' data arrived
+# (tests/c/repro/mpich_flush_all_incomplete.c): the floor-gets rows then fail
+# verification, and engine_floor exits non-zero.
 set -u
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 WHICH=${1:-openmpi}
