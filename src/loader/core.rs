@@ -79,12 +79,9 @@ impl Core {
         let yield_between_tests = match config.wait {
             Wait::Spin => false,
             Wait::Yield => true,
-            Wait::Auto => {
-                let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-                comm.ranks_on_node()? > cores
-            }
+            Wait::Auto => comm.ranks_on_node()? > online_cores(),
         };
-        mpi::set_wait_policy(yield_between_tests);
+        mpi::set_wait_policy(yield_between_tests, !mpi::is_mpich());
         log::debug!(
             "rank {}/{}: backend {}, max message {} bytes, waits {}",
             comm.rank(),
@@ -302,4 +299,13 @@ impl Core {
         let freed_comm = comm.free();
         freed_store.and(freed_comm)
     }
+}
+
+/// The node's online cores. Not this process's affinity mask: a launcher that binds
+/// each rank to one core (Open MPI does at two ranks or fewer) does not make the node
+/// oversubscribed.
+fn online_cores() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    if n > 0 { n as usize } else { std::thread::available_parallelism().map_or(1, |n| n.get()) }
 }

@@ -62,6 +62,18 @@ pub fn thread_multiple() -> bool {
     provided == unsafe { ffi::RSMPI_THREAD_MULTIPLE }
 }
 
+/// Whether the MPI library is MPICH (or derived from it), from its version string.
+pub fn is_mpich() -> bool {
+    let mut buf = vec![0 as c_char; ffi::MPI_MAX_LIBRARY_VERSION_STRING as usize + 1];
+    let mut len: c_int = 0;
+    // SAFETY: buf holds MPI_MAX_LIBRARY_VERSION_STRING characters as the standard requires.
+    if unsafe { ffi::MPI_Get_library_version(buf.as_mut_ptr(), &mut len) } != ffi::MPI_SUCCESS as c_int {
+        return false;
+    }
+    let bytes: Vec<u8> = buf[..len.max(0) as usize].iter().map(|&c| c as u8).collect();
+    String::from_utf8_lossy(&bytes).contains("MPICH")
+}
+
 /// Seconds since an arbitrary point, from `MPI_Wtime`.
 pub fn wtime() -> f64 {
     // SAFETY: MPI_Wtime has no preconditions beyond an initialised MPI.

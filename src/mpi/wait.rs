@@ -19,11 +19,23 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Whether waits yield the core between tests (process-wide; all loaders share a node).
 static YIELD: AtomicBool = AtomicBool::new(true);
+/// Whether `MPI_Win_flush_all` may complete gets. MPICH 4.0.2 sometimes returns from it
+/// before the data of the gets has arrived when ranks outnumber cores
+/// (tests/c/repro/mpich_flush_all_incomplete.c); there gets are `MPI_Rget`, completed
+/// by waiting on their requests.
+static FLUSH_COMPLETES_GETS: AtomicBool = AtomicBool::new(false);
 
 /// How waits behave: `true` yields between tests (oversubscribed cores), `false` uses
-/// blocking calls where there are any, and spins otherwise.
-pub fn set_policy(yield_between_tests: bool) {
+/// blocking calls where there are any, and spins otherwise. `trust_flush` tells whether
+/// `MPI_Win_flush_all` may complete gets (not on MPICH).
+pub fn set_policy(yield_between_tests: bool, trust_flush: bool) {
     YIELD.store(yield_between_tests, Ordering::Relaxed);
+    FLUSH_COMPLETES_GETS.store(trust_flush, Ordering::Relaxed);
+}
+
+/// Whether gets may be completed by a blocking flush.
+pub fn flush_completes_gets() -> bool {
+    blocking_allowed() && FLUSH_COMPLETES_GETS.load(Ordering::Relaxed)
 }
 
 thread_local! {

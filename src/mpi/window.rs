@@ -7,7 +7,7 @@
 //! epoch (`MPI_Win_lock_all`) is opened at creation and held until the window is freed:
 //! a fetch pays for gets and their completion only, never for locks.
 
-use super::{Comm, MAX_COUNT, check, comm::null_request, ffi, to_count, wait::blocking_allowed, wait::wait_all};
+use super::{Comm, MAX_COUNT, check, comm::null_request, ffi, to_count, wait::flush_completes_gets, wait::wait_all};
 use crate::error::{Error, Result};
 use std::os::raw::{c_int, c_void};
 
@@ -93,11 +93,11 @@ impl Window {
 
     /// Perform every get into `dest` and wait for all of them. A get longer than
     /// `max_message` bytes (at most the MPI count limit) is split. With cores to spare
-    /// the gets are `MPI_Get` completed by one `MPI_Win_flush_all`; on oversubscribed
-    /// cores they are `MPI_Rget` completed by the test-and-yield loop (see `wait`).
+    /// (and not on MPICH) the gets are `MPI_Get` completed by one `MPI_Win_flush_all`;
+    /// otherwise they are `MPI_Rget` completed by the wait loop (see `wait`).
     pub fn get_all(&self, gets: &[Get], dest: &mut [u8], max_message: u64) -> Result<()> {
         let chunk = max_message.clamp(1, MAX_COUNT);
-        if blocking_allowed() {
+        if flush_completes_gets() {
             let issued = self.issue(gets, dest, chunk, |origin, count, target, disp| {
                 // SAFETY: see `issue`; the flush below completes the get.
                 unsafe {
