@@ -193,6 +193,7 @@ impl Core {
         // Every rank has the same pending step (all ran it), so all learn the same.
         if let Some(previous) = self.pending.take() {
             let slowest = agreed.maxima[PREVIOUS_STEP_SECONDS];
+            log::trace!("measured {} {:.1} us (slowest rank)", previous.engine.name(), slowest * 1e6);
             self.estimator.observe(previous.engine, &previous.features, slowest);
             self.stats.engine_mut(previous.engine).measured_slowest_seconds += slowest;
         }
@@ -208,6 +209,14 @@ impl Core {
         let prepared = prepared.expect("agreed that every rank prepared its fetch");
         let step_features = features::decode(&agreed.maxima[FEATURES..], ranks, matrix_max_ranks);
         let decision = self.estimator.decide(&step_features, self.backend);
+        log::trace!(
+            "{:?}: predicted one-sided {:.1} us, collective {:.1} us -> {}{}",
+            step_features,
+            decision.predicted_onesided * 1e6,
+            decision.predicted_collective * 1e6,
+            decision.engine.name(),
+            if decision.probe { " (probe)" } else { "" }
+        );
         self.run(&decision, prepared, step_features)
     }
 
