@@ -28,6 +28,7 @@
 set -u
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+source "$ROOT/tests/lib.sh"
 WHICH=${1:-all}
 TIMEOUT=${MDL_TEST_TIMEOUT:-300}
 PYTHON=${PYTHON:-python3}
@@ -35,33 +36,7 @@ LOGDIR=$ROOT/target/test-logs
 QM9DIR=$ROOT/target/qm9
 mkdir -p "$LOGDIR" "$QM9DIR"
 
-case $WHICH in
-openmpi) MPIS=(openmpi) ;;
-mpich) MPIS=(mpich) ;;
-all) MPIS=(openmpi mpich) ;;
-*)
-    echo "usage: $0 openmpi|mpich|all" >&2
-    exit 2
-    ;;
-esac
-
-PASSED=0
-FAILED=0
-
-pass() {
-    echo "PASS $1"
-    PASSED=$((PASSED + 1))
-}
-
-fail() {
-    echo "FAIL $1"
-    FAILED=$((FAILED + 1))
-    if [ -n "${2:-}" ] && [ -f "$2" ]; then
-        echo "----- $2 (last 100 lines) -----"
-        tail -n 100 "$2"
-        echo "----- end of $2 -----"
-    fi
-}
+mdl_select_mpis "$WHICH"
 
 # step <log> <command...>: runs a command with its output appended to log.
 step() {
@@ -291,5 +266,4 @@ for mpi in "${MPIS[@]}"; do
     fi
 done
 
-echo "$PASSED passed, $FAILED failed"
-[ "$FAILED" -eq 0 ]
+mdl_summary

@@ -24,6 +24,7 @@
 set -u
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+source "$ROOT/tests/lib.sh"
 WHICH=${1:-all}
 TIMEOUT=${MDL_TEST_TIMEOUT:-600}
 ITERS=${MDL_TEST_ITERS:-1000}
@@ -32,35 +33,7 @@ LOGDIR=${MDL_TEST_LOGDIR:-$ROOT/target/test-logs}
 BUILDROOT=${MDL_TEST_BUILDDIR:-$ROOT/target/c-tests}
 mkdir -p "$LOGDIR"
 
-case $WHICH in
-openmpi) MPIS=(openmpi) ;;
-mpich) MPIS=(mpich) ;;
-all) MPIS=(openmpi mpich) ;;
-*)
-    echo "usage: $0 openmpi|mpich|all" >&2
-    exit 2
-    ;;
-esac
-
-PASSED=0
-FAILED=0
-
-pass() {
-    echo "PASS $1"
-    PASSED=$((PASSED + 1))
-}
-
-fail() {
-    echo "FAIL $1"
-    FAILED=$((FAILED + 1))
-    if [ -n "${2:-}" ] && [ -f "$2" ]; then
-        # Indented, so that the test's own "PASS ..." lines cannot be mistaken for
-        # this script's one-line-per-case results.
-        echo "    ----- $2 (last 200 lines) -----"
-        tail -n 200 "$2" | sed 's/^/    | /'
-        echo "    ----- end of $2 -----"
-    fi
-}
+mdl_select_mpis "$WHICH"
 
 # build <mpi>: compiles the test programs; returns non-zero if anything failed.
 build() {
@@ -208,5 +181,4 @@ for mpi in "${MPIS[@]}"; do
     fi
 done
 
-echo "$PASSED passed, $FAILED failed"
-[ "$FAILED" -eq 0 ]
+mdl_summary

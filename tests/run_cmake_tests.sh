@@ -25,39 +25,14 @@
 set -u
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+source "$ROOT/tests/lib.sh"
 WHICH=${1:-all}
 TIMEOUT=${MDL_TEST_TIMEOUT:-300}
 BUILD_TIMEOUT=${MDL_BUILD_TIMEOUT:-3600}
 LOGDIR=$ROOT/target/test-logs
 mkdir -p "$LOGDIR"
 
-case $WHICH in
-openmpi) MPIS=(openmpi) ;;
-mpich) MPIS=(mpich) ;;
-all) MPIS=(openmpi mpich) ;;
-*)
-    echo "usage: $0 openmpi|mpich|all" >&2
-    exit 2
-    ;;
-esac
-
-PASSED=0
-FAILED=0
-
-pass() {
-    echo "PASS $1"
-    PASSED=$((PASSED + 1))
-}
-
-fail() {
-    echo "FAIL $1"
-    FAILED=$((FAILED + 1))
-    if [ -n "${2:-}" ] && [ -f "$2" ]; then
-        echo "----- $2 (last 60 lines) -----"
-        tail -n 60 "$2"
-        echo "----- end of $2 -----"
-    fi
-}
+mdl_select_mpis "$WHICH"
 
 # CMake arguments that make FindMPI pick the given MPI.
 mpi_cmake_args() {
@@ -319,5 +294,4 @@ EOF
     fi
 done
 
-echo "$PASSED passed, $FAILED failed"
-[ "$FAILED" -eq 0 ]
+mdl_summary
