@@ -1,0 +1,940 @@
+/*
+ * grid_bench: one (MPI, transport, ranks) run of the engine-choice grid (issue 3).
+ *
+ * For every point (batch per rank B) x (mean sample size m), on a dataset spread over
+ * all ranks (sample sizes uniform in [m/2, 3m/2]) and with the SAME id stream (measured
+ * step k of every variant fetches the same ids), it measures:
+ *
+ *   onesided    mdl_fetch_batch, MDL_BACKEND_ONESIDED forced
+ *   collective  mdl_fetch_batch, MDL_BACKEND_COLLECTIVE forced
+ *   auto        mdl_fetch_batch, MDL_BACKEND_AUTO, on a loader of its own that is never
+ *               forced (fresh per point by default: registered and calibrated as a
+ *               training run would be; --auto-loader shared keeps one per sample size)
+ *   ddstore     DDStore's loop in raw MPI: MPI_Win_lock(SHARED) / MPI_Get /
+ *               MPI_Win_unlock per sample (local ones too), window from MPI_Win_allocate
+ *   floor_rma   MPI_Win_lock_all, one MPI_Get per remote sample (local ones memcpy'd),
+ *               one MPI_Win_flush_all, MPI_Win_unlock_all
+ *   floor_a2a   MPI_Alltoall of request counts, MPI_Alltoallv of the ids, owners pack,
+ *               MPI_Alltoallv of the bytes (local samples memcpy'd; no unpack into
+ *               request order)
+ *
+ * Method: onesided, collective, auto, floor_rma and floor_a2a run interleaved, step by
+ * step in turn on the same ids, the order rotated every step (so that load from other
+ * jobs on this shared machine, and the cache and memory state one variant leaves behind,
+ * hit them alike): a fresh warm-up of --warmup steps of each, then N measured steps of each,
+ * N adaptive so that the group takes about --budget seconds (clamped to [--nmin,
+ * --nmax]) and never more than --limit seconds (down to 1 step, without warm-up when
+ * the step is predicted above the limit from the previous batch size). The forced
+ * engines share one loader (mdl_set_backend before each step); AUTO has a loader of its
+ * own that only ever sees AUTO steps. The DDStore-style loop runs afterwards in a block
+ * of its own with --dd-budget / --dd-limit, and a point whose single step is predicted
+ * above --skip-over seconds is not run and reported as empty. Step time = the slowest
+ * rank's (MPI_Allreduce MAX per step, ranks lined up by a barrier outside the clock);
+ * reported: the median over the measured steps, in microseconds.
+ *
+ * AUTO's choices: the onesided/collective step counts of mdl_stats_json before and
+ * after the measured steps. pred_onesided/pred_collective: the raw cost model
+ * (src/estimator/model.rs) with the AUTO loader's calibrated parameters, applied to the
+ * features of the measured steps (without online correction): what AUTO would pick
+ * from calibration alone.
+ *
+ * --wait yield (default for MPICH with more ranks than cores): the raw-MPI floors use
+ * nonblocking calls (MPI_Rget, MPI_Ialltoall(v)) completed by an MPI_Test + sched_yield
+ * loop, as the library does, because MPICH's blocking calls busy-poll and are ~1000x
+ * slower oversubscribed. The DDStore loop stays blocking (there is no nonblocking unlock).
+ *
+ * Output (rank 0): one CSV row per point, flushed as it is measured (--csv FILE, or
+ * stdout); progress on stderr. Every variant's first measured step is verified byte
+ * for byte outside the clock (column bad).
+ *
+ * Usage: mpirun -n P grid_bench --mpi openmpi --transport shm [--batches 1,4,16,64,256,1024]
+ *        [--sizes 256,2048,16384] [--samples-per-rank 4000] [--samples-per-rank-large 1000]
+ *        [--large-from 16384] [--budget 1] [--limit 6] [--dd-budget 0.25] [--dd-limit 3]
+ *        [--skip-over 30] [--warmup 2]
+ *        [--nmin 5] [--nmax 200] [--seed 7] [--wait auto|block|yield]
+ *        [--auto-loader fresh|shared] [--csv FILE] [--header]
+ */
+#define _GNU_SOURCE
+#include <math.h>
+#include <mpi.h>
+#include <sched.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "mdloader.h"
+
+enum { V_OS, V_COLL, V_AUTO, V_DD, V_FRMA, V_FA2A, NV };
+
+static int g_rank, g_P, g_yield;
+
+/* ---------------------------------------------------------------- helpers */
+
+static void die(const char *what)
+{
+    fprintf(stderr, "[rank %d] %s\n", g_rank, what);
+    MPI_Abort(MPI_COMM_WORLD, 2);
+}
+
+static void *xmalloc(size_t n)
+{
+    void *p = malloc(n ? n : 1);
+    if (!p)
+        die("out of memory");
+    return p;
+}
+
+static void lib_check(mdl_status st, const char *what)
+{
+    if (st == MDL_OK)
+        return;
+    char msg[512] = "";
+    mdl_last_error(msg, sizeof msg);
+    fprintf(stderr, "[rank %d] %s: %s (%s)\n", g_rank, what, mdl_status_string(st), msg);
+    MPI_Abort(MPI_COMM_WORLD, 2);
+}
+
+/* Complete requests: MPI_Waitall, or a test-and-yield loop (--wait yield). */
+static void wait_all(int n, MPI_Request *r)
+{
+    if (n <= 0)
+        return;
+    if (!g_yield) {
+        MPI_Waitall(n, r, MPI_STATUSES_IGNORE);
+        return;
+    }
+    for (;;) {
+        int done = 0;
+        MPI_Testall(n, r, &done, MPI_STATUSES_IGNORE);
+        if (done)
+            return;
+        sched_yield();
+    }
+}
+
+/* Barrier and all-reduce outside the clock: always nonblocking + yield, so that
+   oversubscribed MPICH ranks do not spin against each other between steps. */
+static void sync_all(void)
+{
+    MPI_Request r;
+    MPI_Ibarrier(MPI_COMM_WORLD, &r);
+    int save = g_yield;
+    g_yield = 1;
+    wait_all(1, &r);
+    g_yield = save;
+}
+
+static void allreduce(const void *in, void *out, int n, MPI_Datatype t, MPI_Op op)
+{
+    MPI_Request r;
+    MPI_Iallreduce(in, out, n, t, op, MPI_COMM_WORLD, &r);
+    int save = g_yield;
+    g_yield = 1;
+    wait_all(1, &r);
+    g_yield = save;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+    if (n <= 0)
+        return NAN;
+    qsort(v, (size_t)n, sizeof(double), cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* ---------------------------------------------------------------- dataset */
+
+static uint64_t mix64(uint64_t x)
+{
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+/* Uniform in [m/2, 3m/2]: mean m. */
+static uint64_t size_of(uint64_t seed, uint64_t m, uint64_t g)
+{
+    uint64_t h = mix64(g * 2 + 1 + seed * 0x9E3779B97F4A7C15ull + m);
+    return m / 2 + h % (m + 1);
+}
+
+static void fill(uint64_t seed, uint64_t g, uint8_t *p, uint64_t n)
+{
+    uint64_t key = mix64(g ^ mix64(seed));
+    for (uint64_t k = 0; k < n; k += 8) {
+        uint64_t w = mix64(key + (k >> 3));
+        for (uint64_t j = 0; j < 8 && k + j < n; j++)
+            p[k + j] = (uint8_t)(w >> (j * 8));
+    }
+}
+
+static int verify(uint64_t seed, uint64_t g, const uint8_t *p, uint64_t n)
+{
+    uint64_t key = mix64(g ^ mix64(seed));
+    for (uint64_t k = 0; k < n; k += 8) {
+        uint64_t w = mix64(key + (k >> 3));
+        for (uint64_t j = 0; j < 8 && k + j < n; j++)
+            if (p[k + j] != (uint8_t)(w >> (j * 8)))
+                return 0;
+    }
+    return 1;
+}
+
+/* Rank r's ids at step s (s < 1000: warm-up s; 1000 + k: measured step k), uniformly
+   random over all samples. Any rank can compute any rank's stream. */
+static void batch_ids(uint64_t seed, int r, uint64_t B, uint64_t s, uint64_t total, uint64_t *ids)
+{
+    uint64_t st = mix64(seed ^ mix64(B * 1000003u + s) ^ ((uint64_t)r << 40));
+    for (uint64_t k = 0; k < B; k++) {
+        st += 0x9E3779B97F4A7C15ull;
+        ids[k] = mix64(st) % total;
+    }
+}
+
+/* ---------------------------------------------------------------- options */
+
+typedef struct opts {
+    const char *mpi, *transport, *csv, *wait, *auto_loader;
+    uint64_t batches[16], sizes[8];
+    int nb, ns;
+    uint64_t per_rank, per_rank_large, large_from, seed;
+    double budget, limit, dd_budget, dd_limit, skip_over;
+    int warmup, nmin, nmax, header;
+} opts;
+
+static int parse_list(const char *v, uint64_t *out, int cap)
+{
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", v);
+    int n = 0;
+    for (char *t = strtok(buf, ","); t; t = strtok(NULL, ",")) {
+        if (n == cap)
+            return -1;
+        char *end;
+        out[n] = strtoull(t, &end, 10);
+        if (*end || !out[n])
+            return -1;
+        n++;
+    }
+    return n ? n : -1;
+}
+
+static int parse_args(int argc, char **argv, opts *o)
+{
+    static const uint64_t B[] = {1, 4, 16, 64, 256, 1024}, S[] = {256, 2048, 16384};
+    memset(o, 0, sizeof *o);
+    o->mpi = "unknown", o->transport = "unknown", o->wait = "auto", o->auto_loader = "fresh";
+    memcpy(o->batches, B, sizeof B), o->nb = 6;
+    memcpy(o->sizes, S, sizeof S), o->ns = 3;
+    o->per_rank = 4000, o->per_rank_large = 1000, o->large_from = 16384, o->seed = 7;
+    o->budget = 1.0, o->limit = 6.0, o->dd_budget = 0.25, o->dd_limit = 3.0, o->skip_over = 30.0;
+    o->warmup = 2, o->nmin = 5, o->nmax = 200;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--header")) {
+            o->header = 1;
+            continue;
+        }
+        if (i + 1 >= argc)
+            return -1;
+        const char *v = argv[++i];
+        if (!strcmp(a, "--mpi"))
+            o->mpi = v;
+        else if (!strcmp(a, "--transport"))
+            o->transport = v;
+        else if (!strcmp(a, "--csv"))
+            o->csv = v;
+        else if (!strcmp(a, "--wait"))
+            o->wait = v;
+        else if (!strcmp(a, "--auto-loader"))
+            o->auto_loader = v;
+        else if (!strcmp(a, "--batches")) {
+            if ((o->nb = parse_list(v, o->batches, 16)) < 0)
+                return -1;
+        } else if (!strcmp(a, "--sizes")) {
+            if ((o->ns = parse_list(v, o->sizes, 8)) < 0)
+                return -1;
+        } else if (!strcmp(a, "--samples-per-rank"))
+            o->per_rank = strtoull(v, NULL, 10);
+        else if (!strcmp(a, "--samples-per-rank-large"))
+            o->per_rank_large = strtoull(v, NULL, 10);
+        else if (!strcmp(a, "--large-from"))
+            o->large_from = strtoull(v, NULL, 10);
+        else if (!strcmp(a, "--seed"))
+            o->seed = strtoull(v, NULL, 10);
+        else if (!strcmp(a, "--budget"))
+            o->budget = atof(v);
+        else if (!strcmp(a, "--limit"))
+            o->limit = atof(v);
+        else if (!strcmp(a, "--dd-budget"))
+            o->dd_budget = atof(v);
+        else if (!strcmp(a, "--dd-limit"))
+            o->dd_limit = atof(v);
+        else if (!strcmp(a, "--skip-over"))
+            o->skip_over = atof(v);
+        else if (!strcmp(a, "--warmup"))
+            o->warmup = atoi(v);
+        else if (!strcmp(a, "--nmin"))
+            o->nmin = atoi(v);
+        else if (!strcmp(a, "--nmax"))
+            o->nmax = atoi(v);
+        else
+            return -1;
+    }
+    if (!o->per_rank || !o->per_rank_large || o->nmin < 1 || o->nmax < o->nmin || o->warmup < 0)
+        return -1;
+    if (strcmp(o->auto_loader, "fresh") && strcmp(o->auto_loader, "shared"))
+        return -1;
+    return 0;
+}
+
+/* ---------------------------------------------------------------- stats JSON */
+
+/* The number after "key": at or after p (first occurrence). */
+static double json_num(const char *p, const char *key)
+{
+    char q[64];
+    snprintf(q, sizeof q, "\"%s\":", key);
+    const char *at = strstr(p, q);
+    return at ? strtod(at + strlen(q), NULL) : NAN;
+}
+
+typedef struct lstats {
+    double os_steps, coll_steps, probes, switches;
+    double params[7]; /* a_os g_os b_os c_os a_coll s_coll b_coll */
+} lstats;
+
+static lstats read_stats(mdl_loader *h)
+{
+    static char buf[8192];
+    mdl_stats_json(h, buf, sizeof buf);
+    lstats s;
+    const char *os = strstr(buf, "\"onesided\":"), *co = strstr(buf, "\"collective\":");
+    const char *cal = strstr(buf, "\"calibration\":");
+    s.os_steps = os ? json_num(os, "steps") : NAN;
+    s.coll_steps = co ? json_num(co, "steps") : NAN;
+    s.probes = json_num(buf, "probes");
+    s.switches = json_num(buf, "switches");
+    static const char *names[7] = {"a_os", "g_os", "b_os", "c_os", "a_coll", "s_coll", "b_coll"};
+    for (int i = 0; i < 7; i++)
+        s.params[i] = cal ? json_num(cal, names[i]) : NAN;
+    return s;
+}
+
+/* ---------------------------------------------------------------- one point */
+
+typedef struct ctx {
+    const opts *o;
+    uint64_t N, total, m;       /* samples per rank, all samples, mean size */
+    uint64_t *gsize, *gdisp;    /* per global id */
+    uint8_t *wbase;             /* my shard, in the raw window */
+    MPI_Win win;
+    mdl_loader *forced, *shared_auto;
+    uint64_t *shard_off;        /* N + 1 offsets of my shard */
+    uint64_t B;
+    /* per-step scratch */
+    uint64_t *ids, *peer, *outoff, *liboff;
+    uint8_t *out;
+    uint64_t out_cap;
+    int *owner;
+    /* a2a floor */
+    int *pos, *ids_to, *ids_to_d, *ids_from, *ids_from_d, *b_to, *b_to_d, *b_from, *b_from_d;
+    uint64_t *req, *asked;
+    uint8_t *sbuf, *rbuf;
+    uint64_t sbuf_cap, rbuf_cap, asked_cap;
+    MPI_Request *reqs;
+    double *tl, *tg;
+    int tcap;
+} ctx;
+
+static void ensure(void **p, uint64_t *cap, uint64_t need)
+{
+    if (need <= *cap)
+        return;
+    free(*p);
+    *cap = need + need / 4 + 64;
+    *p = xmalloc(*cap);
+}
+
+/* Ids of step s and everything the variants need, outside the clock. */
+static void prepare(ctx *c, uint64_t s)
+{
+    const int me = g_rank, P = g_P;
+    const uint64_t B = c->B, N = c->N;
+    batch_ids(c->o->seed, me, B, s, c->total, c->ids);
+    c->outoff[0] = 0;
+    for (int p = 0; p < P; p++)
+        c->ids_to[p] = c->b_from[p] = c->ids_from[p] = c->b_to[p] = 0;
+    for (uint64_t k = 0; k < B; k++) {
+        uint64_t g = c->ids[k];
+        c->owner[k] = (int)(g / N);
+        c->outoff[k + 1] = c->outoff[k] + c->gsize[g];
+        if (c->owner[k] != me) {
+            c->ids_to[c->owner[k]]++;
+            c->b_from[c->owner[k]] += (int)c->gsize[g];
+        }
+    }
+    ensure((void **)&c->out, &c->out_cap, c->outoff[B]);
+    /* requests grouped by owner, request order within an owner */
+    int acc = 0, bacc = 0;
+    for (int p = 0; p < P; p++) {
+        c->ids_to_d[p] = acc;
+        c->b_from_d[p] = bacc;
+        acc += c->ids_to[p];
+        bacc += c->b_from[p];
+    }
+    for (int p = 0; p < P; p++)
+        c->pos[p] = c->ids_to_d[p];
+    for (uint64_t k = 0; k < B; k++)
+        if (c->owner[k] != me)
+            c->req[c->pos[c->owner[k]]++] = c->ids[k];
+    ensure((void **)&c->rbuf, &c->rbuf_cap, (uint64_t)bacc);
+    /* what peers will ask me (for buffer sizes only) */
+    uint64_t asked = 0, serve = 0;
+    for (int p = 0; p < P; p++) {
+        if (p == me)
+            continue;
+        batch_ids(c->o->seed, p, B, s, c->total, c->peer);
+        for (uint64_t k = 0; k < B; k++)
+            if (c->peer[k] / N == (uint64_t)me)
+                asked++, serve += c->gsize[c->peer[k]];
+    }
+    ensure((void **)&c->sbuf, &c->sbuf_cap, serve);
+    ensure((void **)&c->asked, &c->asked_cap, asked * sizeof(uint64_t)); /* bytes */
+}
+
+/* One step of variant v on the prepared ids; returns this rank's seconds. */
+static double run_step(ctx *c, int v, mdl_loader *h)
+{
+    const int me = g_rank, P = g_P;
+    const uint64_t B = c->B;
+    sync_all();
+    double t0 = MPI_Wtime();
+    switch (v) {
+    case V_OS:
+    case V_COLL:
+    case V_AUTO:
+        lib_check(mdl_fetch_batch(h, c->ids, B, c->out, c->out_cap, c->liboff), "mdl_fetch_batch");
+        break;
+    case V_DD:
+        for (uint64_t k = 0; k < B; k++) {
+            int cnt = (int)(c->outoff[k + 1] - c->outoff[k]);
+            MPI_Win_lock(MPI_LOCK_SHARED, c->owner[k], 0, c->win);
+            MPI_Get(c->out + c->outoff[k], cnt, MPI_BYTE, c->owner[k], (MPI_Aint)c->gdisp[c->ids[k]], cnt, MPI_BYTE,
+                    c->win);
+            MPI_Win_unlock(c->owner[k], c->win);
+        }
+        break;
+    case V_FRMA: {
+        int nr = 0;
+        MPI_Win_lock_all(MPI_MODE_NOCHECK, c->win);
+        for (uint64_t k = 0; k < B; k++) {
+            int cnt = (int)(c->outoff[k + 1] - c->outoff[k]);
+            uint64_t g = c->ids[k];
+            if (c->owner[k] == me)
+                memcpy(c->out + c->outoff[k], c->wbase + c->gdisp[g], (size_t)cnt);
+            else if (g_yield)
+                MPI_Rget(c->out + c->outoff[k], cnt, MPI_BYTE, c->owner[k], (MPI_Aint)c->gdisp[g], cnt, MPI_BYTE,
+                         c->win, &c->reqs[nr++]);
+            else
+                MPI_Get(c->out + c->outoff[k], cnt, MPI_BYTE, c->owner[k], (MPI_Aint)c->gdisp[g], cnt, MPI_BYTE,
+                        c->win);
+        }
+        if (g_yield)
+            wait_all(nr, c->reqs);
+        else
+            MPI_Win_flush_all(c->win);
+        MPI_Win_unlock_all(c->win);
+        break;
+    }
+    case V_FA2A: {
+        MPI_Request r;
+        MPI_Ialltoall(c->ids_to, 1, MPI_INT, c->ids_from, 1, MPI_INT, MPI_COMM_WORLD, &r);
+        wait_all(1, &r);
+        int acc = 0;
+        for (int p = 0; p < P; p++)
+            c->ids_from_d[p] = acc, acc += c->ids_from[p];
+        MPI_Ialltoallv(c->req, c->ids_to, c->ids_to_d, MPI_UINT64_T, c->asked, c->ids_from, c->ids_from_d,
+                       MPI_UINT64_T, MPI_COMM_WORLD, &r);
+        wait_all(1, &r);
+        /* owners pack */
+        uint64_t at = 0;
+        int n = 0;
+        for (int p = 0; p < P; p++) {
+            c->b_to_d[p] = (int)at;
+            for (int i = 0; i < c->ids_from[p]; i++, n++) {
+                uint64_t g = c->asked[n];
+                memcpy(c->sbuf + at, c->wbase + c->gdisp[g], c->gsize[g]);
+                at += c->gsize[g];
+            }
+            c->b_to[p] = (int)(at - (uint64_t)c->b_to_d[p]);
+        }
+        MPI_Ialltoallv(c->sbuf, c->b_to, c->b_to_d, MPI_BYTE, c->rbuf, c->b_from, c->b_from_d, MPI_BYTE,
+                       MPI_COMM_WORLD, &r);
+        /* local samples straight into the output while the exchange runs */
+        for (uint64_t k = 0; k < B; k++)
+            if (c->owner[k] == me)
+                memcpy(c->out + c->outoff[k], c->wbase + c->gdisp[c->ids[k]], c->outoff[k + 1] - c->outoff[k]);
+        wait_all(1, &r);
+        break;
+    }
+    }
+    return MPI_Wtime() - t0;
+}
+
+/* Wrong samples delivered by the step just run (outside the clock). */
+static long check_step(ctx *c, int v)
+{
+    const int me = g_rank;
+    long bad = 0;
+    uint64_t seed = c->o->seed;
+    if (v == V_FA2A) {
+        uint64_t *pos = xmalloc(sizeof(uint64_t) * (size_t)g_P);
+        for (int p = 0; p < g_P; p++)
+            pos[p] = (uint64_t)c->b_from_d[p];
+        for (uint64_t k = 0; k < c->B; k++) {
+            uint64_t g = c->ids[k];
+            const uint8_t *src = c->owner[k] == me ? c->out + c->outoff[k] : c->rbuf + pos[c->owner[k]];
+            if (!verify(seed, g, src, c->gsize[g]))
+                bad++;
+            if (c->owner[k] != me)
+                pos[c->owner[k]] += c->gsize[g];
+        }
+        free(pos);
+    } else {
+        const uint64_t *oo = v <= V_AUTO ? c->liboff : c->outoff;
+        for (uint64_t k = 0; k < c->B; k++) {
+            uint64_t g = c->ids[k];
+            if (oo[k + 1] - oo[k] != c->gsize[g] || !verify(seed, g, c->out + oo[k], c->gsize[g]))
+                bad++;
+        }
+    }
+    memset(c->out, 0, c->outoff[c->B]);
+    return bad;
+}
+
+typedef struct result {
+    double med;   /* microseconds; NAN if not run */
+    int n, warm;
+    long bad;
+} result;
+
+static void ensure_times(ctx *c, int n)
+{
+    if (n <= c->tcap)
+        return;
+    free(c->tl);
+    free(c->tg);
+    c->tcap = n + 64;
+    c->tl = xmalloc(sizeof(double) * (size_t)c->tcap);
+    c->tg = xmalloc(sizeof(double) * (size_t)c->tcap);
+}
+
+/* The DDStore-style loop alone: warm-up, choice of N, measured steps. pred: expected
+   step seconds (from the previous batch of this size), or <= 0 when unknown. */
+static result measure_dd(ctx *c, double pred)
+{
+    const int v = V_DD;
+    mdl_loader *h = NULL;
+    const opts *o = c->o;
+    result r = {NAN, 0, 0, 0};
+    if (v == V_DD && pred > o->skip_over)
+        return r; /* not run: a single DDStore-style step is predicted too long */
+    int W = o->warmup;
+    if (pred > o->dd_limit)
+        W = 0;
+    else if (pred > o->dd_limit / 3 && W > 1)
+        W = 1;
+    ensure_times(c, W > 0 ? W : 1);
+    for (int w = 0; w < W; w++) {
+        prepare(c, (uint64_t)w);
+        c->tl[w] = run_step(c, v, h);
+    }
+    double est = pred;
+    if (W > 0) {
+        allreduce(c->tl, c->tg, W, MPI_DOUBLE, MPI_MAX);
+        est = c->tg[0];
+        for (int w = 1; w < W; w++)
+            est = fmin(est, c->tg[w]);
+    }
+    int N = est > 0 ? (int)(o->dd_budget / est) : o->nmax;
+    if (N < o->nmin)
+        N = o->nmin;
+    if (N > o->nmax)
+        N = o->nmax;
+    if (est > 0 && N * est > o->dd_limit) {
+        N = (int)(o->dd_limit / est);
+        if (N < 1)
+            N = 1;
+    }
+    ensure_times(c, N > g_P ? N : g_P);
+    for (int k = 0; k < N; k++) {
+        prepare(c, 1000 + (uint64_t)k);
+        c->tl[k] = run_step(c, v, h);
+        if (k == 0)
+            r.bad = check_step(c, v);
+    }
+    allreduce(c->tl, c->tg, N, MPI_DOUBLE, MPI_MAX);
+    r.med = median(c->tg, N) * 1e6;
+    r.n = N;
+    r.warm = W;
+    return r;
+}
+
+/* The variants measured together, step by step in turn (same ids, same moment), so
+   that a burst of load from other jobs on the machine hits them all alike. */
+static const int GROUP[] = {V_OS, V_COLL, V_AUTO, V_FRMA, V_FA2A};
+enum { NG = sizeof GROUP / sizeof GROUP[0] };
+
+static void set_forced(mdl_loader *h, int v)
+{
+    lib_check(mdl_set_backend(h, v == V_OS ? MDL_BACKEND_ONESIDED : MDL_BACKEND_COLLECTIVE), "mdl_set_backend");
+}
+
+/* Interleaved warm-up and measured steps of the group: forced engines on c->forced,
+   AUTO on its own loader `au` (which sees only its own steps), floors on the raw
+   window. pred: expected seconds of one step of the whole group (<= 0: unknown). */
+static void measure_group(ctx *c, mdl_loader *au, double pred, result *res, lstats *before, lstats *after)
+{
+    const opts *o = c->o;
+    int W = o->warmup;
+    if (pred > o->limit)
+        W = 0;
+    else if (pred > o->limit / 3 && W > 1)
+        W = 1;
+    ensure_times(c, NG * (W > 0 ? W : 1));
+    for (int w = 0; w < W; w++) {
+        prepare(c, (uint64_t)w);
+        for (int j = 0; j < NG; j++) {
+            int g = (j + w) % NG, v = GROUP[g]; /* rotated: no variant always follows another */
+            if (v == V_OS || v == V_COLL)
+                set_forced(c->forced, v);
+            c->tl[w * NG + g] = run_step(c, v, v == V_AUTO ? au : c->forced);
+        }
+    }
+    double est = pred;
+    if (W > 0) {
+        allreduce(c->tl, c->tg, NG * W, MPI_DOUBLE, MPI_MAX);
+        est = 0;
+        for (int g = 0; g < NG; g++) {
+            double m = c->tg[g];
+            for (int w = 1; w < W; w++)
+                m = fmin(m, c->tg[w * NG + g]);
+            est += m;
+        }
+    }
+    int N = est > 0 ? (int)(o->budget / est) : o->nmax;
+    if (N < o->nmin)
+        N = o->nmin;
+    if (N > o->nmax)
+        N = o->nmax;
+    if (est > 0 && N * est > o->limit) {
+        N = (int)(o->limit / est);
+        if (N < 1)
+            N = 1;
+    }
+    ensure_times(c, NG * N > g_P ? NG * N : g_P);
+    *before = read_stats(au);
+    long bad[NG] = {0};
+    for (int k = 0; k < N; k++) {
+        prepare(c, 1000 + (uint64_t)k);
+        for (int j = 0; j < NG; j++) {
+            int g = (j + k) % NG, v = GROUP[g]; /* rotated: no variant always follows another */
+            if (v == V_OS || v == V_COLL)
+                set_forced(c->forced, v);
+            c->tl[k * NG + g] = run_step(c, v, v == V_AUTO ? au : c->forced);
+            if (k == 0)
+                bad[g] = check_step(c, v);
+        }
+    }
+    *after = read_stats(au);
+    allreduce(c->tl, c->tg, NG * N, MPI_DOUBLE, MPI_MAX);
+    double *col = xmalloc(sizeof(double) * (size_t)N);
+    for (int g = 0; g < NG; g++) {
+        for (int k = 0; k < N; k++)
+            col[k] = c->tg[k * NG + g];
+        res[GROUP[g]].med = median(col, N) * 1e6;
+        res[GROUP[g]].n = N;
+        res[GROUP[g]].warm = W;
+        res[GROUP[g]].bad = bad[g];
+    }
+    free(col);
+}
+
+typedef struct auto_rec {
+    lstats before, after;
+} auto_rec;
+
+
+/* Mean raw-model predictions (seconds) over measured steps 0..K-1 (features as the
+   library computes them: maxima over ranks, served bytes = column sums). */
+static void model_predict(ctx *c, const double *prm, double *pos, double *pcoll)
+{
+    const int P = g_P, me = g_rank, K = 16;
+    const uint64_t B = c->B, N = c->N;
+    double *loc = xmalloc(sizeof(double) * (size_t)K * (3 + (size_t)P));
+    double *glo = xmalloc(sizeof(double) * (size_t)K * (3 + (size_t)P));
+    double *sum = xmalloc(sizeof(double) * (size_t)K * (3 + (size_t)P));
+    for (int k = 0; k < K; k++) {
+        double *row = loc + (size_t)k * (3 + (size_t)P);
+        memset(row, 0, sizeof(double) * (3 + (size_t)P));
+        batch_ids(c->o->seed, me, B, 1000 + (uint64_t)k, c->total, c->ids);
+        int prev_owner = -1;
+        uint64_t prev_end = 0;
+        for (uint64_t j = 0; j < B; j++) {
+            uint64_t g = c->ids[j];
+            int ow = (int)(g / N);
+            if (ow == me) {
+                prev_owner = -1;
+                continue;
+            }
+            /* coalescing: adjacent in the owner's window and in the output */
+            if (!(prev_owner == ow && prev_end == c->gdisp[g]))
+                row[0] += 1; /* gets */
+            row[1] += 1;     /* remote samples */
+            row[2] += (double)c->gsize[g];
+            row[3 + ow] += (double)c->gsize[g];
+            prev_owner = ow;
+            prev_end = c->gdisp[g] + c->gsize[g];
+        }
+    }
+    allreduce(loc, glo, K * (3 + P), MPI_DOUBLE, MPI_MAX);
+    allreduce(loc, sum, K * (3 + P), MPI_DOUBLE, MPI_SUM);
+    double so = 0, sc = 0;
+    for (int k = 0; k < K; k++) {
+        const double *mx = glo + (size_t)k * (3 + (size_t)P), *sm = sum + (size_t)k * (3 + (size_t)P);
+        double G = mx[0], S = mx[1], Bb = mx[2], IN = 0;
+        for (int p = 0; p < P; p++)
+            IN = fmax(IN, sm[3 + p]);
+        so += prm[0] + prm[1] * G + prm[2] * Bb + prm[3] * IN;
+        sc += (S > 0 ? 1.0 : 0.0) * prm[4] + prm[5] * S + prm[6] * fmax(Bb, IN);
+    }
+    *pos = so / K;
+    *pcoll = sc / K;
+    free(loc);
+    free(glo);
+    free(sum);
+}
+
+static mdl_loader *new_loader(ctx *c)
+{
+    mdl_loader *h = NULL;
+    lib_check(mdl_init(MPI_COMM_WORLD, &h), "mdl_init");
+    lib_check(mdl_register_shard(h, c->wbase, c->shard_off, c->N), "mdl_register_shard");
+    return h;
+}
+
+static void fmt_params(char *buf, size_t len, const double *p)
+{
+    snprintf(buf, len, "a_os=%.3g g_os=%.3g b_os=%.3g c_os=%.3g a_coll=%.3g s_coll=%.3g b_coll=%.3g", p[0], p[1],
+             p[2], p[3], p[4], p[5], p[6]);
+}
+
+int main(int argc, char **argv)
+{
+    int provided;
+    /* FUNNELED: Open MPI's osc pt2pt (TCP runs) refuses windows under THREAD_MULTIPLE. */
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+    MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &g_P);
+    opts o;
+    if (parse_args(argc, argv, &o)) {
+        if (g_rank == 0)
+            fprintf(stderr, "bad arguments; see the comment at the top of grid_bench.c\n");
+        MPI_Finalize();
+        return 2;
+    }
+    char libver[MPI_MAX_LIBRARY_VERSION_STRING];
+    int lvlen = 0;
+    MPI_Get_library_version(libver, &lvlen);
+    int is_mpich = strstr(libver, "MPICH") != NULL;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (!strcmp(o.wait, "yield"))
+        g_yield = 1;
+    else if (!strcmp(o.wait, "block"))
+        g_yield = 0;
+    else
+        g_yield = is_mpich && g_P > cores;
+    const int P = g_P, me = g_rank;
+    double t_start = MPI_Wtime();
+
+    FILE *csv = stdout;
+    if (me == 0 && o.csv && !(csv = fopen(o.csv, "a")))
+        die("cannot open the CSV file");
+    if (me == 0) {
+        if (o.header)
+            fprintf(csv, "mpi,transport,ranks,batch,sample,t_onesided,t_collective,t_auto,auto_onesided_steps,"
+                         "auto_collective_steps,t_ddstore,t_floor_rma,t_floor_a2a,n_onesided,n_collective,n_auto,"
+                         "n_ddstore,n_floor_rma,n_floor_a2a,auto_probes,auto_switches,pred_onesided,"
+                         "pred_collective,mean_sample_bytes,samples_per_rank,wait,bad\n");
+        fflush(csv);
+        fprintf(stderr, "grid_bench: %s/%s, %d ranks (%ld cores), wait=%s, auto loader %s, budget %.2f s, limit %.1f s\n",
+                o.mpi, o.transport, P, cores, g_yield ? "yield" : "block", o.auto_loader, o.budget, o.limit);
+    }
+    const int shared = !strcmp(o.auto_loader, "shared");
+
+    for (int si = 0; si < o.ns; si++) {
+        ctx c;
+        memset(&c, 0, sizeof c);
+        c.o = &o;
+        c.m = o.sizes[si];
+        c.N = c.m >= o.large_from ? o.per_rank_large : o.per_rank;
+        c.total = c.N * (uint64_t)P;
+        c.gsize = xmalloc(sizeof(uint64_t) * c.total);
+        c.gdisp = xmalloc(sizeof(uint64_t) * c.total);
+        uint64_t mybytes = 0;
+        double mean = 0;
+        for (int r = 0; r < P; r++) {
+            uint64_t acc = 0;
+            for (uint64_t i = 0; i < c.N; i++) {
+                uint64_t g = (uint64_t)r * c.N + i;
+                c.gsize[g] = size_of(o.seed, c.m, g);
+                c.gdisp[g] = acc;
+                acc += c.gsize[g];
+                mean += (double)c.gsize[g];
+            }
+            if (r == me)
+                mybytes = acc;
+        }
+        mean /= (double)c.total;
+        /* Rounded up to 64 bytes, as the library does: MPICH 4.0.2's shared-memory windows
+           return wrong bytes from a rank whose predecessor's window is not a multiple of
+           16 bytes (src/mpi/window.rs). */
+        MPI_Win_allocate((MPI_Aint)((mybytes + 63) / 64 * 64), 1, MPI_INFO_NULL, MPI_COMM_WORLD, &c.wbase, &c.win);
+        const uint64_t g0 = (uint64_t)me * c.N;
+        c.shard_off = xmalloc(sizeof(uint64_t) * (c.N + 1));
+        c.shard_off[0] = 0;
+        for (uint64_t i = 0; i < c.N; i++) {
+            fill(o.seed, g0 + i, c.wbase + c.gdisp[g0 + i], c.gsize[g0 + i]);
+            c.shard_off[i + 1] = c.shard_off[i] + c.gsize[g0 + i];
+        }
+        sync_all();
+        c.forced = new_loader(&c);
+        if (shared)
+            c.shared_auto = new_loader(&c);
+        if (me == 0) {
+            char pbuf[256];
+            lstats s = read_stats(c.forced);
+            fmt_params(pbuf, sizeof pbuf, s.params);
+            fprintf(stderr, "  sample %llu B (mean %.0f), %llu per rank; forced loader calibration: %s\n",
+                    (unsigned long long)c.m, mean, (unsigned long long)c.N, pbuf);
+        }
+        double prev[NV];
+        uint64_t prevB = 0;
+        for (int v = 0; v < NV; v++)
+            prev[v] = -1;
+
+        for (int bi = 0; bi < o.nb; bi++) {
+            const uint64_t B = c.B = o.batches[bi];
+            double tp0 = MPI_Wtime();
+            c.ids = xmalloc(sizeof(uint64_t) * B);
+            c.peer = xmalloc(sizeof(uint64_t) * B);
+            c.outoff = xmalloc(sizeof(uint64_t) * (B + 1));
+            c.liboff = xmalloc(sizeof(uint64_t) * (B + 1));
+            c.owner = xmalloc(sizeof(int) * B);
+            c.req = xmalloc(sizeof(uint64_t) * B);
+            c.reqs = xmalloc(sizeof(MPI_Request) * B);
+            int *ints = xmalloc(sizeof(int) * 9 * (size_t)P);
+            c.ids_to = ints, c.ids_to_d = ints + P, c.ids_from = ints + 2 * P, c.ids_from_d = ints + 3 * P;
+            c.b_to = ints + 4 * P, c.b_to_d = ints + 5 * P, c.b_from = ints + 6 * P, c.b_from_d = ints + 7 * P;
+            c.pos = ints + 8 * P;
+            ensure_times(&c, 64 + P);
+
+            result res[NV];
+            auto_rec ar;
+            memset(&ar, 0, sizeof ar);
+            double pred_os = NAN, pred_coll = NAN;
+            char pbuf[256] = "";
+            /* the interleaved group: forced engines, AUTO (own loader), floors */
+            {
+                double pred = 0;
+                for (int g = 0; g < NG; g++)
+                    pred = prev[GROUP[g]] > 0 && prevB && pred >= 0
+                               ? pred + prev[GROUP[g]] * 1e-6 * (double)B / (double)prevB
+                               : -1;
+                mdl_loader *au = shared ? c.shared_auto : new_loader(&c);
+                lstats s = read_stats(au);
+                model_predict(&c, s.params, &pred_os, &pred_coll);
+                fmt_params(pbuf, sizeof pbuf, s.params);
+                measure_group(&c, au, pred, res, &ar.before, &ar.after);
+                if (!shared)
+                    lib_check(mdl_finalize(&au), "mdl_finalize");
+            }
+            /* DDStore-style loop: a block of its own, capped in time */
+            {
+                double pred = prev[V_DD] > 0 && prevB ? prev[V_DD] * 1e-6 * (double)B / (double)prevB : -1;
+                res[V_DD] = measure_dd(&c, pred);
+            }
+            long bad[NV], gbad[NV];
+            for (int v = 0; v < NV; v++)
+                bad[v] = res[v].bad;
+            allreduce(bad, gbad, NV, MPI_LONG, MPI_SUM);
+            long badsum = 0;
+            for (int v = 0; v < NV; v++)
+                badsum += gbad[v];
+            if (me == 0) {
+                double aos = ar.after.os_steps - ar.before.os_steps;
+                double aco = ar.after.coll_steps - ar.before.coll_steps;
+                fprintf(csv, "%s,%s,%d,%llu,%llu", o.mpi, o.transport, P, (unsigned long long)B,
+                        (unsigned long long)c.m);
+                for (int v = 0; v < NV; v++) {
+                    if (v == V_DD)
+                        fprintf(csv, ",%.0f,%.0f", aos, aco);
+                    if (isnan(res[v].med))
+                        fprintf(csv, ",");
+                    else
+                        fprintf(csv, ",%.2f", res[v].med);
+                }
+                for (int v = 0; v < NV; v++)
+                    fprintf(csv, ",%d", res[v].n);
+                fprintf(csv, ",%.0f,%.0f,%.2f,%.2f,%.1f,%llu,%s,%ld\n", ar.after.probes - ar.before.probes,
+                        ar.after.switches - ar.before.switches, pred_os * 1e6, pred_coll * 1e6, mean,
+                        (unsigned long long)c.N, g_yield ? "yield" : "block", badsum);
+                fflush(csv);
+                fprintf(stderr,
+                        "  %s/%s np=%d B=%4llu m=%5llu: os %.1f coll %.1f auto %.1f (os %.0f/coll %.0f) dd %.1f "
+                        "frma %.1f fa2a %.1f | model os %.1f coll %.1f | n %d/%d/%d/%d/%d/%d | %.1f s%s\n",
+                        o.mpi, o.transport, P, (unsigned long long)B, (unsigned long long)c.m, res[V_OS].med,
+                        res[V_COLL].med, res[V_AUTO].med, aos, aco, res[V_DD].med, res[V_FRMA].med, res[V_FA2A].med,
+                        pred_os * 1e6, pred_coll * 1e6, res[0].n, res[1].n, res[2].n, res[3].n, res[4].n, res[5].n,
+                        MPI_Wtime() - tp0, badsum ? "  VERIFICATION FAILED" : "");
+                if (bi == 0 || !shared)
+                    fprintf(stderr, "    auto loader calibration: %s\n", pbuf);
+            }
+            for (int v = 0; v < NV; v++)
+                if (!isnan(res[v].med))
+                    prev[v] = res[v].med;
+            prevB = B;
+            free(c.ids), free(c.peer), free(c.outoff), free(c.liboff), free(c.owner), free(c.req), free(c.reqs);
+            free(ints);
+            if (badsum) {
+                if (me == 0)
+                    fprintf(stderr, "verification failed: wrong samples per variant os %ld coll %ld auto %ld dd %ld "
+                                    "frma %ld fa2a %ld\n", gbad[0], gbad[1], gbad[2], gbad[3], gbad[4], gbad[5]);
+                MPI_Abort(MPI_COMM_WORLD, 3);
+            }
+        }
+        lib_check(mdl_finalize(&c.forced), "mdl_finalize");
+        if (shared)
+            lib_check(mdl_finalize(&c.shared_auto), "mdl_finalize");
+        MPI_Win_free(&c.win);
+        free(c.gsize), free(c.gdisp), free(c.shard_off), free(c.out), free(c.sbuf), free(c.rbuf), free(c.asked);
+        free(c.tl), free(c.tg);
+    }
+    if (me == 0) {
+        fprintf(stderr, "grid_bench: done in %.1f s\n", MPI_Wtime() - t_start);
+        if (csv != stdout)
+            fclose(csv);
+    }
+    MPI_Finalize();
+    return 0;
+}
