@@ -91,7 +91,7 @@ pub fn measure(comm: &Comm, settings: &CalibrationSettings) -> Result<Calibratio
         let e = (engine == Backend::Collective) as usize;
         // At least one point per coefficient, or the fit is a guess.
         if rows[e].len() >= params.coefficients(engine).len() {
-            if let Some(c) = fit_nonnegative(&rows[e], &times[e]) {
+            if let Some(c) = fit_relative(&rows[e], &times[e]) {
                 params.set_coefficients(engine, &c);
             }
         }
@@ -99,6 +99,16 @@ pub fn measure(comm: &Comm, settings: &CalibrationSettings) -> Result<Calibratio
     let seconds = mpi::wtime() - started;
     log::info!("calibration ({seconds:.3} s, {} + {} batches): {params:?}", rows[0].len(), rows[1].len());
     Ok(Calibration { params, source: "measured", seconds, points: [rows[0].len(), rows[1].len()] })
+}
+
+/// Fit minimising relative, not absolute, errors: each batch's equation is divided by
+/// its measured time. Otherwise the large batches (milliseconds) decide the fit alone
+/// and the fixed costs that matter for small batches (microseconds) come out near zero.
+fn fit_relative(rows: &[Vec<f64>], times: &[f64]) -> Option<Vec<f64>> {
+    let weight = |t: f64| 1.0 / t.max(1e-9);
+    let scaled: Vec<Vec<f64>> = rows.iter().zip(times).map(|(r, &t)| r.iter().map(|x| x * weight(t)).collect()).collect();
+    let ones: Vec<f64> = times.iter().map(|&t| t * weight(t)).collect();
+    fit_nonnegative(&scaled, &ones)
 }
 
 type Measurements = ([Vec<Vec<f64>>; 2], [Vec<f64>; 2]);

@@ -33,6 +33,9 @@ const CORRECTION_RATE: f64 = 0.2;
 const PROBE_MAX_RATIO: f64 = 3.0;
 /// Scales are kept within [1/MAX_SCALE, MAX_SCALE] of the model.
 const MAX_SCALE: f64 = 100.0;
+/// One measurement moves a scale by at most this factor (before weighting), so that an
+/// outlier (a descheduled rank, a page fault) cannot flip a decision on its own.
+const MAX_STEP_RATIO: f64 = 2.0;
 
 #[derive(Clone, Copy, Debug)]
 pub struct Settings {
@@ -191,8 +194,8 @@ impl Estimator {
         }
         let bucket = self.bucket(f);
         let s = &mut bucket.log_scale[slot(engine)];
-        *s = ((1.0 - CORRECTION_RATE) * *s + CORRECTION_RATE * (measured / modelled).ln())
-            .clamp(-MAX_SCALE.ln(), MAX_SCALE.ln());
+        let deviation = ((measured / modelled).ln() - *s).clamp(-MAX_STEP_RATIO.ln(), MAX_STEP_RATIO.ln());
+        *s = (*s + CORRECTION_RATE * deviation).clamp(-MAX_SCALE.ln(), MAX_SCALE.ln());
     }
 }
 
