@@ -10,6 +10,9 @@ Per point (mpi, transport, ranks, batch, sample):
   AUTO right    t_auto <= 1.10 * oracle
   model right   the raw calibrated model (pred_onesided / pred_collective, no online
                 correction) names the measured winner, or the two engines are within 10%
+  choice right  AUTO's majority engine is the measured winner, or the two engines are
+                within 10% (a measure of the decision that does not depend on the noise
+                between two runs of the same engine)
 Headlines: % of points AUTO got right, sum(t_auto) / sum(oracle) (and the geometric
 mean of t_auto / oracle), each engine's ratio to its bare-MPI floor at batch >= 64
 (onesided / floor_rma, collective / floor_a2a; geometric means), and the batched
@@ -18,7 +21,8 @@ t_ddstore / t_onesided at batch >= 64).
 
 Figures: winner_map.png (one panel per MPI x transport x ranks: batch vs sample size,
 coloured by the measured winner and by how much it wins, AUTO's majority choice as a
-marker, red when AUTO was more than 10% slower than the oracle), auto_vs_oracle.png,
+marker: red when it is the slower engine, orange when AUTO's median was more than 10%
+over the oracle with the right engine), auto_vs_oracle.png,
 and scale_model.png (the scale model's predicted winner, ranks 2..2048 x batch, per
 sample size, from `cargo run --release --example scale_model`).
 """
@@ -82,6 +86,21 @@ def derive(r):
         r["auto_choice"] = "onesided" if a1 >= a2 else "collective"
     r["auto_ratio"] = r["t_auto"] / r["oracle"] if r["has_pair"] and not math.isnan(r["t_auto"]) else math.nan
     r["auto_right"] = r["auto_ratio"] <= RIGHT if not math.isnan(r["auto_ratio"]) else None
+    # Choice right: AUTO's majority engine is the measured winner, or the two forced
+    # engines are within 10% of each other (either choice is fine). Unlike "AUTO right"
+    # this does not depend on the noise between two runs of the same engine.
+    tie = r["has_pair"] and max(os_, co) <= RIGHT * min(os_, co)
+    r["tie"] = tie
+    r["choice_right"] = (tie or r["auto_choice"] == r["winner"]) if r["auto_choice"] and r["has_pair"] else None
+    # Steps of the majority engine: AUTO / that engine forced, when AUTO (almost) never
+    # used the other one; spread of this ratio = the measurement noise of a point.
+    tot = (a1 + a2) if not math.isnan(a1) else 0
+    if tot and max(a1, a2) >= 0.95 * tot and not math.isnan(r["t_auto"]):
+        same = os_ if a1 >= a2 else co
+        r["same_engine_ratio"] = r["t_auto"] / same if same and not math.isnan(same) else math.nan
+    else:
+        r["same_engine_ratio"] = math.nan
+    r["oversubscribed_mpich"] = r.get("wait") == "yield"
     po, pc = r["pred_onesided"], r["pred_collective"]
     r["model_choice"] = None if math.isnan(po) or math.isnan(pc) else ("onesided" if po <= pc else "collective")
     if r["model_choice"] and r["has_pair"]:
@@ -109,6 +128,17 @@ def headline(rows):
     )
     h["auto_over_oracle_gmean"] = gmean([r["auto_ratio"] for r in judged])
     h["auto_worst"] = max((r["auto_ratio"] for r in judged), default=math.nan)
+    cj = [r for r in rows if r["choice_right"] is not None]
+    h["choice_right_pct"] = 100.0 * sum(r["choice_right"] for r in cj) / len(cj) if cj else math.nan
+    h["choice_right"] = sum(r["choice_right"] for r in cj)
+    h["choice_judged"] = len(cj)
+    same = [r["same_engine_ratio"] for r in rows if not math.isnan(r["same_engine_ratio"])]
+    h["noise_n"] = len(same)
+    h["noise_median_dev"] = float(np.median([abs(x - 1) for x in same])) if same else math.nan
+    h["same_median"] = float(np.median(same)) if same else math.nan
+    h["same_p90"] = float(np.percentile(same, 90)) if same else math.nan
+    h["same_below"] = sum(1 for x in same if x < 1 / RIGHT)
+    h["noise_over10"] = 100.0 * sum(1 for x in same if x > RIGHT) / len(same) if same else math.nan
     mj = [r for r in rows if r["model_right"] is not None]
     h["model_right_pct"] = 100.0 * sum(r["model_right"] for r in mj) / len(mj) if mj else math.nan
     big = [r for r in rows if r["batch"] >= 64]
@@ -116,6 +146,9 @@ def headline(rows):
     h["coll_floor"] = gmean([r["t_collective"] / r["t_floor_a2a"] for r in big])
     h["dd_speedup"] = gmean([r["t_ddstore"] / r["t_onesided"] for r in big])
     h["dd_n"] = sum(1 for r in big if not math.isnan(r["t_ddstore"]) and not math.isnan(r["t_onesided"]))
+    fair = [r for r in big if not r["oversubscribed_mpich"]]
+    h["dd_speedup_fair"] = gmean([r["t_ddstore"] / r["t_onesided"] for r in fair])
+    h["dd_n_fair"] = sum(1 for r in fair if not math.isnan(r["t_ddstore"]))
     h["big_n"] = len(big)
     h["os_wins"] = sum(1 for r in rows if r["winner"] == "onesided")
     h["coll_wins"] = sum(1 for r in rows if r["winner"] == "collective")
@@ -158,22 +191,31 @@ def summary_md(rows, groups, scale_note):
     out.append(f"| AUTO total / oracle total | **{fmt(h['auto_over_oracle_total'], '.3f')}** |")
     out.append(f"| AUTO / oracle, geometric mean over points (worst) | {fmt(h['auto_over_oracle_gmean'], '.3f')} "
                f"({fmt(h['auto_worst'], '.2f')}) |")
+    out.append(f"| AUTO's majority engine is the measured winner (or the engines are within 10%) "
+               f"| **{fmt(h['choice_right_pct'], '.1f', '%')}** ({h['choice_right']}/{h['choice_judged']}) |")
+    out.append(f"| AUTO / the same engine forced, at the {h['noise_n']} points where AUTO ran one engine in >= 95% "
+               f"of its steps (noise, and any cost of AUTO itself) | median {fmt(h['same_median'], '.3f')}, "
+               f"p90 {fmt(h['same_p90'], '.2f')}; {fmt(h['noise_over10'], '.0f', '%')} of points above 1.10, "
+               f"{h['same_below']} below 1/1.10 |")
     out.append(f"| raw calibrated model names the winner (no online correction; ties within 10% count as right) "
                f"| {fmt(h['model_right_pct'], '.1f', '%')} |")
     out.append(f"| one-sided engine / bare RMA floor, batch >= 64 | **{fmt(h['os_floor'], '.2f')}x** |")
     out.append(f"| collective engine / bare all-to-all floor, batch >= 64 | **{fmt(h['coll_floor'], '.2f')}x** |")
     out.append(f"| batched one-sided vs DDStore-style lock/get/unlock per sample, batch >= 64 "
                f"| **{fmt(h['dd_speedup'], '.1f')}x faster** ({h['dd_n']} of {h['big_n']} points measured) |")
+    out.append(f"| the same, without MPICH at 4 ranks on 2 cores (where the blocking lock/unlock busy-polls) "
+               f"| **{fmt(h['dd_speedup_fair'], '.1f')}x faster** ({h['dd_n_fair']} points) |")
     out.append(f"| measured winners | one-sided {h['os_wins']}, collective {h['coll_wins']} |")
     out.append("")
     out.append("## Per run\n")
-    out.append("| mpi | transport | ranks | points | AUTO right | AUTO/oracle total | AUTO/oracle geo | worst | "
-               "model right | one-sided wins | os/floor (b>=64) | coll/floor (b>=64) | DDStore/os (b>=64) |")
-    out.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    out.append("| mpi | transport | ranks | points | AUTO right | choice right | AUTO/oracle total | AUTO/oracle geo | "
+               "worst | model right | one-sided wins | os/floor (b>=64) | coll/floor (b>=64) | DDStore/os (b>=64) |")
+    out.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for (m, t, p), sel in groups.items():
         g = headline(sel)
         out.append(
             f"| {m} | {t} | {p} | {g['points']} | {fmt(g['auto_right_pct'], '.0f', '%')} | "
+            f"{fmt(g['choice_right_pct'], '.0f', '%')} | "
             f"{fmt(g['auto_over_oracle_total'], '.3f')} | {fmt(g['auto_over_oracle_gmean'], '.3f')} | "
             f"{fmt(g['auto_worst'], '.2f')} | {fmt(g['model_right_pct'], '.0f', '%')} | "
             f"{g['os_wins']}/{g['os_wins'] + g['coll_wins']} | {fmt(g['os_floor'], '.2f')} | "
@@ -182,28 +224,31 @@ def summary_md(rows, groups, scale_note):
     out.append("")
     for key, label in [("mpi", "MPI"), ("transport", "transport"), ("ranks", "ranks")]:
         out.append(f"### By {label}\n")
-        out.append("| " + label + " | points | AUTO right | AUTO/oracle total | os/floor | coll/floor | DDStore/os |")
-        out.append("|---|---:|---:|---:|---:|---:|---:|")
+        out.append("| " + label + " | points | AUTO right | choice right | AUTO/oracle total | os/floor | coll/floor "
+                   "| DDStore/os |")
+        out.append("|---|---:|---:|---:|---:|---:|---:|---:|")
         for v in sorted({r[key] for r in rows}, key=str):
             g = headline([r for r in rows if r[key] == v])
             out.append(f"| {v} | {g['points']} | {fmt(g['auto_right_pct'], '.0f', '%')} | "
+                       f"{fmt(g['choice_right_pct'], '.0f', '%')} | "
                        f"{fmt(g['auto_over_oracle_total'], '.3f')} | {fmt(g['os_floor'], '.2f')} | "
                        f"{fmt(g['coll_floor'], '.2f')} | {fmt(g['dd_speedup'], '.1f')} |")
         out.append("")
     out.append("## Where AUTO was wrong (more than 10% slower than the oracle), worst first\n")
     out.append("| mpi | transport | ranks | batch | sample | t_os | t_coll | t_auto | AUTO/oracle | AUTO steps os/coll "
-               "| model os/coll (us) | model pick | winner |")
-    out.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---|---|---|---|")
+               "| switches | model os/coll (us) | model pick | winner | choice |")
+    out.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---|---|---|---|")
     wrong = sorted([r for r in rows if r["auto_right"] is False], key=lambda r: -r["auto_ratio"])
     for r in wrong:
         out.append(
             f"| {r['mpi']} | {r['transport']} | {r['ranks']} | {r['batch']} | {r['sample']} | "
             f"{r['t_onesided']:.1f} | {r['t_collective']:.1f} | {r['t_auto']:.1f} | {r['auto_ratio']:.2f} | "
-            f"{r['auto_onesided_steps']:.0f}/{r['auto_collective_steps']:.0f} | "
-            f"{fmt(r['pred_onesided'], '.1f')}/{fmt(r['pred_collective'], '.1f')} | {r['model_choice']} | {r['winner']} |"
+            f"{r['auto_onesided_steps']:.0f}/{r['auto_collective_steps']:.0f} | {r['auto_switches']:.0f} | "
+            f"{fmt(r['pred_onesided'], '.1f')}/{fmt(r['pred_collective'], '.1f')} | {r['model_choice']} | {r['winner']} | "
+            f"{'tie' if r['tie'] else ('right' if r['choice_right'] else 'WRONG')} |"
         )
     if not wrong:
-        out.append("| (none) |||||||||||||")
+        out.append("| (none) |||||||||||||||")
     out.append("")
     miss = [r for r in rows if math.isnan(r["t_ddstore"])]
     if miss:
@@ -251,11 +296,20 @@ def winner_map(groups, path):
                 x, y = batches.index(r["batch"]), samples.index(r["sample"])
                 if r["has_pair"]:
                     ratio = max(r["t_onesided"], r["t_collective"]) / r["oracle"]
-                    ax.text(x, y - 0.28, f"{ratio:.1f}x", ha="center", va="center", fontsize=6, color="0.15")
+                    dark = abs(math.log2(r["t_collective"] / r["t_onesided"])) > 1.8
+                    ax.text(x, y - 0.28, f"{ratio:.1f}x", ha="center", va="center", fontsize=6,
+                            color="white" if dark else "0.15")
                 if r["auto_choice"]:
-                    wrong = r["auto_right"] is False
+                    # red: AUTO's majority engine is the slower one (by more than 10%);
+                    # orange: right engine, but AUTO's median > 1.10 x the oracle
+                    if r["choice_right"] is False:
+                        edge, width = "red", 2.2
+                    elif r["auto_right"] is False:
+                        edge, width = "darkorange", 1.6
+                    else:
+                        edge, width = "black", 0.8
                     ax.plot(x, y + 0.12, marker="o" if r["auto_choice"] == "onesided" else "s", ms=7,
-                            mfc="white", mec="red" if wrong else "black", mew=2.0 if wrong else 0.8)
+                            mfc="white", mec=edge, mew=width)
             ax.set_xticks(range(len(batches)))
             ax.set_xticklabels([str(b) for b in batches], fontsize=7)
             ax.set_yticks(range(len(samples)))
@@ -265,7 +319,8 @@ def winner_map(groups, path):
             if j == 0:
                 ax.set_ylabel("mean sample (B)", fontsize=8)
     fig.suptitle("Measured winner (blue: one-sided, red: collective; shade = log2 speed ratio, text = loser/winner)\n"
-                 "marker = AUTO's majority choice (o one-sided, square collective); red edge = AUTO > 10% over oracle",
+                 "marker = AUTO's majority choice (o one-sided, square collective); red edge: AUTO chose the slower "
+                 "engine (> 10% apart); orange edge: right engine but AUTO's median > 1.10 x oracle",
                  fontsize=10)
     if im is not None:
         cb = fig.colorbar(im, ax=axes, shrink=0.6, pad=0.01)
@@ -289,14 +344,15 @@ def auto_vs_oracle(rows, groups, path):
             jitter = (batches.index(r["batch"]) - (len(batches) - 1) / 2) * 0.09 + (sizes.index(r["sample"]) - 1) * 0.03
             ax.scatter(k + jitter, r["auto_ratio"], marker=markers[r["sample"]],
                        color=cmap(batches.index(r["batch"]) / max(1, len(batches) - 1)), s=22,
-                       edgecolors="red" if r["auto_right"] is False else "none", linewidths=0.8)
+                       edgecolors="red" if r["choice_right"] is False else "none", linewidths=1.2)
     ax.axhline(1.0, color="0.4", lw=0.8)
     ax.axhline(RIGHT, color="red", lw=0.8, ls="--")
     ax.set_yscale("log")
     ax.set_xticks(range(len(labels)))
     ax.set_xticklabels(labels, fontsize=7)
     ax.set_ylabel("t_auto / oracle (log)")
-    ax.set_title("AUTO time over the oracle (faster forced engine) per point; dashed: +10%")
+    ax.set_title("AUTO time over the oracle (faster forced engine) per point; dashed: +10%; "
+                 "red edge: AUTO ran the slower engine (> 10% apart) in most steps")
     handles = [Line2D([], [], marker=markers[s], ls="", color="0.3", label=f"{s} B") for s in sizes]
     handles += [Line2D([], [], marker="o", ls="", color=cmap(i / max(1, len(batches) - 1)), label=f"batch {b}")
                 for i, b in enumerate(batches)]

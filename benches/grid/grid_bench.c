@@ -10,6 +10,9 @@
  *   auto        mdl_fetch_batch, MDL_BACKEND_AUTO, on a loader of its own that is never
  *               forced (fresh per point by default: registered and calibrated as a
  *               training run would be; --auto-loader shared keeps one per sample size)
+ *
+ * By default the raw window and both loaders are made anew for every point, so that all
+ * variants run on data of the same age (--auto-loader shared: once per sample size).
  *   ddstore     DDStore's loop in raw MPI: MPI_Win_lock(SHARED) / MPI_Get /
  *               MPI_Win_unlock per sample (local ones too), window from MPI_Win_allocate
  *   floor_rma   MPI_Win_lock_all, one MPI_Get per remote sample (local ones memcpy'd),
@@ -19,9 +22,9 @@
  *               request order)
  *
  * Method: onesided, collective, auto, floor_rma and floor_a2a run interleaved, step by
- * step in turn on the same ids, the order rotated every step (so that load from other
- * jobs on this shared machine, and the cache and memory state one variant leaves behind,
- * hit them alike): a fresh warm-up of --warmup steps of each, then N measured steps of each,
+ * step in turn on the same ids, in a random order drawn anew every step (so that load
+ * from other jobs on this shared machine, and the state one variant leaves behind in
+ * caches and the transport, hit them alike): a fresh warm-up of --warmup steps of each, then N measured steps of each,
  * N adaptive so that the group takes about --budget seconds (clamped to [--nmin,
  * --nmax]) and never more than --limit seconds (down to 1 step, without warm-up when
  * the step is predicted above the limit from the previous batch size). The forced
@@ -600,6 +603,22 @@ static void set_forced(mdl_loader *h, int v)
     lib_check(mdl_set_backend(h, v == V_OS ? MDL_BACKEND_ONESIDED : MDL_BACKEND_COLLECTIVE), "mdl_set_backend");
 }
 
+/* The order of the group at step s: a permutation drawn from s, the same on every rank
+   (a rotation would keep every variant right behind the same other one). */
+static void group_order(uint64_t s, int *order)
+{
+    for (int g = 0; g < NG; g++)
+        order[g] = g;
+    if (getenv("GRID_FIXED_ORDER"))
+        return;
+    uint64_t st = mix64(s * 0x9E3779B97F4A7C15ull + 12345);
+    for (int g = NG - 1; g > 0; g--) {
+        st = mix64(st);
+        int j = (int)(st % (uint64_t)(g + 1)), t = order[g];
+        order[g] = order[j], order[j] = t;
+    }
+}
+
 /* Interleaved warm-up and measured steps of the group: forced engines on c->forced,
    AUTO on its own loader `au` (which sees only its own steps), floors on the raw
    window. pred: expected seconds of one step of the whole group (<= 0: unknown). */
@@ -614,8 +633,10 @@ static void measure_group(ctx *c, mdl_loader *au, double pred, result *res, lsta
     ensure_times(c, NG * (W > 0 ? W : 1));
     for (int w = 0; w < W; w++) {
         prepare(c, (uint64_t)w);
+        int order[NG];
+        group_order((uint64_t)w, order);
         for (int j = 0; j < NG; j++) {
-            int g = (j + w) % NG, v = GROUP[g]; /* rotated: no variant always follows another */
+            int g = order[j], v = GROUP[g];
             if (v == V_OS || v == V_COLL)
                 set_forced(c->forced, v);
             c->tl[w * NG + g] = run_step(c, v, v == V_AUTO ? au : c->forced);
@@ -647,8 +668,10 @@ static void measure_group(ctx *c, mdl_loader *au, double pred, result *res, lsta
     long bad[NG] = {0};
     for (int k = 0; k < N; k++) {
         prepare(c, 1000 + (uint64_t)k);
+        int order[NG];
+        group_order(1000 + (uint64_t)k, order);
         for (int j = 0; j < NG; j++) {
-            int g = (j + k) % NG, v = GROUP[g]; /* rotated: no variant always follows another */
+            int g = order[j], v = GROUP[g];
             if (v == V_OS || v == V_COLL)
                 set_forced(c->forced, v);
             c->tl[k * NG + g] = run_step(c, v, v == V_AUTO ? au : c->forced);
@@ -739,6 +762,42 @@ static void fmt_params(char *buf, size_t len, const double *p)
              p[2], p[3], p[4], p[5], p[6]);
 }
 
+/* The data of a point: the raw window (filled), the forced engines' loader and, with
+   --auto-loader shared, the AUTO loader. Made fresh for every point by default, so that
+   the forced engines, AUTO and the floors all run on windows of the same age (a loader
+   made just before is measurably slower for a while than one used for minutes: about 15%
+   at 16 KB samples, Open MPI shared memory). */
+static void open_data(ctx *c, uint64_t mybytes)
+{
+    const opts *o = c->o;
+    const int me = g_rank;
+    /* Rounded up to 64 bytes, as the library does: MPICH 4.0.2's shared-memory windows
+       return wrong bytes from a rank whose predecessor's window is not a multiple of
+       16 bytes (src/mpi/window.rs). */
+    MPI_Win_allocate((MPI_Aint)((mybytes + 63) / 64 * 64), 1, MPI_INFO_NULL, MPI_COMM_WORLD, &c->wbase, &c->win);
+    const uint64_t g0 = (uint64_t)me * c->N;
+    c->shard_off = xmalloc(sizeof(uint64_t) * (c->N + 1));
+    c->shard_off[0] = 0;
+    for (uint64_t i = 0; i < c->N; i++) {
+        fill(o->seed, g0 + i, c->wbase + c->gdisp[g0 + i], c->gsize[g0 + i]);
+        c->shard_off[i + 1] = c->shard_off[i] + c->gsize[g0 + i];
+    }
+    sync_all();
+    c->forced = new_loader(c);
+    if (!strcmp(o->auto_loader, "shared"))
+        c->shared_auto = new_loader(c);
+}
+
+static void close_data(ctx *c)
+{
+    lib_check(mdl_finalize(&c->forced), "mdl_finalize");
+    if (c->shared_auto)
+        lib_check(mdl_finalize(&c->shared_auto), "mdl_finalize");
+    MPI_Win_free(&c->win);
+    free(c->shard_off);
+    c->shard_off = NULL;
+}
+
 int main(int argc, char **argv)
 {
     int provided;
@@ -806,28 +865,11 @@ int main(int argc, char **argv)
                 mybytes = acc;
         }
         mean /= (double)c.total;
-        /* Rounded up to 64 bytes, as the library does: MPICH 4.0.2's shared-memory windows
-           return wrong bytes from a rank whose predecessor's window is not a multiple of
-           16 bytes (src/mpi/window.rs). */
-        MPI_Win_allocate((MPI_Aint)((mybytes + 63) / 64 * 64), 1, MPI_INFO_NULL, MPI_COMM_WORLD, &c.wbase, &c.win);
-        const uint64_t g0 = (uint64_t)me * c.N;
-        c.shard_off = xmalloc(sizeof(uint64_t) * (c.N + 1));
-        c.shard_off[0] = 0;
-        for (uint64_t i = 0; i < c.N; i++) {
-            fill(o.seed, g0 + i, c.wbase + c.gdisp[g0 + i], c.gsize[g0 + i]);
-            c.shard_off[i + 1] = c.shard_off[i] + c.gsize[g0 + i];
-        }
-        sync_all();
-        c.forced = new_loader(&c);
         if (shared)
-            c.shared_auto = new_loader(&c);
-        if (me == 0) {
-            char pbuf[256];
-            lstats s = read_stats(c.forced);
-            fmt_params(pbuf, sizeof pbuf, s.params);
-            fprintf(stderr, "  sample %llu B (mean %.0f), %llu per rank; forced loader calibration: %s\n",
-                    (unsigned long long)c.m, mean, (unsigned long long)c.N, pbuf);
-        }
+            open_data(&c, mybytes);
+        if (me == 0)
+            fprintf(stderr, "  sample %llu B (mean %.0f), %llu per rank\n", (unsigned long long)c.m, mean,
+                    (unsigned long long)c.N);
         double prev[NV];
         uint64_t prevB = 0;
         for (int v = 0; v < NV; v++)
@@ -836,6 +878,8 @@ int main(int argc, char **argv)
         for (int bi = 0; bi < o.nb; bi++) {
             const uint64_t B = c.B = o.batches[bi];
             double tp0 = MPI_Wtime();
+            if (!shared)
+                open_data(&c, mybytes);
             c.ids = xmalloc(sizeof(uint64_t) * B);
             c.peer = xmalloc(sizeof(uint64_t) * B);
             c.outoff = xmalloc(sizeof(uint64_t) * (B + 1));
@@ -907,8 +951,12 @@ int main(int argc, char **argv)
                         res[V_COLL].med, res[V_AUTO].med, aos, aco, res[V_DD].med, res[V_FRMA].med, res[V_FA2A].med,
                         pred_os * 1e6, pred_coll * 1e6, res[0].n, res[1].n, res[2].n, res[3].n, res[4].n, res[5].n,
                         MPI_Wtime() - tp0, badsum ? "  VERIFICATION FAILED" : "");
-                if (bi == 0 || !shared)
-                    fprintf(stderr, "    auto loader calibration: %s\n", pbuf);
+                if (bi == 0 || !shared) {
+                    char fbuf[256];
+                    lstats fs = read_stats(c.forced);
+                    fmt_params(fbuf, sizeof fbuf, fs.params);
+                    fprintf(stderr, "    calibration: auto loader %s; forced loader %s\n", pbuf, fbuf);
+                }
             }
             for (int v = 0; v < NV; v++)
                 if (!isnan(res[v].med))
@@ -916,6 +964,8 @@ int main(int argc, char **argv)
             prevB = B;
             free(c.ids), free(c.peer), free(c.outoff), free(c.liboff), free(c.owner), free(c.req), free(c.reqs);
             free(ints);
+            if (!shared)
+                close_data(&c);
             if (badsum) {
                 if (me == 0)
                     fprintf(stderr, "verification failed: wrong samples per variant os %ld coll %ld auto %ld dd %ld "
@@ -923,11 +973,9 @@ int main(int argc, char **argv)
                 MPI_Abort(MPI_COMM_WORLD, 3);
             }
         }
-        lib_check(mdl_finalize(&c.forced), "mdl_finalize");
         if (shared)
-            lib_check(mdl_finalize(&c.shared_auto), "mdl_finalize");
-        MPI_Win_free(&c.win);
-        free(c.gsize), free(c.gdisp), free(c.shard_off), free(c.out), free(c.sbuf), free(c.rbuf), free(c.asked);
+            close_data(&c);
+        free(c.gsize), free(c.gdisp), free(c.out), free(c.sbuf), free(c.rbuf), free(c.asked);
         free(c.tl), free(c.tg);
     }
     if (me == 0) {

@@ -18,6 +18,9 @@
 #             MDL_WAIT=yield (each emulated host alone looks undersubscribed).
 # Namespaces are created here and deleted on exit (also on error or Ctrl-C).
 #
+# Each point gets a fresh raw window and fresh loaders (grid_bench.c), so that the
+# forced engines, AUTO and the floors run on data of the same age.
+#
 # Output: benches/grid/results/grid.csv (one row per point, see grid_bench.c),
 # benches/grid/results/runs.md (each combination: ran / skipped and why, seconds);
 # logs in target/grid/logs/. --quick (smoke test, ~2-3 min): every combination, batch
