@@ -57,7 +57,8 @@ pub enum Calibration {
 /// How the library waits for MPI requests (see `mpi::wait`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Wait {
-    /// Yield between tests when this node's ranks outnumber its cores, spin otherwise.
+    /// Yield between tests on MPICH when this node's ranks outnumber its cores (its
+    /// blocking calls busy-poll); blocking calls otherwise.
     Auto,
     Spin,
     Yield,
