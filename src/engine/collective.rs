@@ -126,26 +126,56 @@ fn exchange(step: &StepContext, requests: &[RemoteSample], known: Option<Vec<Vec
         }
     };
 
-    let (packed, bytes_to) = pack(step, &asked, &ids_from)?;
-    let mut received = zeroed(bytes_from.iter().sum::<u64>())?;
-    comm.alltoallv(&packed, &bytes_to, &mut received, &bytes_from)?;
+    BUFFERS.with(|buffers| -> Result<()> {
+        let (packed, received) = &mut *buffers.borrow_mut();
+        let bytes_to = pack(step, &asked, &ids_from, packed)?;
+        let received = grown(received, bytes_from.iter().sum::<u64>())?;
+        comm.alltoallv(packed, &bytes_to, received, &bytes_from)?;
+        unpack(requests, received, out);
+        Ok(())
+    })
+}
 
-    // `received` holds the samples in the order of `requests`.
+thread_local! {
+    /// The exchange's send and receive buffers, kept from step to step: they grow to
+    /// the largest round and are neither allocated nor zero-filled again (zero-filling
+    /// half a megabyte costs as much as moving it). Per thread, so that the caller's
+    /// fetches and the prefetch thread's never share them.
+    static BUFFERS: std::cell::RefCell<(Vec<u8>, Vec<u8>)> = const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
+}
+
+/// Free this thread's exchange buffers (at `mdl_finalize`; a prefetch thread's go with it).
+pub fn release_buffers() {
+    BUFFERS.with(|buffers| *buffers.borrow_mut() = (Vec::new(), Vec::new()));
+}
+
+/// The first `len` bytes of `buffer`, growing it (zero-filled, once) when needed.
+fn grown(buffer: &mut Vec<u8>, len: u64) -> Result<&mut [u8]> {
+    let len = usize::try_from(len).map_err(|_| Error::no_memory(len))?;
+    if buffer.len() < len {
+        buffer.try_reserve_exact(len - buffer.len()).map_err(|_| Error::no_memory(len as u64))?;
+        buffer.resize(len, 0);
+    }
+    Ok(&mut buffer[..len])
+}
+
+/// Copy the received samples, which arrive in the order of `requests`, to their places.
+fn unpack(requests: &[RemoteSample], received: &[u8], out: &mut [u8]) {
     let mut at = 0usize;
     for r in requests {
         let (len, dest) = (r.len as usize, r.dest_offset as usize);
         out[dest..dest + len].copy_from_slice(&received[at..at + len]);
         at += len;
     }
-    Ok(())
 }
 
-/// The owner's side: copy the samples each requester asked for, requester by requester.
-fn pack(step: &StepContext, asked: &[u64], ids_from: &[u64]) -> Result<(Vec<u8>, Vec<u64>)> {
+/// The owner's side: copy the samples each requester asked for into `packed`, requester
+/// by requester; returns the bytes for each.
+fn pack(step: &StepContext, asked: &[u64], ids_from: &[u64], packed: &mut Vec<u8>) -> Result<Vec<u64>> {
     let index = &step.store.index;
     let shard = step.store.window.local();
     let me = step.comm.rank();
-    let mut packed = Vec::new();
+    packed.clear();
     let mut bytes_to = Vec::with_capacity(ids_from.len());
     let mut next = 0usize;
     for &count in ids_from {
@@ -161,7 +191,7 @@ fn pack(step: &StepContext, asked: &[u64], ids_from: &[u64]) -> Result<(Vec<u8>,
         bytes_to.push((packed.len() - before) as u64);
         next += count as usize;
     }
-    Ok((packed, bytes_to))
+    Ok(bytes_to)
 }
 
 /// A zero-filled buffer, or `MDL_ERR_NO_MEMORY` instead of aborting the job.

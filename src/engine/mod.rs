@@ -6,7 +6,7 @@ mod collective;
 mod onesided;
 
 use collective::Collective;
-pub use collective::collective_rounds;
+pub use collective::{collective_rounds, release_buffers};
 use onesided::OneSided;
 
 use crate::config::Backend;

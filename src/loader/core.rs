@@ -306,6 +306,7 @@ impl Core {
     /// Collective: free the window and the communicator.
     pub fn finalize(self) -> Result<()> {
         let Core { comm, store, stats, .. } = self;
+        crate::engine::release_buffers();
         log::info!("rank {}: finalize after {}", comm.rank(), stats.summary());
         let freed_store = store.map_or(Ok(()), Store::free);
         let freed_comm = comm.free();
