@@ -36,25 +36,35 @@ impl Rounds {
     pub fn of(remote: &[RemoteSample], ranks: usize, max_message_bytes: u64) -> Rounds {
         let budget = max_message_bytes / ranks as u64;
         let (exchanged, oversize): (Vec<RemoteSample>, Vec<RemoteSample>) = remote.iter().partition(|s| s.len <= budget);
-        let mut rounds = Vec::new();
-        let (mut start, mut bytes) = (0, 0u64);
-        for (i, sample) in exchanged.iter().enumerate() {
-            if bytes + sample.len > budget {
-                rounds.push(start..i);
-                (start, bytes) = (i, 0);
-            }
-            bytes += sample.len;
-        }
-        if start < exchanged.len() {
-            rounds.push(start..exchanged.len());
-        }
+        let rounds = cut_into_rounds(exchanged.iter().map(|s| s.len), budget);
         Rounds { exchanged, rounds, oversize }
     }
 }
 
-/// The number of exchange rounds this rank needs for `remote`.
+/// Consecutive ranges of samples (given by their lengths, each at most `budget`) of at
+/// most `budget` bytes each.
+fn cut_into_rounds(lens: impl Iterator<Item = u64>, budget: u64) -> Vec<Range<usize>> {
+    let mut rounds = Vec::new();
+    let (mut start, mut end, mut bytes) = (0, 0, 0u64);
+    for len in lens {
+        if bytes + len > budget {
+            rounds.push(start..end);
+            (start, bytes) = (end, 0);
+        }
+        bytes += len;
+        end += 1;
+    }
+    if start < end {
+        rounds.push(start..end);
+    }
+    rounds
+}
+
+/// The number of exchange rounds this rank needs for `remote` (on the fetch path: no
+/// copy of the samples, unlike [`Rounds::of`]).
 pub fn collective_rounds(remote: &[RemoteSample], ranks: usize, max_message_bytes: u64) -> u64 {
-    Rounds::of(remote, ranks, max_message_bytes).rounds.len() as u64
+    let budget = max_message_bytes / ranks as u64;
+    cut_into_rounds(remote.iter().map(|s| s.len).filter(|&len| len <= budget), budget).len() as u64
 }
 
 impl Engine for Collective {

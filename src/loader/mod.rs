@@ -113,20 +113,22 @@ impl Loader {
         if let (Err(_), Some((at, depth))) = (&sought, resume) {
             // Every rank refused the same seek (it was agreed on), so every rank resumes
             // at the same step: no further agreement is needed.
-            let n = self.core.lock().num_samples()?;
-            let ranks = self.core.lock().comm().size();
-            let epoch = Epoch::new(n, ranks, args.seed, args.epoch, args.batch_size, args.shuffle, args.drop_last)?;
+            let epoch = Self::epoch_of(&self.core.lock(), args)?;
             self.epoch = Some(EpochRun::start(&self.core, epoch, at, depth));
         }
         sought
     }
 
+    /// The sampler's epoch for `args` over this loader's samples and ranks.
+    fn epoch_of(core: &Core, args: EpochArgs) -> Result<Epoch> {
+        let n = core.num_samples()?;
+        Epoch::new(n, core.comm().size(), args.seed, args.epoch, args.batch_size, args.shuffle, args.drop_last)
+    }
+
     fn start_epoch(&mut self, args: EpochArgs, step: u64, call: &str) -> Result<()> {
         let depth = self.effective_prefetch();
         let core = self.core.lock();
-        let epoch = core.num_samples().and_then(|n| {
-            Epoch::new(n, core.comm().size(), args.seed, args.epoch, args.batch_size, args.shuffle, args.drop_last)
-        });
+        let epoch = Self::epoch_of(&core, args);
         let checks = match &epoch {
             Err(err) => Err(err.clone()),
             Ok(e) if step > e.steps() => {
