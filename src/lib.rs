@@ -16,6 +16,7 @@ mod estimator;
 pub mod ffi;
 mod loader;
 mod mpi;
+mod node;
 mod plan;
 mod rng;
 mod sampler;

@@ -11,8 +11,12 @@
  *               forced (fresh per point by default: registered and calibrated as a
  *               training run would be; --auto-loader shared keeps one per sample size)
  *
- * By default the raw window and both loaders are made anew for every point, so that all
- * variants run on data of the same age (--auto-loader shared: once per sample size).
+ * Every variant reads its own copy of the dataset (a loader, or a raw window, each):
+ * variants that shared one would find the samples of the step in the caches whenever
+ * they ran after the other, and AUTO, alone on its loader, never would (that made AUTO
+ * look ~4% slower than the same engine forced). By default the raw windows and the
+ * loaders are made anew for every point, so that all variants run on data of the same
+ * age (--auto-loader shared: once per sample size).
  *   ddstore     DDStore's loop in raw MPI: MPI_Win_lock(SHARED) / MPI_Get /
  *               MPI_Win_unlock per sample (local ones too), window from MPI_Win_allocate
  *   floor_rma   MPI_Win_lock_all, one MPI_Get per remote sample (local ones memcpy'd),
@@ -27,9 +31,7 @@
  * caches and the transport, hit them alike): a fresh warm-up of --warmup steps of each, then N measured steps of each,
  * N adaptive so that the group takes about --budget seconds (clamped to [--nmin,
  * --nmax]) and never more than --limit seconds (down to 1 step, without warm-up when
- * the step is predicted above the limit from the previous batch size). The forced
- * engines share one loader (mdl_set_backend before each step); AUTO has a loader of its
- * own that only ever sees AUTO steps. The DDStore-style loop runs afterwards in a block
+ * the step is predicted above the limit from the previous batch size). The DDStore-style loop runs afterwards in a block
  * of its own with --dd-budget / --dd-limit, and a point whose single step is predicted
  * above --skip-over seconds is not run and reported as empty. Step time = the slowest
  * rank's (MPI_Allreduce MAX per step, ranks lined up by a barrier outside the clock);
@@ -339,9 +341,9 @@ typedef struct ctx {
     const opts *o;
     uint64_t N, total, m;       /* samples per rank, all samples, mean size */
     uint64_t *gsize, *gdisp;    /* per global id */
-    uint8_t *wbase;             /* my shard, in the raw window */
-    MPI_Win win;
-    mdl_loader *forced, *shared_auto;
+    uint8_t *wbase[2];          /* my shard, in the raw windows: [0] RMA floor, [1] a2a floor */
+    MPI_Win win[2];
+    mdl_loader *onesided, *collective, *shared_auto; /* loaders with the engine forced */
     uint64_t *shard_off;        /* N + 1 offsets of my shard */
     uint64_t B;
     /* per-step scratch */
@@ -431,32 +433,32 @@ static double run_step(ctx *c, int v, mdl_loader *h)
     case V_DD:
         for (uint64_t k = 0; k < B; k++) {
             int cnt = (int)(c->outoff[k + 1] - c->outoff[k]);
-            MPI_Win_lock(MPI_LOCK_SHARED, c->owner[k], 0, c->win);
+            MPI_Win_lock(MPI_LOCK_SHARED, c->owner[k], 0, c->win[0]);
             MPI_Get(c->out + c->outoff[k], cnt, MPI_BYTE, c->owner[k], (MPI_Aint)c->gdisp[c->ids[k]], cnt, MPI_BYTE,
-                    c->win);
-            MPI_Win_unlock(c->owner[k], c->win);
+                    c->win[0]);
+            MPI_Win_unlock(c->owner[k], c->win[0]);
         }
         break;
     case V_FRMA: {
         int nr = 0;
-        MPI_Win_lock_all(MPI_MODE_NOCHECK, c->win);
+        MPI_Win_lock_all(MPI_MODE_NOCHECK, c->win[0]);
         for (uint64_t k = 0; k < B; k++) {
             int cnt = (int)(c->outoff[k + 1] - c->outoff[k]);
             uint64_t g = c->ids[k];
             if (c->owner[k] == me)
-                memcpy(c->out + c->outoff[k], c->wbase + c->gdisp[g], (size_t)cnt);
+                memcpy(c->out + c->outoff[k], c->wbase[0] + c->gdisp[g], (size_t)cnt);
             else if (g_yield)
                 MPI_Rget(c->out + c->outoff[k], cnt, MPI_BYTE, c->owner[k], (MPI_Aint)c->gdisp[g], cnt, MPI_BYTE,
-                         c->win, &c->reqs[nr++]);
+                         c->win[0], &c->reqs[nr++]);
             else
                 MPI_Get(c->out + c->outoff[k], cnt, MPI_BYTE, c->owner[k], (MPI_Aint)c->gdisp[g], cnt, MPI_BYTE,
-                        c->win);
+                        c->win[0]);
         }
         if (g_yield)
             wait_all(nr, c->reqs);
         else
-            MPI_Win_flush_all(c->win);
-        MPI_Win_unlock_all(c->win);
+            MPI_Win_flush_all(c->win[0]);
+        MPI_Win_unlock_all(c->win[0]);
         break;
     }
     case V_FA2A: {
@@ -476,7 +478,7 @@ static double run_step(ctx *c, int v, mdl_loader *h)
             c->b_to_d[p] = (int)at;
             for (int i = 0; i < c->ids_from[p]; i++, n++) {
                 uint64_t g = c->asked[n];
-                memcpy(c->sbuf + at, c->wbase + c->gdisp[g], c->gsize[g]);
+                memcpy(c->sbuf + at, c->wbase[1] + c->gdisp[g], c->gsize[g]);
                 at += c->gsize[g];
             }
             c->b_to[p] = (int)(at - (uint64_t)c->b_to_d[p]);
@@ -486,7 +488,7 @@ static double run_step(ctx *c, int v, mdl_loader *h)
         /* local samples straight into the output while the exchange runs */
         for (uint64_t k = 0; k < B; k++)
             if (c->owner[k] == me)
-                memcpy(c->out + c->outoff[k], c->wbase + c->gdisp[c->ids[k]], c->outoff[k + 1] - c->outoff[k]);
+                memcpy(c->out + c->outoff[k], c->wbase[1] + c->gdisp[c->ids[k]], c->outoff[k + 1] - c->outoff[k]);
         wait_all(1, &r);
         break;
     }
@@ -598,9 +600,10 @@ static result measure_dd(ctx *c, double pred)
 static const int GROUP[] = {V_OS, V_COLL, V_AUTO, V_FRMA, V_FA2A};
 enum { NG = sizeof GROUP / sizeof GROUP[0] };
 
-static void set_forced(mdl_loader *h, int v)
+/* The loader variant v runs on. */
+static mdl_loader *loader_of(ctx *c, int v, mdl_loader *au)
 {
-    lib_check(mdl_set_backend(h, v == V_OS ? MDL_BACKEND_ONESIDED : MDL_BACKEND_COLLECTIVE), "mdl_set_backend");
+    return v == V_AUTO ? au : v == V_OS ? c->onesided : v == V_COLL ? c->collective : NULL;
 }
 
 /* The order of the group at step s: a permutation drawn from s, the same on every rank
@@ -619,9 +622,9 @@ static void group_order(uint64_t s, int *order)
     }
 }
 
-/* Interleaved warm-up and measured steps of the group: forced engines on c->forced,
-   AUTO on its own loader `au` (which sees only its own steps), floors on the raw
-   window. pred: expected seconds of one step of the whole group (<= 0: unknown). */
+/* Interleaved warm-up and measured steps of the group: each forced engine on its
+   loader, AUTO on its own loader `au` (which sees only its own steps), floors on their
+   raw windows. pred: expected seconds of one step of the whole group (<= 0: unknown). */
 static void measure_group(ctx *c, mdl_loader *au, double pred, result *res, lstats *before, lstats *after)
 {
     const opts *o = c->o;
@@ -637,9 +640,7 @@ static void measure_group(ctx *c, mdl_loader *au, double pred, result *res, lsta
         group_order((uint64_t)w, order);
         for (int j = 0; j < NG; j++) {
             int g = order[j], v = GROUP[g];
-            if (v == V_OS || v == V_COLL)
-                set_forced(c->forced, v);
-            c->tl[w * NG + g] = run_step(c, v, v == V_AUTO ? au : c->forced);
+            c->tl[w * NG + g] = run_step(c, v, loader_of(c, v, au));
         }
     }
     double est = pred;
@@ -672,9 +673,7 @@ static void measure_group(ctx *c, mdl_loader *au, double pred, result *res, lsta
         group_order(1000 + (uint64_t)k, order);
         for (int j = 0; j < NG; j++) {
             int g = order[j], v = GROUP[g];
-            if (v == V_OS || v == V_COLL)
-                set_forced(c->forced, v);
-            c->tl[k * NG + g] = run_step(c, v, v == V_AUTO ? au : c->forced);
+            c->tl[k * NG + g] = run_step(c, v, loader_of(c, v, au));
             if (k == 0)
                 bad[g] = check_step(c, v);
         }
@@ -748,11 +747,12 @@ static void model_predict(ctx *c, const double *prm, double *pos, double *pcoll)
     free(sum);
 }
 
-static mdl_loader *new_loader(ctx *c)
+static mdl_loader *new_loader(ctx *c, mdl_backend backend)
 {
     mdl_loader *h = NULL;
     lib_check(mdl_init(MPI_COMM_WORLD, &h), "mdl_init");
-    lib_check(mdl_register_shard(h, c->wbase, c->shard_off, c->N), "mdl_register_shard");
+    lib_check(mdl_register_shard(h, c->wbase[0], c->shard_off, c->N), "mdl_register_shard");
+    lib_check(mdl_set_backend(h, backend), "mdl_set_backend");
     return h;
 }
 
@@ -762,7 +762,7 @@ static void fmt_params(char *buf, size_t len, const double *p)
              p[2], p[3], p[4], p[5], p[6]);
 }
 
-/* The data of a point: the raw window (filled), the forced engines' loader and, with
+/* The data of a point: the raw windows (filled), the forced engines' loaders and, with
    --auto-loader shared, the AUTO loader. Made fresh for every point by default, so that
    the forced engines, AUTO and the floors all run on windows of the same age (a loader
    made just before is measurably slower for a while than one used for minutes: about 15%
@@ -774,26 +774,32 @@ static void open_data(ctx *c, uint64_t mybytes)
     /* Rounded up to 64 bytes, as the library does: MPICH 4.0.2's shared-memory windows
        return wrong bytes from a rank whose predecessor's window is not a multiple of
        16 bytes (src/mpi/window.rs). */
-    MPI_Win_allocate((MPI_Aint)((mybytes + 63) / 64 * 64), 1, MPI_INFO_NULL, MPI_COMM_WORLD, &c->wbase, &c->win);
+    for (int w = 0; w < 2; w++)
+        MPI_Win_allocate((MPI_Aint)((mybytes + 63) / 64 * 64), 1, MPI_INFO_NULL, MPI_COMM_WORLD, &c->wbase[w],
+                         &c->win[w]);
     const uint64_t g0 = (uint64_t)me * c->N;
     c->shard_off = xmalloc(sizeof(uint64_t) * (c->N + 1));
     c->shard_off[0] = 0;
     for (uint64_t i = 0; i < c->N; i++) {
-        fill(o->seed, g0 + i, c->wbase + c->gdisp[g0 + i], c->gsize[g0 + i]);
+        fill(o->seed, g0 + i, c->wbase[0] + c->gdisp[g0 + i], c->gsize[g0 + i]);
         c->shard_off[i + 1] = c->shard_off[i] + c->gsize[g0 + i];
     }
+    memcpy(c->wbase[1], c->wbase[0], mybytes);
     sync_all();
-    c->forced = new_loader(c);
+    c->onesided = new_loader(c, MDL_BACKEND_ONESIDED);
+    c->collective = new_loader(c, MDL_BACKEND_COLLECTIVE);
     if (!strcmp(o->auto_loader, "shared"))
-        c->shared_auto = new_loader(c);
+        c->shared_auto = new_loader(c, MDL_BACKEND_AUTO);
 }
 
 static void close_data(ctx *c)
 {
-    lib_check(mdl_finalize(&c->forced), "mdl_finalize");
+    lib_check(mdl_finalize(&c->onesided), "mdl_finalize");
+    lib_check(mdl_finalize(&c->collective), "mdl_finalize");
     if (c->shared_auto)
         lib_check(mdl_finalize(&c->shared_auto), "mdl_finalize");
-    MPI_Win_free(&c->win);
+    for (int w = 0; w < 2; w++)
+        MPI_Win_free(&c->win[w]);
     free(c->shard_off);
     c->shard_off = NULL;
 }
@@ -905,7 +911,7 @@ int main(int argc, char **argv)
                     pred = prev[GROUP[g]] > 0 && prevB && pred >= 0
                                ? pred + prev[GROUP[g]] * 1e-6 * (double)B / (double)prevB
                                : -1;
-                mdl_loader *au = shared ? c.shared_auto : new_loader(&c);
+                mdl_loader *au = shared ? c.shared_auto : new_loader(&c, MDL_BACKEND_AUTO);
                 lstats s = read_stats(au);
                 model_predict(&c, s.params, &pred_os, &pred_coll);
                 fmt_params(pbuf, sizeof pbuf, s.params);
@@ -953,9 +959,9 @@ int main(int argc, char **argv)
                         MPI_Wtime() - tp0, badsum ? "  VERIFICATION FAILED" : "");
                 if (bi == 0 || !shared) {
                     char fbuf[256];
-                    lstats fs = read_stats(c.forced);
+                    lstats fs = read_stats(c.onesided);
                     fmt_params(fbuf, sizeof fbuf, fs.params);
-                    fprintf(stderr, "    calibration: auto loader %s; forced loader %s\n", pbuf, fbuf);
+                    fprintf(stderr, "    calibration: auto loader %s; one-sided loader %s\n", pbuf, fbuf);
                 }
             }
             for (int v = 0; v < NV; v++)

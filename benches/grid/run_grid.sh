@@ -14,8 +14,9 @@
 #   twohosts  two network namespaces joined by a veth pair (unshaped), 2 ranks in each,
 #             launched through an ssh stand-in (ip netns exec NS sh -c ...); all traffic
 #             over TCP on the veth (intra-host pairs too). Needs 4 ranks. The 4 ranks
-#             share 2 cores: Open MPI gets mpi_yield_when_idle and the library
-#             MDL_WAIT=yield (each emulated host alone looks undersubscribed).
+#             share 2 cores: Open MPI gets mpi_yield_when_idle (each emulated host
+#             alone looks undersubscribed to it). The library counts the ranks of the
+#             machine by its boot id, so its MDL_WAIT=auto needs no help here.
 # Namespaces are created here and deleted on exit (also on error or Ctrl-C).
 #
 # Each point gets a fresh raw window and fresh loaders (grid_bench.c), so that the
@@ -269,9 +270,9 @@ for mpi in $MPIS; do
                 twohosts)
                     # Each emulated host has 2 slots, so Open MPI would not know that the 4
                     # ranks share 2 cores and would busy-poll (56 ms per all-reduce,
-                    # measured): mpi_yield_when_idle (and MDL_WAIT=yield, below).
+                    # measured): mpi_yield_when_idle.
                     launch=(mpirun.openmpi --bind-to none --oversubscribe --mca mpi_yield_when_idle 1
-                        -x MDL_WAIT --mca plm_rsh_agent "$NSEXEC" --host "$NS_A:2,$NS_B:2"
+                        --mca plm_rsh_agent "$NSEXEC" --host "$NS_A:2,$NS_B:2"
                         --mca btl tcp,self --mca btl_tcp_if_include $VETH --mca oob_tcp_if_include $VETH
                         --mca osc pt2pt -n "$np")
                     ;;
@@ -289,7 +290,7 @@ for mpi in $MPIS; do
                     # proxies reach mpiexec by the veth address, not the hostname.
                     launch=(mpiexec.hydra -launcher ssh -launcher-exec "$NSEXEC" -iface $VETH
                         -hosts "$NS_A:2,$NS_B:2" -genv MPIR_CVAR_NOLOCAL 1 -genv UCX_TLS self,tcp
-                        -genv UCX_NET_DEVICES $VETH -genv MDL_WAIT yield -n "$np")
+                        -genv UCX_NET_DEVICES $VETH -n "$np")
                     ;;
                 esac
             fi
@@ -297,10 +298,6 @@ for mpi in $MPIS; do
             tcp1g) launch=(ip netns exec "$NS_SHAPED" "${launch[@]}") ;;
             twohosts) launch=(ip netns exec "$NS_A" "${launch[@]}") ;;
             esac
-            # More ranks than cores: tell the library (its MDL_WAIT=auto counts the ranks
-            # sharing a node with MPI_Comm_split_type, which MPIR_CVAR_NOLOCAL=1 and the
-            # emulated hosts turn into 1 or 2, and it would then spin on 2 shared cores).
-            [ "$np" -gt "$CORES" ] && envs+=(MDL_WAIT=yield)
             steps=("${FAST[@]}")
             [ "$mpi" = mpich ] && [ "$np" -gt "$CORES" ] && steps=("${SLOW[@]}")
             run_csv=$RUNS/$mpi-$transport-np$np.csv

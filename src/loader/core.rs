@@ -13,6 +13,7 @@ use crate::estimator::calibrate::{self, Calibration, CalibrationSettings};
 use crate::estimator::model::{CostParams, StepFeatures};
 use crate::estimator::{Decision, Estimator, Settings, features};
 use crate::mpi::{self, Comm};
+use crate::node;
 use crate::plan::BatchPlan;
 use crate::stats::Stats;
 use crate::store::{ShardView, Store};
@@ -82,7 +83,7 @@ impl Core {
             // Open MPI's blocking calls yield by themselves when the node is
             // oversubscribed (and beat test-and-yield 2-3x there, measured); MPICH's
             // busy-poll and need our loop.
-            Wait::Auto => mpi::is_mpich() && comm.ranks_on_node()? > online_cores(),
+            Wait::Auto => mpi::is_mpich() && comm.ranks_on_node(node::machine_key())? > node::online_cores(),
         };
         mpi::set_wait_policy(yield_between_tests, !mpi::is_mpich());
         log::debug!(
@@ -312,13 +313,4 @@ impl Core {
         let freed_comm = comm.free();
         freed_store.and(freed_comm)
     }
-}
-
-/// The node's online cores. Not this process's affinity mask: a launcher that binds
-/// each rank to one core (Open MPI does at two ranks or fewer) does not make the node
-/// oversubscribed.
-fn online_cores() -> usize {
-    // SAFETY: sysconf has no preconditions.
-    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
-    if n > 0 { n as usize } else { std::thread::available_parallelism().map_or(1, |n| n.get()) }
 }

@@ -72,8 +72,17 @@ impl Comm {
         Ok(unsafe { ffi::RSMPI_Comm_f2c(handle) })
     }
 
-    /// Collective: how many ranks of this communicator share this rank's node.
-    pub fn ranks_on_node(&self) -> Result<usize> {
+    /// Collective: how many ranks of this communicator share this rank's machine.
+    /// `machine_key` names the machine (`node::machine_key`); when every rank has one,
+    /// ranks with equal keys are counted. Otherwise (any rank without a key, so all
+    /// ranks take the same path) MPI's idea of a node is used, which launchers can
+    /// split within one machine (network namespaces, `MPIR_CVAR_NOLOCAL=1`).
+    pub fn ranks_on_node(&self, machine_key: Option<u64>) -> Result<usize> {
+        let mine = machine_key.unwrap_or(0);
+        let keys = self.allgather(mine)?;
+        if keys.iter().all(|&k| k != 0) {
+            return Ok(keys.iter().filter(|&&k| k == mine).count());
+        }
         // SAFETY: mem::zeroed is a valid placeholder for the handle MPI writes.
         let mut node: ffi::MPI_Comm = unsafe { std::mem::zeroed() };
         // SAFETY: self.raw is valid; node receives a new communicator, freed below.

@@ -1,0 +1,43 @@
+//! Facts about the machine this rank runs on, for the wait policy (`mpi::wait`).
+
+/// The node's online cores. Not this process's affinity mask: a launcher that binds
+/// each rank to one core (Open MPI does at two ranks or fewer) does not make the node
+/// oversubscribed.
+pub fn online_cores() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    if n > 0 {
+        n as usize
+    } else {
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    }
+}
+
+/// A key naming the running kernel, so the same for every process on this machine
+/// (also across network namespaces, containers and `MPIR_CVAR_NOLOCAL=1`, which fool
+/// `MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)`) and different between machines: a hash
+/// of Linux's boot id. `None` where there is no boot id to read.
+pub fn machine_key() -> Option<u64> {
+    let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+    let boot_id = boot_id.trim();
+    if boot_id.is_empty() {
+        return None;
+    }
+    // FNV-1a: stable across builds and processes (std's hashers are seeded per process).
+    let hash = boot_id.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
+    });
+    Some(hash.max(1)) // 0 means "no key" on the wire
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_machine_key_is_stable_and_cores_are_counted() {
+        assert!(online_cores() >= 1);
+        assert_eq!(machine_key(), machine_key());
+        assert_ne!(machine_key(), Some(0));
+    }
+}
