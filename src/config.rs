@@ -85,8 +85,9 @@ pub struct Config {
     /// before AUTO switches (default 0.1).
     pub hysteresis: f64,
     /// `MDL_MATRIX_MAX_RANKS`: up to this many ranks, each step's agreement carries the
-    /// full request matrix (P * P values), which tells the estimator exactly how many
-    /// bytes each rank serves (default 32).
+    /// full request matrix (2 * P * P values: bytes and samples per requester and
+    /// owner), which tells the estimator exactly how many bytes each rank serves and
+    /// spares the collective engine its count exchange (default 32).
     pub matrix_max_ranks: usize,
     /// `MDL_WAIT=auto|spin|yield`.
     pub wait: Wait,

@@ -4,9 +4,11 @@
 //! Per round: `MPI_Alltoall` of request counts, `MPI_Alltoallv` of the requested ids,
 //! packing on the owner, `MPI_Alltoallv` of the bytes, and unpacking into the output.
 //! Requesters know every sample's length from the global index, so no byte counts
-//! travel. With the built-in sampler every rank knows every rank's batch: owners then
-//! work out what each rank will ask of them, and the request round (the
-//! `MPI_Alltoall` and the first `MPI_Alltoallv`) is skipped.
+//! travel. When the step needs a single round and the step's agreement carried the
+//! request matrix (up to `MDL_MATRIX_MAX_RANKS` ranks), every owner already knows how
+//! many ids each rank asks of it, and the `MPI_Alltoall` is skipped. With the built-in
+//! sampler every rank knows every rank's batch: owners then work out what each rank
+//! will ask of them, and the whole request round is skipped.
 //!
 //! MPI counts and displacements are C `int`. To stay under a limit L (default 2^31 - 1,
 //! `MDL_MAX_MESSAGE_BYTES`), a rank's remote samples are cut into rounds of at most
@@ -17,7 +19,7 @@
 
 use super::{Engine, StepContext};
 use crate::error::{Error, Result};
-use crate::mpi::Get;
+use crate::mpi::{Comm, Get};
 use crate::plan::{BatchPlan, RemoteSample};
 use std::ops::Range;
 
@@ -60,11 +62,27 @@ fn cut_into_rounds(lens: impl Iterator<Item = u64>, budget: u64) -> Vec<Range<us
     rounds
 }
 
-/// The number of exchange rounds this rank needs for `remote` (on the fetch path: no
-/// copy of the samples, unlike [`Rounds::of`]).
-pub fn collective_rounds(remote: &[RemoteSample], ranks: usize, max_message_bytes: u64) -> u64 {
+/// What this rank's part of the exchange looks like, before any rank communicates.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ExchangeShape {
+    /// Exchange rounds this rank needs.
+    pub rounds: u64,
+    /// Per owner rank: how many samples this rank asks it for in the exchange (over
+    /// all rounds; samples too large for a round are read with gets instead).
+    pub requests_per_owner: Vec<u64>,
+}
+
+/// The shape of the exchange for `remote` (on the fetch path: no copy of the samples,
+/// unlike [`Rounds::of`]).
+pub fn exchange_shape(remote: &[RemoteSample], ranks: usize, max_message_bytes: u64) -> ExchangeShape {
     let budget = max_message_bytes / ranks as u64;
-    cut_into_rounds(remote.iter().map(|s| s.len).filter(|&len| len <= budget), budget).len() as u64
+    let exchanged = || remote.iter().filter(|s| s.len <= budget);
+    let mut requests_per_owner = vec![0u64; ranks];
+    for s in exchanged() {
+        requests_per_owner[s.owner] += 1;
+    }
+    let rounds = cut_into_rounds(exchanged().map(|s| s.len), budget).len() as u64;
+    ExchangeShape { rounds, requests_per_owner }
 }
 
 impl Engine for Collective {
@@ -75,9 +93,15 @@ impl Engine for Collective {
             Some(batch_of) => Some(requests_of_others(step, batch_of)?),
             None => None,
         };
+        // In a single round every rank asks for all its samples at once, so the agreed
+        // request counts are the round's: they need not travel again.
+        let counts = step.requests_to_me.filter(|_| step.collective_rounds == 1);
         for round in 0..step.collective_rounds as usize {
             let range = mine.rounds.get(round).cloned().unwrap_or(0..0);
-            let asked = known.as_ref().map(|k| k.get(round).cloned().unwrap_or_else(|| vec![Vec::new(); ranks]));
+            let asked = match &known {
+                Some(k) => Requests::Ids(k.get(round).cloned().unwrap_or_else(|| vec![Vec::new(); ranks])),
+                None => counts.map_or(Requests::Unknown, Requests::Counts),
+            };
             exchange(step, &mine.exchanged[range], asked, out)?;
         }
         let gets: Vec<Get> = mine
@@ -111,9 +135,19 @@ fn requests_of_others(step: &StepContext, batch_of: &dyn Fn(usize, &mut Vec<u64>
     Ok(per_round)
 }
 
-/// One round: `requests` (grouped by owner) is what this rank wants in it; `known`,
-/// when given, is what each rank asks of this one (no request exchange needed).
-fn exchange(step: &StepContext, requests: &[RemoteSample], known: Option<Vec<Vec<u64>>>, out: &mut [u8]) -> Result<()> {
+/// What this rank knows, before a round, of what the other ranks will ask of it.
+enum Requests<'a> {
+    /// Nothing: the counts travel in an `MPI_Alltoall`, then the ids.
+    Unknown,
+    /// How many ids each rank asks for (agreed with the step): only the ids travel.
+    Counts(&'a [u64]),
+    /// The ids each rank asks for (the built-in sampler): nothing travels.
+    Ids(Vec<Vec<u64>>),
+}
+
+/// One round: `requests` (grouped by owner) is what this rank wants in it; `asked` is
+/// what this rank knows of what the others want of it.
+fn exchange(step: &StepContext, requests: &[RemoteSample], asked: Requests, out: &mut [u8]) -> Result<()> {
     let comm = step.comm;
     let ranks = comm.size();
     let mut ids_to = vec![0u64; ranks];
@@ -122,18 +156,13 @@ fn exchange(step: &StepContext, requests: &[RemoteSample], known: Option<Vec<Vec
         ids_to[r.owner] += 1;
         bytes_from[r.owner] += r.len;
     }
-    let (asked, ids_from) = match known {
-        Some(by_requester) => {
+    let (asked, ids_from) = match asked {
+        Requests::Ids(by_requester) => {
             let ids_from = by_requester.iter().map(|ids| ids.len() as u64).collect();
             (by_requester.concat(), ids_from)
         }
-        None => {
-            let ids_from = comm.alltoall(&ids_to)?;
-            let wanted: Vec<u64> = requests.iter().map(|r| r.id).collect();
-            let mut asked = zeroed(ids_from.iter().sum::<u64>())?;
-            comm.alltoallv(&wanted, &ids_to, &mut asked, &ids_from)?;
-            (asked, ids_from)
-        }
+        Requests::Counts(counts) => send_ids(comm, requests, &ids_to, counts.to_vec())?,
+        Requests::Unknown => send_ids(comm, requests, &ids_to, comm.alltoall(&ids_to)?)?,
     };
 
     BUFFERS.with(|buffers| -> Result<()> {
@@ -144,6 +173,16 @@ fn exchange(step: &StepContext, requests: &[RemoteSample], known: Option<Vec<Vec
         unpack(requests, received, out);
         Ok(())
     })
+}
+
+/// Send each owner the ids this rank wants of it (`ids_to` per owner), knowing that
+/// each rank asks `ids_from` of this one; returns the ids asked of this rank, grouped
+/// by requester, and `ids_from`.
+fn send_ids(comm: &Comm, requests: &[RemoteSample], ids_to: &[u64], ids_from: Vec<u64>) -> Result<(Vec<u64>, Vec<u64>)> {
+    let wanted: Vec<u64> = requests.iter().map(|r| r.id).collect();
+    let mut asked = zeroed(ids_from.iter().sum::<u64>())?;
+    comm.alltoallv(&wanted, ids_to, &mut asked, &ids_from)?;
+    Ok((asked, ids_from))
 }
 
 thread_local! {

@@ -6,7 +6,7 @@ mod collective;
 mod onesided;
 
 use collective::Collective;
-pub use collective::{collective_rounds, release_buffers};
+pub use collective::{ExchangeShape, exchange_shape, release_buffers};
 use onesided::OneSided;
 
 use crate::config::Backend;
@@ -25,6 +25,10 @@ pub struct StepContext<'a> {
     /// Rounds of the collective exchange, agreed by all ranks (the maximum any rank
     /// needs); ignored by the one-sided engine.
     pub collective_rounds: u64,
+    /// How many ids each rank asks this rank for in the exchange, when the step's
+    /// agreement carried them (see `estimator::features`); the collective engine then
+    /// skips the count exchange of a single-round step.
+    pub requests_to_me: Option<&'a [u64]>,
     /// When every rank's batch of this step is known (the built-in sampler): writes
     /// rank q's ids into the vector. The collective engine then sends no requests.
     pub known_batches: Option<&'a dyn Fn(usize, &mut Vec<u64>)>,

@@ -15,7 +15,7 @@
 use super::features;
 use super::model::{CostParams, StepFeatures, features_of, fit_nonnegative};
 use crate::config::Backend;
-use crate::engine::{StepContext, collective_rounds, execute};
+use crate::engine::{StepContext, exchange_shape, execute};
 use crate::error::{Error, Result};
 use crate::mpi::{self, Comm};
 use crate::plan::BatchPlan;
@@ -121,10 +121,11 @@ fn run_probes(comm: &Comm, store: &Store, settings: &CalibrationSettings, starte
     for probe in PROBES.iter().filter(|p| !p.hot_target || ranks >= 3) {
         let ids = probe_ids(probe, rank, ranks, &store.index.first_ids(), &mut rng);
         let plan = BatchPlan::new(&store.index, rank, &ids)?;
-        let rounds = collective_rounds(&plan.remote, ranks, settings.max_message_bytes);
-        let mine = features::encode(&plan, rounds, rank, settings.matrix_max_ranks);
+        let shape = exchange_shape(&plan.remote, ranks, settings.max_message_bytes);
+        let mine = features::encode(&plan, &shape, rank, settings.matrix_max_ranks);
         let agreed = comm.allreduce_max(&mine)?;
         let f: StepFeatures = features::decode(&agreed, ranks, settings.matrix_max_ranks);
+        let requests_to_me = features::requests_to(&agreed, ranks, settings.matrix_max_ranks, rank);
         let mut out = vec![0u8; plan.total_bytes() as usize];
         let step = StepContext {
             comm,
@@ -132,6 +133,7 @@ fn run_probes(comm: &Comm, store: &Store, settings: &CalibrationSettings, starte
             plan: &plan,
             max_message_bytes: settings.max_message_bytes,
             collective_rounds: f.rounds as u64,
+            requests_to_me: requests_to_me.as_deref(),
             known_batches: None,
         };
         let mut out_of_time = false;

@@ -2,35 +2,45 @@
 //! the all-reduce (maximum) combines them, and every rank derives the same
 //! [`StepFeatures`] from the result.
 //!
-//! Layout of a rank's contribution: `[G, S, B, R, row]`, where `row` is, when the
-//! communicator has at most `matrix_max_ranks` ranks, a P x P matrix of zeros with this
-//! rank's bytes per owner in row `rank`: the maximum over ranks is then the whole
-//! request matrix, and the bytes each rank serves are its column sums. Above that size
-//! the matrix would make the all-reduce too large, and `IN` is estimated as `B`
-//! (requests spread evenly).
+//! Layout of a rank's contribution: `[G, S, B, R, bytes, requests]`, where, when the
+//! communicator has at most `matrix_max_ranks` ranks, `bytes` and `requests` are P x P
+//! matrices of zeros with this rank's row filled in: the bytes it reads from each owner,
+//! and how many samples it asks each owner for in the collective exchange. The maximum
+//! over ranks is then the whole request matrix: the bytes each rank serves are the
+//! column sums of `bytes` (the model's `IN`), and column `q` of `requests` tells owner
+//! `q` how many ids each rank will send it (the collective engine then skips its count
+//! exchange). Above that size the matrices would make the all-reduce too large: `IN` is
+//! estimated as `B` (requests spread evenly) and the counts travel in the engine.
 
 use super::model::StepFeatures;
+use crate::engine::ExchangeShape;
 use crate::plan::BatchPlan;
 
 const FIXED: usize = 4;
 
-/// Number of values a rank contributes.
-pub fn encoded_len(ranks: usize, matrix_max_ranks: usize) -> usize {
-    FIXED + if ranks <= matrix_max_ranks { ranks * ranks } else { 0 }
+fn has_matrix(ranks: usize, matrix_max_ranks: usize) -> bool {
+    ranks <= matrix_max_ranks
 }
 
-/// This rank's contribution for `plan`, which needs `rounds` collective rounds.
-pub fn encode(plan: &BatchPlan, rounds: u64, rank: usize, matrix_max_ranks: usize) -> Vec<f64> {
+/// Number of values a rank contributes.
+pub fn encoded_len(ranks: usize, matrix_max_ranks: usize) -> usize {
+    FIXED + if has_matrix(ranks, matrix_max_ranks) { 2 * ranks * ranks } else { 0 }
+}
+
+/// This rank's contribution for `plan`, whose collective exchange has `shape`.
+pub fn encode(plan: &BatchPlan, shape: &ExchangeShape, rank: usize, matrix_max_ranks: usize) -> Vec<f64> {
     let ranks = plan.bytes_per_owner.len();
     let mut values = vec![0.0; encoded_len(ranks, matrix_max_ranks)];
     values[0] = plan.gets.len() as f64;
     values[1] = plan.remote.len() as f64;
     values[2] = plan.remote_bytes() as f64;
-    values[3] = rounds as f64;
-    if ranks <= matrix_max_ranks {
-        let row = &mut values[FIXED + rank * ranks..FIXED + (rank + 1) * ranks];
-        for (cell, &bytes) in row.iter_mut().zip(&plan.bytes_per_owner) {
-            *cell = bytes as f64;
+    values[3] = shape.rounds as f64;
+    if has_matrix(ranks, matrix_max_ranks) {
+        let row = FIXED + rank * ranks;
+        let requests_row = row + ranks * ranks;
+        for owner in 0..ranks {
+            values[row + owner] = plan.bytes_per_owner[owner] as f64;
+            values[requests_row + owner] = shape.requests_per_owner[owner] as f64;
         }
     }
     values
@@ -38,7 +48,7 @@ pub fn encode(plan: &BatchPlan, rounds: u64, rank: usize, matrix_max_ranks: usiz
 
 /// The step's features from the combined contributions.
 pub fn decode(values: &[f64], ranks: usize, matrix_max_ranks: usize) -> StepFeatures {
-    let served = if ranks <= matrix_max_ranks {
+    let served = if has_matrix(ranks, matrix_max_ranks) {
         let matrix = &values[FIXED..FIXED + ranks * ranks];
         (0..ranks).map(|owner| (0..ranks).map(|r| matrix[r * ranks + owner]).sum::<f64>()).fold(0.0, f64::max)
     } else {
@@ -47,9 +57,19 @@ pub fn decode(values: &[f64], ranks: usize, matrix_max_ranks: usize) -> StepFeat
     StepFeatures { gets: values[0], samples: values[1], bytes: values[2], rounds: values[3], served }
 }
 
+/// From the combined contributions: how many samples each rank asks `owner` for in the
+/// collective exchange, when the matrices were carried.
+pub fn requests_to(values: &[f64], ranks: usize, matrix_max_ranks: usize, owner: usize) -> Option<Vec<u64>> {
+    has_matrix(ranks, matrix_max_ranks).then(|| {
+        let requests = &values[FIXED + ranks * ranks..FIXED + 2 * ranks * ranks];
+        (0..ranks).map(|r| requests[r * ranks + owner] as u64).collect()
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::exchange_shape;
     use crate::store::GlobalIndex;
 
     #[test]
@@ -61,7 +81,8 @@ mod tests {
         let mut combined = vec![0.0f64; encoded_len(3, 16)];
         for (rank, ids) in plans.iter().enumerate() {
             let plan = BatchPlan::new(&index, rank, ids).unwrap();
-            for (c, v) in combined.iter_mut().zip(encode(&plan, 1, rank, 16)) {
+            let shape = exchange_shape(&plan.remote, 3, u64::MAX);
+            for (c, v) in combined.iter_mut().zip(encode(&plan, &shape, rank, 16)) {
                 *c = c.max(v);
             }
         }
@@ -70,7 +91,11 @@ mod tests {
         assert_eq!(f.bytes, 60.0);
         assert_eq!(f.samples, 2.0);
         assert_eq!(f.gets, 2.0);
-        // Without the matrix, IN is estimated from B.
+        // Rank 2 is asked for one sample by rank 0 and two by rank 1; rank 0 for one by rank 2.
+        assert_eq!(requests_to(&combined, 3, 16, 2), Some(vec![1, 2, 0]));
+        assert_eq!(requests_to(&combined, 3, 16, 0), Some(vec![0, 0, 1]));
+        // Without the matrices, IN is estimated from B and the counts are unknown.
         assert_eq!(decode(&combined[..FIXED], 3, 2).served, 60.0);
+        assert_eq!(requests_to(&combined[..FIXED], 3, 2, 0), None);
     }
 }

@@ -12,13 +12,18 @@
 //!
 //! Online correction: steps are grouped into buckets by batch size and sample size
 //! (log2 of the remote samples of the busiest rank, log2 of its mean remote sample
-//! size). Each bucket keeps, per engine, a scale applied to the
-//! model: an exponential moving average of log(measured / predicted), so a model that
-//! is wrong in one regime is corrected there without disturbing the others. Every
-//! `probe_interval` steps of a bucket the engine not in use is run once (a probe) unless
-//! it is predicted to be more than `PROBE_MAX_RATIO` times slower, so that a wrong
-//! model is found out at bounded cost. A bucket switches engine only when the other is
-//! predicted faster by more than the hysteresis margin.
+//! size). Each bucket keeps, per engine, a scale applied to the model: log(measured /
+//! predicted), averaged, so a model that is wrong in one regime is corrected there
+//! without disturbing the others. A new bucket borrows the nearest bucket's scales;
+//! its first `FAST_START` measurements of an engine are averaged plainly (the first one
+//! replaces the borrowed scale, however far off calibration was), later ones move the
+//! scale as an exponential moving average, by at most `MAX_STEP_RATIO` each, so that an
+//! outlier cannot flip a settled decision. Every `probe_interval` steps of a bucket the
+//! engine not in use is run once (a probe), so that a wrong model is found out at
+//! bounded cost: the first probe of a bucket comes early and always happens; later ones
+//! are skipped while the other engine is predicted more than `PROBE_MAX_RATIO` times
+//! slower. A bucket switches engine only when the other is predicted faster by more
+//! than the hysteresis margin.
 
 pub mod calibrate;
 pub mod features;
@@ -27,8 +32,11 @@ pub mod model;
 use crate::config::Backend;
 use model::{CostParams, StepFeatures};
 
-/// Weight of a new measurement in a bucket's scale.
+/// Weight of a new measurement in a bucket's scale, after the fast start.
 const CORRECTION_RATE: f64 = 0.2;
+/// Measurements of an engine in a bucket that are averaged with equal weights before
+/// the moving average takes over.
+const FAST_START: u32 = 4;
 /// The engine not in use is probed only when predicted at most this much slower.
 const PROBE_MAX_RATIO: f64 = 3.0;
 /// Scales are kept within [1/MAX_SCALE, MAX_SCALE] of the model.
@@ -64,6 +72,8 @@ impl Decision {
 struct Bucket {
     /// log of the correction scale, per engine (index: 0 one-sided, 1 collective).
     log_scale: [f64; 2],
+    /// Measurements of each engine in this bucket (saturating).
+    measured: [u32; 2],
     preferred: Option<Backend>,
     steps_since_probe: u64,
 }
@@ -133,7 +143,7 @@ impl Estimator {
             // borrowed, and least to be trusted.
             let interval = self.settings.probe_interval;
             let steps_since_probe = interval.saturating_sub(8.min(interval / 2));
-            self.buckets[index] = Some(Bucket { log_scale, preferred: None, steps_since_probe });
+            self.buckets[index] = Some(Bucket { log_scale, measured: [0; 2], preferred: None, steps_since_probe });
         }
         self.buckets[index].as_mut().expect("created above")
     }
@@ -178,7 +188,8 @@ impl Estimator {
         let due = settings.probe_interval > 0 && bucket.steps_since_probe >= settings.probe_interval;
         self.counters.switches += switched as u64;
         let bucket = self.bucket(f);
-        if due && predicted(other(keep)) <= PROBE_MAX_RATIO * predicted(keep) {
+        let never_measured = bucket.measured[slot(other(keep))] == 0;
+        if due && (never_measured || predicted(other(keep)) <= PROBE_MAX_RATIO * predicted(keep)) {
             bucket.steps_since_probe = 0;
             *probe = true;
             return other(keep);
@@ -193,9 +204,16 @@ impl Estimator {
             return;
         }
         let bucket = self.bucket(f);
+        let n = &mut bucket.measured[slot(engine)];
         let s = &mut bucket.log_scale[slot(engine)];
-        let deviation = ((measured / modelled).ln() - *s).clamp(-MAX_STEP_RATIO.ln(), MAX_STEP_RATIO.ln());
-        *s = (*s + CORRECTION_RATE * deviation).clamp(-MAX_SCALE.ln(), MAX_SCALE.ln());
+        let deviation = (measured / modelled).ln() - *s;
+        let step = if *n < FAST_START {
+            deviation / (*n + 1) as f64
+        } else {
+            CORRECTION_RATE * deviation.clamp(-MAX_STEP_RATIO.ln(), MAX_STEP_RATIO.ln())
+        };
+        *s = (*s + step).clamp(-MAX_SCALE.ln(), MAX_SCALE.ln());
+        *n = n.saturating_add(1);
     }
 }
 
@@ -233,6 +251,34 @@ mod tests {
             e.observe(d.engine, &f, if d.engine == first { 20.0 * modelled } else { modelled });
         }
         assert_eq!(e.decide(&f, Backend::Auto).engine, other(first));
+    }
+
+    #[test]
+    fn the_first_measurement_replaces_the_borrowed_scale() {
+        let mut e = Estimator::new(CostParams::default(), settings());
+        let f = step(16.0, 32768.0);
+        let d = e.decide(&f, Backend::Auto);
+        let modelled = e.params().predict(d.engine, &f);
+        e.observe(d.engine, &f, 7.0 * modelled);
+        let (os, coll) = e.predict(&f);
+        let corrected = if d.engine == Backend::Collective { coll } else { os };
+        assert!((corrected / (7.0 * modelled) - 1.0).abs() < 1e-9, "{corrected} vs {}", 7.0 * modelled);
+    }
+
+    #[test]
+    fn the_first_probe_of_a_bucket_happens_however_slow_the_other_engine_looks() {
+        let mut e = Estimator::new(CostParams::default(), settings());
+        let f = step(16.0, 32768.0);
+        let first = e.decide(&f, Backend::Auto).engine;
+        // The engine in use measures 100x faster than modelled: the other looks far slower.
+        let modelled = e.params().predict(first, &f);
+        e.observe(first, &f, modelled / 100.0);
+        let probes: Vec<Decision> = (0..10).map(|_| e.decide(&f, Backend::Auto)).filter(|d| d.probe).collect();
+        assert_eq!(probes.len(), 1);
+        assert_eq!(probes[0].engine, other(first));
+        // Measured once, and as slow as it looked: no more probes while it stays that slow.
+        e.observe(other(first), &f, e.params().predict(other(first), &f));
+        assert!((0..30).all(|_| !e.decide(&f, Backend::Auto).probe));
     }
 
     #[test]

@@ -18,7 +18,8 @@
 //! Parameters (seconds, seconds per get / sample / byte):
 //! - `a_os`: fixed cost of a one-sided step, `g_os`: cost per get, `b_os`: per byte
 //!   received, `c_os`: per byte a target serves (contention at the target),
-//! - `a_coll`: cost of one exchange round (an `MPI_Alltoall` and two `MPI_Alltoallv`);
+//! - `a_coll`: cost of one exchange round (two `MPI_Alltoallv`, and an `MPI_Alltoall` of
+//!   counts when the agreement did not carry them);
 //!   it grows with the number of ranks P (`a_coll = a0 + a_peer * P` in the scale
 //!   model), `s_coll`: per sample (request, pack, unpack), `b_coll`: per byte moved,
 //!   taken at the busier side of the busiest rank (received or sent).

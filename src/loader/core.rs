@@ -7,7 +7,7 @@
 
 use crate::agree::{Proposal, agree, agree_on_checks};
 use crate::config::{Backend, Calibration as CalibrationMode, Config, Wait};
-use crate::engine::{StepContext, collective_rounds, execute};
+use crate::engine::{ExchangeShape, StepContext, exchange_shape, execute};
 use crate::error::{Error, Result, mdl_status};
 use crate::estimator::calibrate::{self, Calibration, CalibrationSettings};
 use crate::estimator::model::{CostParams, StepFeatures};
@@ -48,8 +48,8 @@ pub struct Core {
 struct PreparedFetch<'a> {
     plan: BatchPlan,
     out: &'a mut [u8],
-    /// Rounds of the collective exchange this rank needs.
-    rounds: u64,
+    /// This rank's part of the collective exchange.
+    shape: ExchangeShape,
     known_batches: Option<&'a dyn Fn(usize, &mut Vec<u64>)>,
 }
 
@@ -189,7 +189,7 @@ impl Core {
         let mut maxima = vec![0.0; FEATURES + features::encoded_len(ranks, matrix_max_ranks)];
         maxima[PREVIOUS_STEP_SECONDS] = self.pending.as_ref().map_or(0.0, |p| p.seconds);
         if let Ok(p) = &prepared {
-            let mine = features::encode(&p.plan, p.rounds, self.comm.rank(), matrix_max_ranks);
+            let mine = features::encode(&p.plan, &p.shape, self.comm.rank(), matrix_max_ranks);
             maxima[FEATURES..].copy_from_slice(&mine);
         }
         let error = prepared.as_ref().err().cloned();
@@ -212,6 +212,7 @@ impl Core {
         }
         let prepared = prepared.expect("agreed that every rank prepared its fetch");
         let step_features = features::decode(&agreed.maxima[FEATURES..], ranks, matrix_max_ranks);
+        let requests_to_me = features::requests_to(&agreed.maxima[FEATURES..], ranks, matrix_max_ranks, self.rank());
         let decision = self.estimator.decide(&step_features, self.backend);
         log::trace!(
             "{:?}: predicted one-sided {:.1} us, collective {:.1} us -> {}{}",
@@ -221,7 +222,7 @@ impl Core {
             decision.engine.name(),
             if decision.probe { " (probe)" } else { "" }
         );
-        self.run(&decision, prepared, step_features)
+        self.run(&decision, prepared, step_features, requests_to_me.as_deref())
     }
 
     /// Local part of a fetch: plan it, lay out the output, check the capacity.
@@ -239,11 +240,17 @@ impl Core {
                 ),
             ));
         }
-        let rounds = collective_rounds(&plan.remote, self.comm.size(), self.config.max_message_bytes);
-        Ok(PreparedFetch { plan, out: args.out, rounds, known_batches: args.known_batches })
+        let shape = exchange_shape(&plan.remote, self.comm.size(), self.config.max_message_bytes);
+        Ok(PreparedFetch { plan, out: args.out, shape, known_batches: args.known_batches })
     }
 
-    fn run(&mut self, decision: &Decision, prepared: PreparedFetch, features: StepFeatures) -> Result<()> {
+    fn run(
+        &mut self,
+        decision: &Decision,
+        prepared: PreparedFetch,
+        features: StepFeatures,
+        requests_to_me: Option<&[u64]>,
+    ) -> Result<()> {
         let PreparedFetch { plan, out, known_batches, .. } = prepared;
         let store = self.store.as_ref().expect("prepared fetches have a store");
         let step = StepContext {
@@ -252,6 +259,7 @@ impl Core {
             plan: &plan,
             max_message_bytes: self.config.max_message_bytes,
             collective_rounds: features.rounds as u64,
+            requests_to_me,
             known_batches,
         };
         let started = mpi::wtime();
