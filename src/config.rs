@@ -78,8 +78,9 @@ pub struct Config {
     pub calibration: Calibration,
     /// `MDL_CALIBRATION_SECONDS`: time budget of the calibration (default 0.4).
     pub calibration_seconds: f64,
-    /// `MDL_PROBE_INTERVAL`: steps of one batch-size bucket between probes of the
-    /// engine not in use (default 64; 0 never probes).
+    /// `MDL_PROBE_INTERVAL`: steps of one bucket between probes of the engine not in
+    /// use, once the early probes (after 8, 16, 32 steps) are done (default 64; 0 never
+    /// probes).
     pub probe_interval: u64,
     /// `MDL_HYSTERESIS`: how much faster (relative) the other engine must be predicted
     /// before AUTO switches (default 0.1).

@@ -12,18 +12,23 @@
 //!
 //! Online correction: steps are grouped into buckets by batch size and sample size
 //! (log2 of the remote samples of the busiest rank, log2 of its mean remote sample
-//! size). Each bucket keeps, per engine, a scale applied to the model: log(measured /
-//! predicted), averaged, so a model that is wrong in one regime is corrected there
-//! without disturbing the others. A new bucket borrows the nearest bucket's scales;
-//! its first `FAST_START` measurements of an engine are averaged plainly (the first one
-//! replaces the borrowed scale, however far off calibration was), later ones move the
-//! scale as an exponential moving average, by at most `MAX_STEP_RATIO` each, so that an
-//! outlier cannot flip a settled decision. Every `probe_interval` steps of a bucket the
-//! engine not in use is run once (a probe), so that a wrong model is found out at
-//! bounded cost: the first probe of a bucket comes early and always happens; later ones
-//! are skipped while the other engine is predicted more than `PROBE_MAX_RATIO` times
-//! slower. A bucket switches engine only when the other is predicted faster by more
-//! than the hysteresis margin.
+//! size). Each bucket keeps, per engine, a scale applied to the model: an exponential
+//! moving average of log(measured / modelled), each measurement moving it by at most
+//! `MAX_STEP_RATIO`, so a model that is wrong in one regime is corrected there without
+//! disturbing the others, and an outlier (a descheduled rank, the first, slower steps
+//! on a fresh window) cannot flip a decision on its own. A new bucket starts from the
+//! nearest bucket's scales. (A median of the last few measurements, which follows a
+//! wrong calibration faster, chose the slower engine far more often in the grid: the
+//! first steps of a fresh loader are several times slower, and the engine not in use
+//! is measured only by probes, so its few values stayed stale.)
+//!
+//! Probes: now and then the engine not in use runs one step, so that a wrong model is
+//! found out at bounded cost. A bucket's k-th probe comes `FIRST_PROBE_AFTER * 2^k`
+//! steps after the previous one, at most `probe_interval` (8, 16, 32, 64, 64, ... by
+//! default): early evidence is cheap and matters most. The first probe of a bucket
+//! always happens; later ones are skipped while the other engine is predicted more than
+//! `PROBE_MAX_RATIO` times slower. A bucket switches engine only when the other is
+//! predicted faster by more than the hysteresis margin.
 
 pub mod calibrate;
 pub mod features;
@@ -31,23 +36,22 @@ pub mod model;
 
 use crate::config::Backend;
 use model::{CostParams, StepFeatures};
+use std::collections::BTreeMap;
 
-/// Weight of a new measurement in a bucket's scale, after the fast start.
-const CORRECTION_RATE: f64 = 0.2;
-/// Measurements of an engine in a bucket that are averaged with equal weights before
-/// the moving average takes over.
-const FAST_START: u32 = 4;
 /// The engine not in use is probed only when predicted at most this much slower.
 const PROBE_MAX_RATIO: f64 = 3.0;
+/// Steps of a new bucket before its first probe.
+const FIRST_PROBE_AFTER: u64 = 8;
+/// Weight of a new measurement in a bucket's scale.
+const CORRECTION_RATE: f64 = 0.2;
+/// One measurement moves a scale by at most this factor (before weighting).
+const MAX_STEP_RATIO: f64 = 2.0;
 /// Scales are kept within [1/MAX_SCALE, MAX_SCALE] of the model.
 const MAX_SCALE: f64 = 100.0;
-/// One measurement moves a scale by at most this factor (before weighting), so that an
-/// outlier (a descheduled rank, a page fault) cannot flip a decision on its own.
-const MAX_STEP_RATIO: f64 = 2.0;
 
 #[derive(Clone, Copy, Debug)]
 pub struct Settings {
-    /// Steps of a bucket between probes of the other engine (0: never probe).
+    /// Steps of a bucket between probes of the other engine, once settled (0: never probe).
     pub probe_interval: u64,
     /// Relative margin by which the other engine must be predicted faster to switch.
     pub hysteresis: f64,
@@ -68,14 +72,23 @@ impl Decision {
     }
 }
 
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug)]
 struct Bucket {
     /// log of the correction scale, per engine (index: 0 one-sided, 1 collective).
     log_scale: [f64; 2],
-    /// Measurements of each engine in this bucket (saturating).
-    measured: [u32; 2],
+    /// Measurements of each engine in this bucket.
+    measured: [u64; 2],
     preferred: Option<Backend>,
     steps_since_probe: u64,
+    probes: u32,
+}
+
+impl Bucket {
+    /// Steps from one probe to the next: doubling from `FIRST_PROBE_AFTER` up to the interval.
+    fn probe_due(&self, probe_interval: u64) -> bool {
+        let gap = FIRST_PROBE_AFTER.checked_shl(self.probes).unwrap_or(u64::MAX).min(probe_interval);
+        probe_interval > 0 && self.steps_since_probe >= gap
+    }
 }
 
 /// What the estimator did, for statistics.
@@ -90,7 +103,9 @@ pub struct EstimatorCounters {
 pub struct Estimator {
     params: CostParams,
     settings: Settings,
-    buckets: Vec<Option<Bucket>>,
+    /// By (batch class, sample-size class). Ordered, so that the search for the nearest
+    /// bucket breaks ties alike on every rank.
+    buckets: BTreeMap<(usize, usize), Bucket>,
     counters: EstimatorCounters,
 }
 
@@ -101,9 +116,6 @@ fn slot(engine: Backend) -> usize {
 fn other(engine: Backend) -> Backend {
     if engine == Backend::Collective { Backend::OneSided } else { Backend::Collective }
 }
-
-/// Buckets per dimension: log2 classes of a u64.
-const CLASSES: usize = 65;
 
 fn log2_class(x: f64) -> usize {
     let x = x.max(0.0) as u64;
@@ -118,7 +130,7 @@ fn bucket_of(f: &StepFeatures) -> (usize, usize) {
 
 impl Estimator {
     pub fn new(params: CostParams, settings: Settings) -> Estimator {
-        Estimator { params, settings, buckets: vec![None; CLASSES * CLASSES], counters: Default::default() }
+        Estimator { params, settings, buckets: BTreeMap::new(), counters: Default::default() }
     }
 
     #[cfg(test)]
@@ -131,21 +143,22 @@ impl Estimator {
     }
 
     fn bucket(&mut self, f: &StepFeatures) -> &mut Bucket {
-        let (batch, size) = bucket_of(f);
-        let index = batch * CLASSES + size;
-        // A new bucket starts from the nearest bucket's correction: neighbouring batch
-        // and sample sizes behave alike.
-        if self.buckets[index].is_none() {
-            let distance = |i: usize| (i / CLASSES).abs_diff(batch) + (i % CLASSES).abs_diff(size);
-            let nearest = (0..self.buckets.len()).filter(|&i| self.buckets[i].is_some()).min_by_key(|&i| distance(i));
-            let log_scale = nearest.map_or([0.0; 2], |i| self.buckets[i].expect("filtered").log_scale);
-            // The first probe comes early (after 8 steps): a new bucket's correction is
-            // borrowed, and least to be trusted.
-            let interval = self.settings.probe_interval;
-            let steps_since_probe = interval.saturating_sub(8.min(interval / 2));
-            self.buckets[index] = Some(Bucket { log_scale, measured: [0; 2], preferred: None, steps_since_probe });
+        let key = bucket_of(f);
+        if !self.buckets.contains_key(&key) {
+            // Neighbouring batch and sample sizes behave alike: start from the nearest
+            // bucket's correction.
+            let distance = |k: &(usize, usize)| k.0.abs_diff(key.0) + k.1.abs_diff(key.1);
+            let nearest = self.buckets.iter().min_by_key(|(k, _)| distance(k)).map(|(_, b)| b);
+            let fresh = Bucket {
+                log_scale: nearest.map_or([0.0; 2], |b| b.log_scale),
+                measured: [0; 2],
+                preferred: None,
+                steps_since_probe: 0,
+                probes: 0,
+            };
+            self.buckets.insert(key, fresh);
         }
-        self.buckets[index].as_mut().expect("created above")
+        self.buckets.get_mut(&key).expect("inserted above")
     }
 
     /// Corrected predictions for both engines.
@@ -185,16 +198,16 @@ impl Estimator {
         let switched = bucket.preferred.is_some_and(|p| p != keep);
         bucket.preferred = Some(keep);
         bucket.steps_since_probe += 1;
-        let due = settings.probe_interval > 0 && bucket.steps_since_probe >= settings.probe_interval;
-        self.counters.switches += switched as u64;
-        let bucket = self.bucket(f);
         let never_measured = bucket.measured[slot(other(keep))] == 0;
-        if due && (never_measured || predicted(other(keep)) <= PROBE_MAX_RATIO * predicted(keep)) {
+        let worth_a_look = never_measured || predicted(other(keep)) <= PROBE_MAX_RATIO * predicted(keep);
+        let probing = bucket.probe_due(settings.probe_interval) && worth_a_look;
+        if probing {
             bucket.steps_since_probe = 0;
-            *probe = true;
-            return other(keep);
+            bucket.probes += 1;
         }
-        keep
+        self.counters.switches += switched as u64;
+        *probe = probing;
+        if probing { other(keep) } else { keep }
     }
 
     /// Feed back the measured time (maximum over ranks) of a step run with `engine`.
@@ -204,16 +217,10 @@ impl Estimator {
             return;
         }
         let bucket = self.bucket(f);
-        let n = &mut bucket.measured[slot(engine)];
+        bucket.measured[slot(engine)] += 1;
         let s = &mut bucket.log_scale[slot(engine)];
-        let deviation = (measured / modelled).ln() - *s;
-        let step = if *n < FAST_START {
-            deviation / (*n + 1) as f64
-        } else {
-            CORRECTION_RATE * deviation.clamp(-MAX_STEP_RATIO.ln(), MAX_STEP_RATIO.ln())
-        };
-        *s = (*s + step).clamp(-MAX_SCALE.ln(), MAX_SCALE.ln());
-        *n = n.saturating_add(1);
+        let deviation = ((measured / modelled).ln() - *s).clamp(-MAX_STEP_RATIO.ln(), MAX_STEP_RATIO.ln());
+        *s = (*s + CORRECTION_RATE * deviation).clamp(-MAX_SCALE.ln(), MAX_SCALE.ln());
     }
 }
 
@@ -254,15 +261,16 @@ mod tests {
     }
 
     #[test]
-    fn the_first_measurement_replaces_the_borrowed_scale() {
+    fn one_outlier_moves_a_scale_by_a_bounded_factor() {
         let mut e = Estimator::new(CostParams::default(), settings());
         let f = step(16.0, 32768.0);
         let d = e.decide(&f, Backend::Auto);
         let modelled = e.params().predict(d.engine, &f);
-        e.observe(d.engine, &f, 7.0 * modelled);
+        e.observe(d.engine, &f, 100.0 * modelled);
         let (os, coll) = e.predict(&f);
         let corrected = if d.engine == Backend::Collective { coll } else { os };
-        assert!((corrected / (7.0 * modelled) - 1.0).abs() < 1e-9, "{corrected} vs {}", 7.0 * modelled);
+        let bound = MAX_STEP_RATIO.powf(CORRECTION_RATE);
+        assert!(corrected > modelled && corrected <= bound * modelled * (1.0 + 1e-12), "{corrected} vs {modelled}");
     }
 
     #[test]
@@ -272,7 +280,9 @@ mod tests {
         let first = e.decide(&f, Backend::Auto).engine;
         // The engine in use measures 100x faster than modelled: the other looks far slower.
         let modelled = e.params().predict(first, &f);
-        e.observe(first, &f, modelled / 100.0);
+        for _ in 0..100 {
+            e.observe(first, &f, modelled / 100.0);
+        }
         let probes: Vec<Decision> = (0..10).map(|_| e.decide(&f, Backend::Auto)).filter(|d| d.probe).collect();
         assert_eq!(probes.len(), 1);
         assert_eq!(probes[0].engine, other(first));
