@@ -67,10 +67,12 @@ if [ $QUICK = 1 ]; then
 else
     RES=$ROOT/benches/grid/results
     GRID=(--batches 1,4,16,64,256,1024 --sizes 256,2048,16384)
-    FAST=(--budget "${BUDGET:-1}" --limit "${LIMIT:-6}" --dd-budget "${DD_BUDGET:-0.25}" --dd-limit "${DD_LIMIT:-3}"
-        --nmin 5 --nmax "${NMAX:-200}" --warmup 2 --skip-over 30)
-    SLOW=(--budget "${SLOW_BUDGET:-0.4}" --limit "${SLOW_LIMIT:-3}" --dd-budget 0.1 --dd-limit 1.5
-        --nmin 3 --nmax "${SLOW_NMAX:-30}" --warmup 1 --skip-over "${SLOW_SKIP:-10}")
+    # At least 8 (5 when oversubscribed MPICH) steps per point even for the slowest:
+    # with fewer, a median is one step on a fresh loader and AUTO has no time to learn.
+    FAST=(--budget "${BUDGET:-1}" --limit "${LIMIT:-12}" --dd-budget "${DD_BUDGET:-0.25}" --dd-limit "${DD_LIMIT:-3}"
+        --nmin 8 --nmax "${NMAX:-200}" --warmup 2 --skip-over 30)
+    SLOW=(--budget "${SLOW_BUDGET:-1}" --limit "${SLOW_LIMIT:-8}" --dd-budget 0.1 --dd-limit 1.5
+        --nmin 5 --nmax "${SLOW_NMAX:-60}" --warmup 1 --skip-over "${SLOW_SKIP:-10}")
     TMO=${RUN_TIMEOUT:-900}
     QUIET_WAIT=${QUIET_WAIT:-120}
 fi

@@ -10,14 +10,16 @@
 //! before use, and the state updates are deterministic, so all ranks make the same
 //! choice without further communication.
 //!
-//! Online correction: steps are grouped into buckets by batch size and sample size
-//! (log2 of the remote samples of the busiest rank, log2 of its mean remote sample
-//! size). Each bucket keeps, per engine, a scale applied to the model: an exponential
-//! moving average of log(measured / modelled), each measurement moving it by at most
-//! `MAX_STEP_RATIO`, so a model that is wrong in one regime is corrected there without
-//! disturbing the others, and an outlier (a descheduled rank, the first, slower steps
-//! on a fresh window) cannot flip a decision on its own. A new bucket starts from the
-//! nearest bucket's scales. (A median of the last few measurements, which follows a
+//! Online correction, in two levels, per engine: a global scale applied to the model
+//! everywhere (calibration errors are mostly the same for all batches: a transport the
+//! probes did not see, a cost the model lacks) and a residual per bucket of steps
+//! alike (log2 of the remote samples of the busiest rank, log2 of its mean remote
+//! sample size), for regimes in which the model errs differently. Both are exponential
+//! moving averages of log(measured / predicted): each measurement moves the global
+//! scale, then its bucket's residual by what is left, each by at most `MAX_STEP_RATIO`
+//! before weighting, so an outlier (a descheduled rank, the first, slower steps on a
+//! fresh window) cannot flip a decision on its own, and a probe in one bucket informs
+//! all the others. A new bucket starts from the nearest bucket's residuals. (A median of the last few measurements, which follows a
 //! wrong calibration faster, chose the slower engine far more often in the grid: the
 //! first steps of a fresh loader are several times slower, and the engine not in use
 //! is measured only by probes, so its few values stayed stale.)
@@ -46,7 +48,7 @@ const FIRST_PROBE_AFTER: u64 = 8;
 const CORRECTION_RATE: f64 = 0.2;
 /// One measurement moves a scale by at most this factor (before weighting).
 const MAX_STEP_RATIO: f64 = 2.0;
-/// Scales are kept within [1/MAX_SCALE, MAX_SCALE] of the model.
+/// Global scales and residuals are each kept within [1/MAX_SCALE, MAX_SCALE].
 const MAX_SCALE: f64 = 100.0;
 
 #[derive(Clone, Copy, Debug)]
@@ -74,8 +76,9 @@ impl Decision {
 
 #[derive(Clone, Copy, Debug)]
 struct Bucket {
-    /// log of the correction scale, per engine (index: 0 one-sided, 1 collective).
-    log_scale: [f64; 2],
+    /// log of this bucket's correction on top of the global one, per engine (index: 0
+    /// one-sided, 1 collective).
+    residual: [f64; 2],
     /// Measurements of each engine in this bucket.
     measured: [u64; 2],
     preferred: Option<Backend>,
@@ -106,6 +109,8 @@ pub struct Estimator {
     /// By (batch class, sample-size class). Ordered, so that the search for the nearest
     /// bucket breaks ties alike on every rank.
     buckets: BTreeMap<(usize, usize), Bucket>,
+    /// log of the global correction, per engine.
+    global: [f64; 2],
     counters: EstimatorCounters,
 }
 
@@ -130,7 +135,7 @@ fn bucket_of(f: &StepFeatures) -> (usize, usize) {
 
 impl Estimator {
     pub fn new(params: CostParams, settings: Settings) -> Estimator {
-        Estimator { params, settings, buckets: BTreeMap::new(), counters: Default::default() }
+        Estimator { params, settings, buckets: BTreeMap::new(), global: [0.0; 2], counters: Default::default() }
     }
 
     #[cfg(test)]
@@ -150,7 +155,7 @@ impl Estimator {
             let distance = |k: &(usize, usize)| k.0.abs_diff(key.0) + k.1.abs_diff(key.1);
             let nearest = self.buckets.iter().min_by_key(|(k, _)| distance(k)).map(|(_, b)| b);
             let fresh = Bucket {
-                log_scale: nearest.map_or([0.0; 2], |b| b.log_scale),
+                residual: nearest.map_or([0.0; 2], |b| b.residual),
                 measured: [0; 2],
                 preferred: None,
                 steps_since_probe: 0,
@@ -165,7 +170,8 @@ impl Estimator {
     pub fn predict(&mut self, f: &StepFeatures) -> (f64, f64) {
         let params = self.params;
         let bucket = *self.bucket(f);
-        let predict = |e: Backend| params.predict(e, f) * bucket.log_scale[slot(e)].exp();
+        let global = self.global;
+        let predict = |e: Backend| params.predict(e, f) * (global[slot(e)] + bucket.residual[slot(e)]).exp();
         (predict(Backend::OneSided), predict(Backend::Collective))
     }
 
@@ -216,11 +222,18 @@ impl Estimator {
         if !(measured > 0.0 && modelled > 0.0) {
             return;
         }
+        let e = slot(engine);
+        let error = (measured / modelled).ln();
+        let limit = MAX_STEP_RATIO.ln();
+        let residual = self.bucket(f).residual[e];
+        let global = &mut self.global[e];
+        *global = (*global + CORRECTION_RATE * (error - *global - residual).clamp(-limit, limit))
+            .clamp(-MAX_SCALE.ln(), MAX_SCALE.ln());
+        let global = *global;
         let bucket = self.bucket(f);
-        bucket.measured[slot(engine)] += 1;
-        let s = &mut bucket.log_scale[slot(engine)];
-        let deviation = ((measured / modelled).ln() - *s).clamp(-MAX_STEP_RATIO.ln(), MAX_STEP_RATIO.ln());
-        *s = (*s + CORRECTION_RATE * deviation).clamp(-MAX_SCALE.ln(), MAX_SCALE.ln());
+        bucket.measured[e] += 1;
+        let r = &mut bucket.residual[e];
+        *r = (*r + CORRECTION_RATE * (error - global - *r).clamp(-limit, limit)).clamp(-MAX_SCALE.ln(), MAX_SCALE.ln());
     }
 }
 
@@ -269,8 +282,22 @@ mod tests {
         e.observe(d.engine, &f, 100.0 * modelled);
         let (os, coll) = e.predict(&f);
         let corrected = if d.engine == Backend::Collective { coll } else { os };
-        let bound = MAX_STEP_RATIO.powf(CORRECTION_RATE);
+        // The global scale and the bucket's residual move once each.
+        let bound = MAX_STEP_RATIO.powf(2.0 * CORRECTION_RATE);
         assert!(corrected > modelled && corrected <= bound * modelled * (1.0 + 1e-12), "{corrected} vs {modelled}");
+    }
+
+    #[test]
+    fn what_one_bucket_learns_corrects_the_others() {
+        let mut e = Estimator::new(CostParams::default(), settings());
+        let (small, large) = (step(4.0, 4096.0), step(1024.0, 16.0 * 1048576.0));
+        for _ in 0..100 {
+            let modelled = e.params().predict(Backend::OneSided, &small);
+            e.observe(Backend::OneSided, &small, 5.0 * modelled);
+        }
+        let (os, _) = e.predict(&large);
+        let ratio = os / e.params().predict(Backend::OneSided, &large);
+        assert!(ratio > 4.0 && ratio < 6.0, "a bucket never measured is corrected by {ratio}");
     }
 
     #[test]
