@@ -90,6 +90,10 @@ pub struct Config {
     /// owner), which tells the estimator exactly how many bytes each rank serves and
     /// spares the collective engine its count exchange (default 32).
     pub matrix_max_ranks: usize,
+    /// `MDL_WARMUP_GETS`: small gets issued on a newly registered window, because
+    /// Open MPI's first few hundred gets on a window are several times slower
+    /// (default 512; 0 skips the warm-up).
+    pub warm_up_gets: u64,
     /// `MDL_WAIT=auto|spin|yield`.
     pub wait: Wait,
 }
@@ -140,6 +144,7 @@ impl Config {
             probe_interval: env_or("MDL_PROBE_INTERVAL", 64, |_| true, "a number of steps")?,
             hysteresis: env_or("MDL_HYSTERESIS", 0.1, |h: &f64| (0.0..1.0).contains(h), "a fraction in [0, 1)")?,
             matrix_max_ranks: env_or("MDL_MATRIX_MAX_RANKS", 32, |_| true, "a number of ranks")?,
+            warm_up_gets: env_or("MDL_WARMUP_GETS", 512, |_| true, "a number of gets")?,
         })
     }
 }

@@ -56,6 +56,9 @@ pub struct CalibrationSettings {
     pub budget_seconds: f64,
     pub matrix_max_ranks: usize,
     pub max_message_bytes: u64,
+    /// Warm-up gets on the scratch window (see `store::warm_up`), so that calibration
+    /// measures the steady state.
+    pub warm_up_gets: u64,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -81,7 +84,7 @@ pub fn measure(comm: &Comm, settings: &CalibrationSettings) -> Result<Calibratio
     }
     let started = mpi::wtime();
     let (data, offsets) = scratch_shard();
-    let store = Store::register(comm, &ShardView::new(&data, &offsets)?)?;
+    let store = Store::register(comm, &ShardView::new(&data, &offsets)?, settings.warm_up_gets)?;
     let measured = run_probes(comm, &store, settings, started);
     let freed = store.free();
     let (rows, times) = measured?;

@@ -122,9 +122,11 @@ fn other(engine: Backend) -> Backend {
     if engine == Backend::Collective { Backend::OneSided } else { Backend::Collective }
 }
 
+/// log2 of `x`, rounded: buckets are centred on powers of two (batch sizes and sample
+/// sizes often are powers of two; with the bounds there, the steps of one workload
+/// would jitter between two buckets and learn everything twice). 0 for nothing.
 fn log2_class(x: f64) -> usize {
-    let x = x.max(0.0) as u64;
-    (u64::BITS - x.leading_zeros()) as usize
+    if x < 1.0 { 0 } else { 1 + (x.log2() + 0.5).floor() as usize }
 }
 
 /// (batch class, sample-size class) of a step.
@@ -342,6 +344,18 @@ mod tests {
         }
         assert_eq!(e.decide(&f, Backend::Auto).engine, first);
         assert_eq!(e.counters().switches, 0);
+    }
+
+    #[test]
+    fn buckets_are_centred_on_powers_of_two() {
+        assert_eq!(log2_class(0.0), 0);
+        assert_eq!(log2_class(1.0), 1);
+        for p in [16.0f64, 512.0, 16384.0] {
+            let c = log2_class(p);
+            assert!([0.8 * p, 0.99 * p, 1.01 * p, 1.4 * p].iter().all(|&x| log2_class(x) == c), "{p}");
+            assert_ne!(log2_class(0.7 * p), c);
+            assert_ne!(log2_class(1.42 * p), c);
+        }
     }
 
     #[test]

@@ -122,7 +122,7 @@ impl Core {
         agree_on_checks(&self.comm, checks, "mdl_register_shard")?;
         let shard = shard.expect("agreed that every rank's shard is valid");
         let started = mpi::wtime();
-        let store = Store::register(&self.comm, &shard)?;
+        let store = Store::register(&self.comm, &shard, self.config.warm_up_gets)?;
         log::info!(
             "rank {}: registered {} samples ({} bytes) of {} in {:.3} s",
             self.comm.rank(),
@@ -141,6 +141,7 @@ impl Core {
                     budget_seconds: self.config.calibration_seconds,
                     matrix_max_ranks: self.config.matrix_max_ranks,
                     max_message_bytes: self.config.max_message_bytes,
+                    warm_up_gets: self.config.warm_up_gets,
                 },
             )?,
         };
