@@ -305,6 +305,9 @@ for mpi in $MPIS; do
             run_csv=$RUNS/$mpi-$transport-np$np.csv
             log=$LOGS/$mpi-$transport-np$np.log
             rm -f "$run_csv"
+            # A run that measured nothing (the launcher failed: orted has crashed in
+            # hwloc here now and then) is retried once.
+            for attempt in 1 2; do
             busy_before=$(wait_quiet)
             say "RUN $tag (other load ${busy_before}% CPU; timeout ${TMO}s; log $log)"
             t0=$(date +%s)
@@ -336,6 +339,13 @@ for mpi in $MPIS; do
             busy_after=$(cpu_busy)
             rows=0
             [ -f "$run_csv" ] && rows=$(wc -l <"$run_csv")
+            if [ "$rc" != 0 ] && [ "$rows" = 0 ] && [ "$attempt" = 1 ]; then
+                say "$tag: nothing measured (exit status $rc; log $log.attempt1): retrying once"
+                mv "$log" "$log.attempt1"
+                continue
+            fi
+            break
+            done
             if [ "$rows" -gt 0 ]; then
                 cat "$run_csv" >>"$CSV"
             fi
