@@ -169,6 +169,10 @@ for mpi in "${MPIS[@]}"; do
         "$bin/fetch_test" --iters $((ITERS / 2)) --seed $((SEED + 1))
     run_case "$mpi" "$np" "errors_test-np$np-maxmsg4096" MDL_MAX_MESSAGE_BYTES=4096 -- \
         "$bin/errors_test" --seed $((SEED + 1))
+    # Above MDL_MATRIX_MAX_RANKS ranks the agreement carries no request matrices, and
+    # the collective engine exchanges the request counts itself.
+    run_case "$mpi" "$np" "fetch_test-np$np-nomatrix" MDL_MATRIX_MAX_RANKS=1 -- \
+        "$bin/fetch_test" --iters $((ITERS / 4)) --seed $((SEED + 4))
     # The initial backend from the environment must agree with explicit settings.
     run_case "$mpi" 2 "fetch_test-np2-env-collective" MDL_BACKEND=collective -- \
         "$bin/fetch_test" --iters $((ITERS / 4)) --seed $((SEED + 2)) --phases world

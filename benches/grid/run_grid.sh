@@ -4,6 +4,7 @@
 #
 #   benches/grid/run_grid.sh [--quick] [--mpi "openmpi mpich"] [--ranks "2 4"]
 #                            [--transports "shm tcp tcp1g twohosts"] [--no-build]
+#                            [--results DIR]
 #
 # Transports:
 #   shm       shared memory (Open MPI: btl self,vader; MPICH: default ch4 shm)
@@ -23,7 +24,8 @@
 # forced engines, AUTO and the floors run on data of the same age.
 #
 # Output: benches/grid/results/grid.csv (one row per point, see grid_bench.c),
-# benches/grid/results/runs.md (each combination: ran / skipped and why, seconds);
+# benches/grid/results/runs.md (each combination: ran / skipped and why, seconds),
+# or the same two files in --results DIR;
 # logs in target/grid/logs/. --quick (smoke test, ~2-3 min): every combination, batch
 # {4, 256} x sample {2 KB}, few steps; writes target/grid/quick/ instead of results/.
 #
@@ -40,6 +42,7 @@ set -u
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 QUICK=0
 BUILD=1
+RESULTS=
 MPIS="openmpi mpich"
 RANKS="2 4"
 TRANSPORTS="shm tcp tcp1g twohosts"
@@ -50,6 +53,7 @@ while [ $# -gt 0 ]; do
     --mpi) MPIS=$2; shift ;;
     --ranks) RANKS=$2; shift ;;
     --transports) TRANSPORTS=$2; shift ;;
+    --results) RESULTS=$2; shift ;;
     -h | --help) sed -n '2,30p' "$0"; exit 0 ;;
     *) echo "unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
@@ -65,7 +69,7 @@ if [ $QUICK = 1 ]; then
     TMO=${RUN_TIMEOUT:-120}
     QUIET_WAIT=${QUIET_WAIT:-15}
 else
-    RES=$ROOT/benches/grid/results
+    RES=${RESULTS:-$ROOT/benches/grid/results}
     GRID=(--batches 1,4,16,64,256,1024 --sizes 256,2048,16384)
     # At least 8 (5 when oversubscribed MPICH) steps per point even for the slowest:
     # with fewer, a median is one step on a fresh loader and AUTO has no time to learn.

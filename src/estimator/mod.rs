@@ -19,11 +19,7 @@
 //! scale, then its bucket's residual by what is left, each by at most `MAX_STEP_RATIO`
 //! before weighting, so an outlier (a descheduled rank, the first, slower steps on a
 //! fresh window) cannot flip a decision on its own, and a probe in one bucket informs
-//! all the others. The global scale speeds up while its errors keep one sign: its rate
-//! and step limit double with each measurement on the same side (up to `MAX_GAIN`
-//! times) and drop back at the first on the other side, so a calibration 10x off is
-//! corrected in four or five measurements while noise, whose sign flips, keeps the
-//! slow rate. A new bucket starts from the nearest bucket's residuals. (A median of the last few measurements, which follows a
+//! all the others. A new bucket starts from the nearest bucket's residuals. (A median of the last few measurements, which follows a
 //! wrong calibration faster, chose the slower engine far more often in the grid: the
 //! first steps of a fresh loader are several times slower, and the engine not in use
 //! is measured only by probes, so its few values stayed stale.)
@@ -52,9 +48,6 @@ const FIRST_PROBE_AFTER: u64 = 8;
 const CORRECTION_RATE: f64 = 0.2;
 /// One measurement moves a scale by at most this factor (before weighting).
 const MAX_STEP_RATIO: f64 = 2.0;
-/// How much faster than `CORRECTION_RATE` (and `MAX_STEP_RATIO`) a global scale may
-/// learn while its errors keep one sign.
-const MAX_GAIN: f64 = 5.0;
 /// Global scales and residuals are each kept within [1/MAX_SCALE, MAX_SCALE].
 const MAX_SCALE: f64 = 100.0;
 
@@ -101,34 +94,6 @@ impl Bucket {
     }
 }
 
-/// A global correction (log of the scale) whose rate grows while its errors keep one sign.
-#[derive(Clone, Copy, Debug)]
-struct GlobalScale {
-    log: f64,
-    /// Multiplier of the rate and the step limit, 1 ..= MAX_GAIN.
-    gain: f64,
-    /// Sign of the previous deviation (0 before the first).
-    last_sign: f64,
-}
-
-impl Default for GlobalScale {
-    fn default() -> GlobalScale {
-        GlobalScale { log: 0.0, gain: 1.0, last_sign: 0.0 }
-    }
-}
-
-impl GlobalScale {
-    /// Move towards a measurement `deviation` (log) away from the current prediction.
-    fn learn(&mut self, deviation: f64) {
-        let sign = deviation.signum();
-        self.gain = if sign == self.last_sign { (2.0 * self.gain).min(MAX_GAIN) } else { 1.0 };
-        self.last_sign = sign;
-        let limit = self.gain * MAX_STEP_RATIO.ln();
-        let rate = (self.gain * CORRECTION_RATE).min(1.0);
-        self.log = (self.log + rate * deviation.clamp(-limit, limit)).clamp(-MAX_SCALE.ln(), MAX_SCALE.ln());
-    }
-}
-
 /// What the estimator did, for statistics.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct EstimatorCounters {
@@ -144,8 +109,8 @@ pub struct Estimator {
     /// By (batch class, sample-size class). Ordered, so that the search for the nearest
     /// bucket breaks ties alike on every rank.
     buckets: BTreeMap<(usize, usize), Bucket>,
-    /// The global correction, per engine.
-    global: [GlobalScale; 2],
+    /// log of the global correction, per engine.
+    global: [f64; 2],
     counters: EstimatorCounters,
 }
 
@@ -172,7 +137,7 @@ fn bucket_of(f: &StepFeatures) -> (usize, usize) {
 
 impl Estimator {
     pub fn new(params: CostParams, settings: Settings) -> Estimator {
-        Estimator { params, settings, buckets: BTreeMap::new(), global: [GlobalScale::default(); 2], counters: Default::default() }
+        Estimator { params, settings, buckets: BTreeMap::new(), global: [0.0; 2], counters: Default::default() }
     }
 
     #[cfg(test)]
@@ -207,7 +172,7 @@ impl Estimator {
     pub fn predict(&mut self, f: &StepFeatures) -> (f64, f64) {
         let params = self.params;
         let bucket = *self.bucket(f);
-        let global = self.global.map(|g| g.log);
+        let global = self.global;
         let predict = |e: Backend| params.predict(e, f) * (global[slot(e)] + bucket.residual[slot(e)]).exp();
         (predict(Backend::OneSided), predict(Backend::Collective))
     }
@@ -264,8 +229,9 @@ impl Estimator {
         let limit = MAX_STEP_RATIO.ln();
         let residual = self.bucket(f).residual[e];
         let global = &mut self.global[e];
-        global.learn(error - global.log - residual);
-        let global = global.log;
+        *global = (*global + CORRECTION_RATE * (error - *global - residual).clamp(-limit, limit))
+            .clamp(-MAX_SCALE.ln(), MAX_SCALE.ln());
+        let global = *global;
         let bucket = self.bucket(f);
         bucket.measured[e] += 1;
         let r = &mut bucket.residual[e];
@@ -321,21 +287,6 @@ mod tests {
         // The global scale and the bucket's residual move once each.
         let bound = MAX_STEP_RATIO.powf(2.0 * CORRECTION_RATE);
         assert!(corrected > modelled && corrected <= bound * modelled * (1.0 + 1e-12), "{corrected} vs {modelled}");
-    }
-
-    #[test]
-    fn a_consistent_error_is_learned_in_a_few_steps_and_noise_stays_damped() {
-        let mut g = GlobalScale::default();
-        for _ in 0..5 {
-            g.learn(10f64.ln() - g.log);
-        }
-        assert!((g.log.exp() - 10.0).abs() < 0.5, "after 5 steps the scale is {}", g.log.exp());
-        // Alternating +-10% noise around the truth moves it by little.
-        let settled = g.log;
-        for k in 0..50 {
-            g.learn(settled + if k % 2 == 0 { 0.1 } else { -0.1 } - g.log);
-        }
-        assert!((g.log - settled).abs() < 0.05);
     }
 
     #[test]
