@@ -47,6 +47,7 @@
 #include <string.h>
 
 #include "mdloader.h"
+#include "bench_common.h"
 
 enum { V_LIB_ONESIDED, V_LIB_COLLECTIVE, V_DDSTORE, V_FLOOR_GETS, V_GETS_AGREE, V_FLOOR_A2AV, NV };
 static const char *VNAME[NV] = {"lib-onesided", "lib-collective", "ddstore",
@@ -57,14 +58,6 @@ static int g_use[NV] = {1, 1, 1, 1, 1, 1}; /* --variants; the two floors always 
 static int g_rank, g_P;
 
 /* ---------- dataset (pure functions of the id, so any rank can verify anything) ---------- */
-
-static uint64_t mix64(uint64_t x)
-{
-    x += 0x9E3779B97F4A7C15ull;
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-    return x ^ (x >> 31);
-}
 
 static double unit(uint64_t h)
 {
@@ -79,39 +72,6 @@ static uint64_t size_of(uint64_t seed, uint64_t g)
     double z = sqrt(-2.0 * log(unit(h1))) * cos(6.283185307179586 * unit(h2));
     double s = 1800.0 * exp(0.45 * z);
     return (uint64_t)(s < 256.0 ? 256.0 : s > 8192.0 ? 8192.0 : s);
-}
-
-static void fill(uint64_t seed, uint64_t g, uint8_t *p, uint64_t n)
-{
-    uint64_t key = mix64(g ^ mix64(seed));
-    for (uint64_t k = 0; k < n; k += 8) {
-        uint64_t w = mix64(key + (k >> 3));
-        for (uint64_t j = 0; j < 8 && k + j < n; j++)
-            p[k + j] = (uint8_t)(w >> (j * 8));
-    }
-}
-
-static int verify(uint64_t seed, uint64_t g, const uint8_t *p, uint64_t n)
-{
-    uint64_t key = mix64(g ^ mix64(seed));
-    for (uint64_t k = 0; k < n; k += 8) {
-        uint64_t w = mix64(key + (k >> 3));
-        for (uint64_t j = 0; j < 8 && k + j < n; j++)
-            if (p[k + j] != (uint8_t)(w >> (j * 8)))
-                return 0;
-    }
-    return 1;
-}
-
-/* The id stream: rank r's batch at step s with batch size B. Computable by any rank,
-   which is what lets the Alltoallv floor skip the request exchange. */
-static void batch_ids(uint64_t seed, int r, uint64_t B, uint64_t s, uint64_t total, uint64_t *ids)
-{
-    uint64_t st = mix64(seed ^ mix64(B * 1000003u + s) ^ ((uint64_t)r << 40));
-    for (uint64_t k = 0; k < B; k++) {
-        st += 0x9E3779B97F4A7C15ull;
-        ids[k] = mix64(st) % total;
-    }
 }
 
 /* ---------- options ---------- */
@@ -225,12 +185,6 @@ static void *xmalloc(size_t n)
         MPI_Abort(MPI_COMM_WORLD, 2);
     }
     return p;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
 }
 
 static double quantile_sorted(const double *v, uint64_t n, double q)

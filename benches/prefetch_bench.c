@@ -16,22 +16,11 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "mdloader.h"
+#include "bench_common.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n ? v[n / 2] : 0.0;
-}
 
 static void compute(double seconds, int busy)
 {

@@ -53,7 +53,7 @@ for mpi in "${MPIS[@]}"; do
         continue
     fi
     bin=$OUT/engine_floor-$mpi
-    if ! "mpicc.$mpi" -std=c11 -O2 -Wall -Wextra -I"$ROOT/include" "$ROOT/benches/engine_floor.c" \
+    if ! "mpicc.$mpi" -std=c11 -O2 -Wall -Wextra -I"$ROOT/include" -I"$ROOT/benches" "$ROOT/benches/engine_floor.c" \
         -o "$bin" -L"$lib" -lmdloader -Wl,-rpath,"$lib" -lm; then
         status=1
         continue

@@ -13,7 +13,7 @@ shift || true
 scripts/build.sh "$MPI"
 LIB=$PWD/target/$MPI/release
 mkdir -p target/bench
-"mpicc.$MPI" -std=c11 -O2 -Iinclude benches/prefetch_bench.c -o "target/bench/prefetch_bench-$MPI" \
+"mpicc.$MPI" -std=c11 -O2 -Iinclude -Ibenches benches/prefetch_bench.c -o "target/bench/prefetch_bench-$MPI" \
     -L"$LIB" -lmdloader -Wl,-rpath,"$LIB"
 if [ "$MPI" = openmpi ]; then
     launch=(env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun.openmpi -n 2)

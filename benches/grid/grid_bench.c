@@ -70,6 +70,7 @@
 #include <unistd.h>
 
 #include "mdloader.h"
+#include "bench_common.h"
 
 enum { V_OS, V_COLL, V_AUTO, V_DD, V_FRMA, V_FA2A, NV };
 
@@ -141,68 +142,13 @@ static void allreduce(const void *in, void *out, int n, MPI_Datatype t, MPI_Op o
     g_yield = save;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n)
-{
-    if (n <= 0)
-        return NAN;
-    qsort(v, (size_t)n, sizeof(double), cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 /* ---------------------------------------------------------------- dataset */
-
-static uint64_t mix64(uint64_t x)
-{
-    x += 0x9E3779B97F4A7C15ull;
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-    return x ^ (x >> 31);
-}
 
 /* Uniform in [m/2, 3m/2]: mean m. */
 static uint64_t size_of(uint64_t seed, uint64_t m, uint64_t g)
 {
     uint64_t h = mix64(g * 2 + 1 + seed * 0x9E3779B97F4A7C15ull + m);
     return m / 2 + h % (m + 1);
-}
-
-static void fill(uint64_t seed, uint64_t g, uint8_t *p, uint64_t n)
-{
-    uint64_t key = mix64(g ^ mix64(seed));
-    for (uint64_t k = 0; k < n; k += 8) {
-        uint64_t w = mix64(key + (k >> 3));
-        for (uint64_t j = 0; j < 8 && k + j < n; j++)
-            p[k + j] = (uint8_t)(w >> (j * 8));
-    }
-}
-
-static int verify(uint64_t seed, uint64_t g, const uint8_t *p, uint64_t n)
-{
-    uint64_t key = mix64(g ^ mix64(seed));
-    for (uint64_t k = 0; k < n; k += 8) {
-        uint64_t w = mix64(key + (k >> 3));
-        for (uint64_t j = 0; j < 8 && k + j < n; j++)
-            if (p[k + j] != (uint8_t)(w >> (j * 8)))
-                return 0;
-    }
-    return 1;
-}
-
-/* Rank r's ids at step s (s < 1000: warm-up s; 1000 + k: measured step k), uniformly
-   random over all samples. Any rank can compute any rank's stream. */
-static void batch_ids(uint64_t seed, int r, uint64_t B, uint64_t s, uint64_t total, uint64_t *ids)
-{
-    uint64_t st = mix64(seed ^ mix64(B * 1000003u + s) ^ ((uint64_t)r << 40));
-    for (uint64_t k = 0; k < B; k++) {
-        st += 0x9E3779B97F4A7C15ull;
-        ids[k] = mix64(st) % total;
-    }
 }
 
 /* ---------------------------------------------------------------- options */

@@ -129,7 +129,7 @@ for mpi in $MPIS; do
         say "SKIP all $mpi runs: no $lib/libmdloader.so (scripts/build.sh $mpi)"
         continue
     fi
-    if ! "mpicc.$mpi" -std=c11 -O2 -Wall -Wextra -Wno-stringop-overflow -I"$ROOT/include" \
+    if ! "mpicc.$mpi" -std=c11 -O2 -Wall -Wextra -Wno-stringop-overflow -I"$ROOT/include" -I"$ROOT/benches" \
         "$ROOT/benches/grid/grid_bench.c" -o "$BIN/grid_bench-$mpi" -L"$lib" -lmdloader \
         -Wl,-rpath,"$lib" -lm 2>"$LOGS/cc-$mpi.log"; then
         say "SKIP all $mpi runs: grid_bench.c does not compile (log: $LOGS/cc-$mpi.log)"
