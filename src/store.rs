@@ -7,6 +7,7 @@
 //! 8 bytes per rank. Registration briefly needs 8 more bytes per global sample while the
 //! lengths are gathered.
 
+use crate::agree::agree_on_checks;
 use crate::error::{Error, Result};
 use crate::mpi::{Comm, Get, Window};
 
@@ -136,13 +137,15 @@ impl Store {
         let window = Window::allocate(comm, shard.data)?;
         let store = Store { window, index };
         let warmed = warm_up(&store, comm.rank(), warm_up_gets);
-        // Every rank stays inside MPI until all have warmed up: over transports where a
-        // get needs its target's progress, no rank waits for one that has left.
-        let everyone = comm.allreduce_max(&[warmed.is_err() as u8]);
-        match (warmed, everyone) {
-            (Ok(()), Ok(failed)) if failed[0] == 0 => Ok(store),
-            (Err(err), _) | (_, Err(err)) => Err(err),
-            _ => Err(Error::state("another rank failed to read from the new window")),
+        // Every rank stays inside MPI until all have warmed up (over transports where a
+        // get needs its target's progress, no rank waits for one that has left), and a
+        // failure anywhere fails registration everywhere, freeing the window.
+        match agree_on_checks(comm, warmed, "mdl_register_shard (window warm-up)") {
+            Ok(()) => Ok(store),
+            Err(err) => {
+                store.free()?;
+                Err(err)
+            }
         }
     }
 
@@ -164,7 +167,7 @@ fn warm_up(store: &Store, me: usize, gets: u64) -> Result<()> {
     let mut pending = Vec::with_capacity(PER_FLUSH);
     // Samples at a golden-ratio stride cover every shard evenly, the same way each time.
     let spread = (0..gets).map(|k| (((k as f64 + 0.5) * 0.618_033_988_749_895).fract() * total as f64) as u64);
-    for id in spread.filter(|_| total > 0) {
+    for id in spread {
         let Some(loc) = store.index.locate(id).filter(|l| l.owner != me && l.len > 0) else { continue };
         let dest_offset = pending.len() as u64 * BYTES;
         pending.push(Get { target: loc.owner, target_offset: loc.offset, dest_offset, len: loc.len.min(BYTES) });

@@ -226,17 +226,21 @@ impl Estimator {
         }
         let e = slot(engine);
         let error = (measured / modelled).ln();
-        let limit = MAX_STEP_RATIO.ln();
         let residual = self.bucket(f).residual[e];
-        let global = &mut self.global[e];
-        *global = (*global + CORRECTION_RATE * (error - *global - residual).clamp(-limit, limit))
-            .clamp(-MAX_SCALE.ln(), MAX_SCALE.ln());
-        let global = *global;
+        let global = corrected(self.global[e], error - residual);
+        self.global[e] = global;
         let bucket = self.bucket(f);
         bucket.measured[e] += 1;
-        let r = &mut bucket.residual[e];
-        *r = (*r + CORRECTION_RATE * (error - global - *r).clamp(-limit, limit)).clamp(-MAX_SCALE.ln(), MAX_SCALE.ln());
+        bucket.residual[e] = corrected(bucket.residual[e], error - global);
     }
+}
+
+/// A log scale moved towards `target` by one measurement: by `CORRECTION_RATE` of the
+/// difference, the difference capped at `MAX_STEP_RATIO`, the result at `MAX_SCALE`.
+fn corrected(log_scale: f64, target: f64) -> f64 {
+    let limit = MAX_STEP_RATIO.ln();
+    let step = CORRECTION_RATE * (target - log_scale).clamp(-limit, limit);
+    (log_scale + step).clamp(-MAX_SCALE.ln(), MAX_SCALE.ln())
 }
 
 #[cfg(test)]
