@@ -151,31 +151,14 @@ run_case() {
         expect_fail=1
         shift
     fi
-    local log=$LOGDIR/bindings-$mpi-$name.log
-    local launcher=()
-    local e
-    if [ "$mpi" = openmpi ]; then
-        launcher=(mpirun.openmpi --oversubscribe -n "$np")
-        for e in "${envs[@]}"; do launcher+=(-x "${e%%=*}"); done
-    else
-        launcher=(mpiexec.mpich -n "$np")
-        for e in "${envs[@]}"; do launcher+=(-genv "${e%%=*}" "${e#*=}"); done
-    fi
-    {
-        echo "+ ${envs[*]} ${launcher[*]} $*"
-        echo "+ started $(date -Is)"
-    } >"$log"
-    local start=$SECONDS rc
-    (cd "$ROOT" && env "${envs[@]}" OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
-        OMPI_MCA_rmaps_base_oversubscribe=1 \
-        timeout -k 10 "$TIMEOUT" "${launcher[@]}" "$@") >>"$log" 2>&1 </dev/null
+    local log=$LOGDIR/bindings-$mpi-$name.log rc
+    mdl_mpirun "$mpi" "$np" "$log" "${envs[@]}" -- "$@"
     rc=$?
-    echo "+ exit $rc after $((SECONDS - start)) s" >>"$log"
-    local label="$mpi/$name ($((SECONDS - start)) s)"
+    local label="$mpi/$name ($MDL_ELAPSED s)"
     local tests
     tests=$(grep -Eo '^[0-9]+ passed' "$log" | sort -u | head -n 1 | grep -Eo '^[0-9]+')
     # pytest's count, said without the word that summary tallies look for
-    [ -n "$tests" ] && label="$mpi/$name ($((SECONDS - start)) s, $tests tests on every rank)"
+    [ -n "$tests" ] && label="$mpi/$name ($MDL_ELAPSED s, $tests tests on every rank)"
     if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
         fail "$mpi/$name (timeout after ${TIMEOUT} s)" "$log"
     elif [ $expect_fail -eq 1 ]; then

@@ -85,46 +85,12 @@ build() {
 
 # run_case <mpi> <np> <name> [VAR=value ...] -- <program> [args...]
 run_case() {
-    local mpi=$1 np=$2 name=$3
+    local mpi=$1 np=$2 name=$3 rc
     shift 3
-    local envs=()
-    while [ $# -gt 0 ] && [ "$1" != "--" ]; do
-        envs+=("$1")
-        shift
-    done
-    shift # --
-    local prog=$1
-    shift
     local log=$LOGDIR/$mpi-$name.log
-    local launcher=()
-    if [ "$mpi" = openmpi ]; then
-        # Root, more ranks than the 2 cores: allowed explicitly. Passed with -x so the
-        # variables reach every rank.
-        launcher=(mpirun.openmpi --oversubscribe -n "$np")
-        local e
-        for e in "${envs[@]}"; do launcher+=(-x "$e"); done
-    else
-        launcher=(mpiexec.mpich -n "$np")
-        local e
-        for e in "${envs[@]}"; do launcher+=(-genv "${e%%=*}" "${e#*=}"); done
-    fi
-    {
-        echo "+ ${envs[*]} ${launcher[*]} $prog $*"
-        echo "+ started $(date -Is)"
-    } >"$log"
-    local start=$SECONDS rc
-    env "${envs[@]}" OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
-        OMPI_MCA_rmaps_base_oversubscribe=1 \
-        timeout -k 10 "$TIMEOUT" "${launcher[@]}" "$prog" "$@" >>"$log" 2>&1
+    mdl_mpirun "$mpi" "$np" "$log" "$@"
     rc=$?
-    echo "+ exit $rc after $((SECONDS - start)) s" >>"$log"
-    if [ $rc -eq 0 ]; then
-        pass "$mpi/$name ($((SECONDS - start)) s)"
-    elif [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
-        fail "$mpi/$name (timeout after ${TIMEOUT} s)" "$log"
-    else
-        fail "$mpi/$name (exit $rc)" "$log"
-    fi
+    mdl_verdict "$mpi/$name" $rc "$log"
 }
 
 for mpi in "${MPIS[@]}"; do

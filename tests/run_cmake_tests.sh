@@ -66,27 +66,12 @@ fresh() {
 
 # run_mpi <mpi> <np> <name> <program> [args...]
 run_mpi() {
-    local mpi=$1 np=$2 name=$3
+    local mpi=$1 np=$2 name=$3 rc
     shift 3
-    local log=$LOGDIR/cmake-$mpi-$name.log launcher
-    if [ "$mpi" = openmpi ]; then
-        launcher=(mpirun.openmpi --oversubscribe -n "$np")
-    else
-        launcher=(mpiexec.mpich -n "$np")
-    fi
-    echo "+ ${launcher[*]} $*" >"$log"
-    local start=$SECONDS rc
-    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
-        timeout -k 10 "$TIMEOUT" "${launcher[@]}" "$@" >>"$log" 2>&1
+    local log=$LOGDIR/cmake-$mpi-$name.log
+    mdl_mpirun "$mpi" "$np" "$log" -- "$@"
     rc=$?
-    echo "+ exit $rc after $((SECONDS - start)) s" >>"$log"
-    if [ $rc -eq 0 ]; then
-        pass "$mpi/$name ($((SECONDS - start)) s)"
-    elif [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
-        fail "$mpi/$name (timeout after $TIMEOUT s)" "$log"
-    else
-        fail "$mpi/$name (exit $rc)" "$log"
-    fi
+    mdl_verdict "$mpi/$name" $rc "$log"
 }
 
 # ------------------------------------------------------------------------------- torch
