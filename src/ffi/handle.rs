@@ -92,12 +92,14 @@ pub fn with_loader<R>(h: *const mdl_loader, body: impl FnOnce(&mut Loader) -> Re
     match catch_unwind(AssertUnwindSafe(|| body(loader))) {
         Ok(result) => {
             let poison = match &result {
-                Err(err) if err.status == mdl_status::MDL_ERR_PANIC => Some("a panic was caught"),
-                Err(err) if err.status == mdl_status::MDL_ERR_TIMEOUT => Some("a collective timed out (MDL_TIMEOUT)"),
+                Err(err) if err.status == mdl_status::MDL_ERR_PANIC => Some((err.status, "a panic was caught")),
+                Err(err) if err.status == mdl_status::MDL_ERR_TIMEOUT => {
+                    Some((err.status, "a collective timed out (MDL_TIMEOUT)"))
+                }
                 _ => None,
             };
-            if let Some(why) = poison {
-                *handle.poison.lock() = Some(Error::new(result.as_ref().unwrap_err().status, why));
+            if let Some((status, why)) = poison {
+                *handle.poison.lock() = Some(Error::new(status, why));
             }
             result
         }
