@@ -9,7 +9,11 @@
  *    communicator, in the same order. A bad argument on one rank makes every rank
  *    return an error (that rank its own code, the others MDL_ERR_REMOTE): no hang.
  *  - (NULL, 0) is a valid empty array.
- *  - A handle must not be used by two threads at the same time.
+ *  - A handle may move between threads; a call on a handle while another thread
+ *    is inside a call on it returns MDL_ERR_STATE (the local calls
+ *    mdl_num_samples, mdl_sample_size and mdl_stats_json never wait).
+ *  - Settings (MDL_* environment variables) are agreed at mdl_init: a value that
+ *    differs between ranks is MDL_ERR_INVALID_ARG on every rank.
  */
 
 #ifndef MDLOADER_H
@@ -29,30 +33,9 @@
 #define MDL_VERSION_PATCH 0
 
 /**
- * Upper bounds of the knobs that size messages, work or memory per step.
- */
-#define MATRIX_MAX_RANKS_LIMIT 64
-
-#define WARMUP_GETS_LIMIT (1 << 16)
-
-#define GETS_IN_FLIGHT_LIMIT (1 << 20)
-
-#define PROBE_INTERVAL_LIMIT (1 << 32)
-
-#define CALIBRATION_SECONDS_LIMIT 60.0
-
-#define TIMEOUT_LIMIT 1e6
-
-/**
  * The deepest prefetch mdl_set_prefetch accepts.
  */
 #define MDL_MAX_PREFETCH 64
-
-/**
- * The deepest prefetch `mdl_set_prefetch` accepts: each step ahead holds a batch
- * buffer, and a depth beyond a few steps only costs memory.
- */
-#define MAX_PREFETCH 64
 
 
 
@@ -128,19 +111,10 @@ typedef enum mdl_backend {
 } mdl_backend;
 
 /**
- * How one loader waits; agreed by every rank at `mdl_init` (a blocking collective on
- * one rank never matches a nonblocking one on another), and kept per communicator so
- * that loaders never share it.
- */
-typedef struct WaitPolicy WaitPolicy;
-
-/**
  * Opaque loader handle. It may be moved between threads; calls that change it from two
  * threads at once are refused (MDL_ERR_STATE).
  */
 typedef struct mdl_loader mdl_loader;
-
-
 
 #ifdef __cplusplus
 extern "C" {

@@ -110,12 +110,12 @@ pub struct Config {
 }
 
 /// Upper bounds of the knobs that size messages, work or memory per step.
-pub const MATRIX_MAX_RANKS_LIMIT: usize = 64;
-pub const WARMUP_GETS_LIMIT: u64 = 1 << 16;
-pub const GETS_IN_FLIGHT_LIMIT: u64 = 1 << 20;
-pub const PROBE_INTERVAL_LIMIT: u64 = 1 << 32;
-pub const CALIBRATION_SECONDS_LIMIT: f64 = 60.0;
-pub const TIMEOUT_LIMIT: f64 = 1e6;
+pub(crate) const MATRIX_MAX_RANKS_LIMIT: usize = 64;
+pub(crate) const WARMUP_GETS_LIMIT: u64 = 1 << 16;
+pub(crate) const GETS_IN_FLIGHT_LIMIT: u64 = 1 << 20;
+pub(crate) const PROBE_INTERVAL_LIMIT: u64 = 1 << 32;
+pub(crate) const CALIBRATION_SECONDS_LIMIT: f64 = 60.0;
+pub(crate) const TIMEOUT_LIMIT: f64 = 1e6;
 
 impl Default for Config {
     fn default() -> Config {

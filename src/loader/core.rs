@@ -232,6 +232,11 @@ impl Core {
         Ok(self.store()?.index.num_samples())
     }
 
+    /// Size of sample `id`, which must be in range (the sampler's ids are).
+    pub fn sample_len(&self, id: u64) -> Result<u64> {
+        self.store()?.index.len_of(id).ok_or_else(|| Error::invalid(format!("sample id {id} is out of range")))
+    }
+
     pub fn set_backend(&mut self, backend: Backend) {
         self.backend = backend;
         self.publish();
@@ -366,7 +371,8 @@ impl Core {
 
     /// Collective: free the window and the communicator.
     pub fn finalize(self) -> Result<()> {
-        let Core { comm, store, stats, .. } = self;
+        let Core { comm, store, stats, published, .. } = self;
+        published.clear_index();
         log::info!("rank {}: finalize after {}", comm.rank(), stats.summary());
         let freed_store = store.map_or(Ok(()), Store::free);
         let freed_comm = comm.free();

@@ -63,10 +63,9 @@ impl KnownBatches for SamplerStep<'_> {
 
 /// Grow the batch's buffers for its ids; returns the bytes its samples take.
 fn size_buffers(core: &Core, batch: &mut Batch) -> Result<usize> {
-    let published = core.published();
     let mut needed = 0u64;
     for &id in &batch.ids {
-        needed = needed.checked_add(published.sample_size(id)?).ok_or_else(|| Error::no_memory(u64::MAX))?;
+        needed = needed.checked_add(core.sample_len(id)?).ok_or_else(|| Error::no_memory(u64::MAX))?;
     }
     let needed = usize::try_from(needed).map_err(|_| Error::no_memory(needed))?;
     if batch.data.len() < needed {

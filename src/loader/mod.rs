@@ -23,7 +23,7 @@ use std::sync::Arc;
 
 /// The deepest prefetch `mdl_set_prefetch` accepts: each step ahead holds a batch
 /// buffer, and a depth beyond a few steps only costs memory.
-pub const MAX_PREFETCH: u32 = 64;
+pub(crate) const MAX_PREFETCH: u32 = 64;
 
 pub struct Loader {
     core: Arc<Mutex<Core>>,

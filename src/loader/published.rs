@@ -2,8 +2,9 @@
 //!
 //! They must never wait on other ranks, yet the step lock is held for a whole step
 //! (by the prefetch thread, say), and a step waits on every rank. So the core hands
-//! these over here: the index once at registration (immutable afterwards), the
-//! statistics after every step, behind a lock held only to copy them.
+//! these over here: the index at registration (immutable; released at finalize, before
+//! a node-shared index is freed), the statistics after every step, each behind a lock
+//! held only to read or copy them.
 
 use crate::config::Backend;
 use crate::error::{Error, Result, mdl_status};
@@ -12,12 +13,12 @@ use crate::estimator::calibrate::Calibration;
 use crate::stats::Stats;
 use crate::store::GlobalIndex;
 use parking_lot::Mutex;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 pub struct Published {
     rank: usize,
     ranks: usize,
-    index: OnceLock<Arc<GlobalIndex>>,
+    index: Mutex<Option<Arc<GlobalIndex>>>,
     stats: Mutex<StatsView>,
 }
 
@@ -36,12 +37,16 @@ impl Published {
             counters: EstimatorCounters::default(),
             calibration: Calibration::default_params("default"),
         };
-        Published { rank, ranks, index: OnceLock::new(), stats: Mutex::new(stats) }
+        Published { rank, ranks, index: Mutex::new(None), stats: Mutex::new(stats) }
     }
 
     pub fn set_index(&self, index: Arc<GlobalIndex>) {
-        // Registration happens once per loader (checked and agreed before).
-        let _ = self.index.set(index);
+        *self.index.lock() = Some(index);
+    }
+
+    /// Drop this reference to the index (at finalize, so that the store can free it).
+    pub fn clear_index(&self) {
+        *self.index.lock() = None;
     }
 
     pub fn set_stats(&self, stats: &Stats, backend: Backend, counters: EstimatorCounters, calibration: &Calibration) {
@@ -54,22 +59,22 @@ impl Published {
         }
     }
 
-    fn index(&self) -> Result<&GlobalIndex> {
-        self.index.get().map(|i| &**i).ok_or_else(|| Error::state("no shard registered yet (call mdl_register_shard first)"))
+    fn with_index<R>(&self, query: impl FnOnce(&GlobalIndex) -> Result<R>) -> Result<R> {
+        let index = self.index.lock();
+        query(index.as_deref().ok_or_else(|| Error::state("no shard registered yet (call mdl_register_shard first)"))?)
     }
 
     pub fn num_samples(&self) -> Result<u64> {
-        Ok(self.index()?.num_samples())
+        self.with_index(|index| Ok(index.num_samples()))
     }
 
     pub fn sample_size(&self, id: u64) -> Result<u64> {
-        let index = self.index()?;
-        index.len_of(id).ok_or_else(|| {
+        self.with_index(|index| index.len_of(id).ok_or_else(|| {
             Error::new(
                 mdl_status::MDL_ERR_OUT_OF_RANGE,
                 format!("sample id {id} is out of range (num_samples = {})", index.num_samples()),
             )
-        })
+        }))
     }
 
     /// This rank's statistics as JSON.

@@ -114,6 +114,68 @@ impl Comm {
         &self.policy
     }
 
+    /// Collective: the ranks of this communicator that share memory with this one
+    /// (MPI's node), as a communicator of their own with the same wait policy.
+    pub fn split_shared(&self) -> Result<Comm> {
+        // SAFETY: self.raw is valid; the new handle is owned by the returned Comm.
+        self.split_with("MPI_Comm_split_type", |new| unsafe {
+            ffi::MPI_Comm_split_type(self.raw, ffi::RSMPI_COMM_TYPE_SHARED, self.rank as c_int, ffi::RSMPI_INFO_NULL, new)
+        })
+        .map(|comm| comm.expect("every rank belongs to its node"))
+    }
+
+    /// Collective: the ranks that pass `member`, ordered by their rank here, as a
+    /// communicator of their own (None on the others).
+    pub fn split_members(&self, member: bool) -> Result<Option<Comm>> {
+        // SAFETY: reading an extern constant that mpi-sys exports.
+        let color = if member { 0 } else { unsafe { ffi::RSMPI_UNDEFINED } };
+        // SAFETY: self.raw is valid; the new handle is owned by the returned Comm.
+        self.split_with("MPI_Comm_split", |new| unsafe { ffi::MPI_Comm_split(self.raw, color, self.rank as c_int, new) })
+    }
+
+    fn split_with(&self, name: &str, split: impl FnOnce(*mut ffi::MPI_Comm) -> c_int) -> Result<Option<Comm>> {
+        // SAFETY: mem::zeroed is a valid placeholder for the handle MPI writes.
+        let mut raw: ffi::MPI_Comm = unsafe { std::mem::zeroed() };
+        check(split(&mut raw), name)?;
+        // SAFETY: reading an extern constant that mpi-sys exports.
+        if raw == unsafe { ffi::RSMPI_COMM_NULL } {
+            return Ok(None);
+        }
+        let (mut rank, mut size): (c_int, c_int) = (0, 0);
+        // SAFETY: raw is the communicator just created; the out-pointers are locals.
+        unsafe {
+            check(ffi::MPI_Comm_set_errhandler(raw, ffi::RSMPI_ERRORS_RETURN), "MPI_Comm_set_errhandler")?;
+            check(ffi::MPI_Comm_rank(raw, &mut rank), "MPI_Comm_rank")?;
+            check(ffi::MPI_Comm_size(raw, &mut size), "MPI_Comm_size")?;
+        }
+        Ok(Some(Comm { raw, rank: rank as usize, size: size as usize, policy: self.policy }))
+    }
+
+    /// Collective: wait until every rank has arrived.
+    pub fn barrier(&self) -> Result<()> {
+        // SAFETY (both closures): no buffers.
+        complete(&self.policy, "MPI_Barrier", || unsafe { ffi::MPI_Barrier(self.raw) }, |req| unsafe {
+            ffi::MPI_Ibarrier(self.raw, req)
+        })
+    }
+
+    /// Collective: `buf` of rank `root` into `buf` of every rank, in pieces that keep
+    /// MPI's counts within `int`.
+    pub fn bcast_into<T: Datatype>(&self, root: usize, buf: &mut [T]) -> Result<()> {
+        for piece in buf.chunks_mut(1 << 30) {
+            let (ptr, count, ty) = (recv_ptr(piece), piece.len() as c_int, T::mpi_type());
+            // SAFETY (both closures): piece holds `count` elements on every rank; the
+            // call completes before the next piece.
+            complete(
+                &self.policy,
+                "MPI_Bcast",
+                || unsafe { ffi::MPI_Bcast(ptr, count, ty, root as c_int, self.raw) },
+                |req| unsafe { ffi::MPI_Ibcast(ptr, count, ty, root as c_int, self.raw, req) },
+            )?;
+        }
+        Ok(())
+    }
+
     pub fn rank(&self) -> usize {
         self.rank
     }

@@ -27,6 +27,8 @@ pub fn at_finalize(hook: fn()) -> Result<()> {
             "MPI_Comm_create_keyval",
         )?;
         check(ffi::MPI_Comm_set_attr(ffi::RSMPI_COMM_SELF, keyval, std::ptr::null_mut()), "MPI_Comm_set_attr")?;
+        // The attribute keeps the key alive; the handle is no longer needed.
+        check(ffi::MPI_Comm_free_keyval(&mut keyval), "MPI_Comm_free_keyval")?;
     }
     let _ = AT_FINALIZE.set(hook);
     Ok(())

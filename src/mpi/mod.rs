@@ -8,11 +8,13 @@
 
 mod comm;
 mod lifecycle;
+mod shared;
 mod wait;
 mod window;
 
 pub use comm::{Comm, GathervLayout, timed_out};
 pub use lifecycle::at_finalize;
+pub use shared::SharedArray;
 pub use wait::{WaitPolicy, mark_background_thread};
 pub use window::{Get, GetLimits, Window};
 

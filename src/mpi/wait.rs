@@ -37,7 +37,7 @@ impl WaitPolicy {
     /// Before the ranks have agreed on a policy: nonblocking calls completed by testing
     /// and yielding, the one kind of call that every rank can make without knowing the
     /// others' settings.
-    pub const UNAGREED: WaitPolicy = WaitPolicy { yield_between_tests: true, trust_flush: false, timeout_seconds: 0.0 };
+    pub(crate) const UNAGREED: WaitPolicy = WaitPolicy { yield_between_tests: true, trust_flush: false, timeout_seconds: 0.0 };
 
     fn yields(&self) -> bool {
         self.yield_between_tests || BACKGROUND.with(Cell::get)

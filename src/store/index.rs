@@ -1,0 +1,136 @@
+//! The global index: global id -> (owner rank, offset in the owner's window, length),
+//! identical on every rank and answered without communication.
+//!
+//! It is the prefix sum of all sample lengths (8 bytes per sample of the whole dataset)
+//! plus each rank's first id. Its memory is either this rank's own or, normally, one
+//! array per node shared by the node's ranks (see `node_index`).
+
+use crate::mpi::SharedArray;
+
+/// Where a sample lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Location {
+    pub owner: usize,
+    /// Byte offset in the owner's window.
+    pub offset: u64,
+    pub len: u64,
+}
+
+/// Where the prefix sums live.
+#[derive(Debug)]
+pub enum Starts {
+    /// This rank's own copy.
+    Private(Vec<u64>),
+    /// One copy per node, in memory shared by the node's ranks.
+    Node(SharedArray),
+}
+
+impl Starts {
+    fn as_slice(&self) -> &[u64] {
+        match self {
+            Starts::Private(v) => v,
+            Starts::Node(shared) => shared.as_slice(),
+        }
+    }
+}
+
+/// Global id -> location, identical on every rank.
+#[derive(Debug)]
+pub struct GlobalIndex {
+    /// `first_id[r]` is rank r's first global id; `first_id[P]` is the number of samples.
+    first_id: Vec<u64>,
+    /// `starts[g]` is sample g's position in the concatenation of all shards;
+    /// `starts[N]` is the total size.
+    starts: Starts,
+}
+
+impl GlobalIndex {
+    /// The index from each rank's sample count and the prefix sums of all lengths
+    /// (`starts[0] = 0`, N + 1 entries).
+    pub fn from_starts(per_rank: &[u64], starts: Starts) -> GlobalIndex {
+        let mut first_id = Vec::with_capacity(per_rank.len() + 1);
+        let mut next = 0;
+        for &n in per_rank {
+            first_id.push(next);
+            next += n;
+        }
+        first_id.push(next);
+        assert_eq!(next + 1, starts.as_slice().len() as u64, "per-rank counts must cover all samples");
+        GlobalIndex { first_id, starts }
+    }
+
+    /// The index from every sample's length (tests).
+    #[cfg(test)]
+    pub fn from_lengths(lengths: &[u64], per_rank: &[u64]) -> GlobalIndex {
+        let starts = std::iter::once(0).chain(lengths.iter().scan(0, |at, &len| {
+            *at += len;
+            Some(*at)
+        }));
+        GlobalIndex::from_starts(per_rank, Starts::Private(starts.collect()))
+    }
+
+    /// Rank r's first global id is `first_ids()[r]`; the last entry is the total.
+    pub fn first_ids(&self) -> &[u64] {
+        &self.first_id
+    }
+
+    pub fn num_samples(&self) -> u64 {
+        *self.first_id.last().expect("first_id has P + 1 entries")
+    }
+
+    pub fn num_ranks(&self) -> usize {
+        self.first_id.len() - 1
+    }
+
+    pub fn len_of(&self, id: u64) -> Option<u64> {
+        let starts = self.starts.as_slice();
+        let i = usize::try_from(id).ok().filter(|&i| i < starts.len() - 1)?;
+        Some(starts[i + 1] - starts[i])
+    }
+
+    /// Owner rank of `id` (which must be in range).
+    fn owner_of(&self, id: u64) -> usize {
+        // The last rank whose first id is <= id; empty ranks share their successor's
+        // first id and are skipped by taking the last.
+        self.first_id[..self.num_ranks()].partition_point(|&first| first <= id) - 1
+    }
+
+    pub fn locate(&self, id: u64) -> Option<Location> {
+        let len = self.len_of(id)?;
+        let owner = self.owner_of(id);
+        let starts = self.starts.as_slice();
+        let shard_start = starts[self.first_id[owner] as usize];
+        Some(Location { owner, offset: starts[id as usize] - shard_start, len })
+    }
+
+    /// The prefix sums' memory, to free a node-shared copy (collective over the node).
+    pub fn into_starts(self) -> Starts {
+        self.starts
+    }
+}
+
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn locates_across_ranks_with_an_empty_one() {
+        // rank 0: lengths 3, 0, 2; rank 1: empty; rank 2: lengths 5.
+        let index = GlobalIndex::from_lengths(&[3, 0, 2, 5], &[3, 0, 1]);
+        assert_eq!(index.num_samples(), 4);
+        assert_eq!(index.locate(0), Some(Location { owner: 0, offset: 0, len: 3 }));
+        assert_eq!(index.locate(1), Some(Location { owner: 0, offset: 3, len: 0 }));
+        assert_eq!(index.locate(2), Some(Location { owner: 0, offset: 3, len: 2 }));
+        assert_eq!(index.locate(3), Some(Location { owner: 2, offset: 0, len: 5 }));
+        assert_eq!(index.locate(4), None);
+        assert_eq!(index.locate(u64::MAX), None);
+    }
+
+    #[test]
+    fn empty_everywhere() {
+        let index = GlobalIndex::from_lengths(&[], &[0, 0]);
+        assert_eq!(index.num_samples(), 0);
+        assert_eq!(index.locate(0), None);
+    }
+}
