@@ -36,7 +36,8 @@
  * number and the seed.
  *
  * Usage: fuzz_test --seed S --cases N [--first K] [--base B] [--case-timeout SEC]
- *                  [--max-failures M] [--funneled] [--trace]
+ *                  [--max-failures M] [--max-seconds T] [--funneled] [--trace]
+ * --max-seconds stops starting new cases after T seconds (rank 0's clock decides).
  * Output (rank 0): "fuzz: N cases, seed S, ...", one "FAIL case K ..." line per failed
  * case (details per rank on stderr), and last "N passed, M failed" (cases as units).
  * Exit status 0 when every case passed.
@@ -61,6 +62,7 @@
 static int g_rank, g_size, g_thread_multiple, g_trace;
 static uint64_t g_seed = 1, g_first = 0, g_cases = 300, g_base = 40, g_max_failures = 20;
 static unsigned g_case_timeout = 60;
+static double g_max_seconds = 0; /* 0: no time limit */
 static volatile uint64_t g_case_no;
 static const char *volatile g_op = "startup";
 
@@ -1022,7 +1024,7 @@ static void usage(const char *prog)
     if (g_rank == 0)
         fprintf(stderr,
                 "usage: %s --seed S --cases N [--first K] [--base B] [--case-timeout SEC] [--max-failures M]\n"
-                "          [--funneled] [--trace]\n",
+                "          [--max-seconds T] [--funneled] [--trace]\n",
                 prog);
 }
 
@@ -1056,6 +1058,8 @@ int main(int argc, char **argv)
             g_case_timeout = (unsigned)v, i++;
         else if (!strcmp(a, "--max-failures") && has && !tc_parse_u64(argv[i + 1], &v))
             g_max_failures = v, i++;
+        else if (!strcmp(a, "--max-seconds") && has && !tc_parse_u64(argv[i + 1], &v))
+            g_max_seconds = (double)v, i++;
         else {
             usage(argv[0]);
             MPI_Finalize();
@@ -1080,7 +1084,19 @@ int main(int argc, char **argv)
     }
     alarm(0);
     uint64_t passed = 0, failed = 0, counts[5] = {0};
+    double start = MPI_Wtime();
     for (uint64_t k = g_first; k < g_first + g_cases; k++) {
+        if (g_max_seconds > 0) {
+            /* Rank 0's clock decides for everyone, so that all ranks stop together. */
+            int stop = g_rank == 0 && MPI_Wtime() - start > g_max_seconds;
+            MPI_Bcast(&stop, 1, MPI_INT, 0, MPI_COMM_WORLD);
+            if (stop) {
+                if (g_rank == 0)
+                    printf("fuzz: time limit of %.0f s reached after %llu cases\n", g_max_seconds,
+                           (unsigned long long)(k - g_first));
+                break;
+            }
+        }
         fcase c;
         memset(&c, 0, sizeof c);
         c.k = k;
