@@ -65,6 +65,7 @@ static unsigned g_case_timeout = 60;
 static double g_max_seconds = 0; /* 0: no time limit */
 static volatile uint64_t g_case_no;
 static const char *volatile g_op = "startup";
+static const char *volatile g_desc = ""; /* the case's description, for crash reports */
 
 /* ---------- watchdog and crash reports (async-signal-safe) ---------- */
 
@@ -84,7 +85,7 @@ static void sig_line(const char *what, int sig)
     tc_sig_puts(line, &k, sizeof line, " in fuzz case ");
     tc_sig_putu(line, &k, sizeof line, (unsigned long long)g_case_no);
     tc_sig_puts(line, &k, sizeof line, " (");
-    tc_sig_puts(line, &k, sizeof line, g_op);
+    tc_sig_puts(line, &k, sizeof line, g_desc[0] ? g_desc : g_op);
     tc_sig_puts(line, &k, sizeof line, "), seed ");
     tc_sig_putu(line, &k, sizeof line, (unsigned long long)g_seed);
     tc_sig_puts(line, &k, sizeof line, ": reproduce with --seed ");
@@ -1107,6 +1108,7 @@ int main(int argc, char **argv)
         c.hostile = tc_below(&c.common, 4) == 0 ? -1 : (int)tc_below(&c.common, (uint64_t)g_size);
         c.me = c.hostile == g_rank;
         g_case_no = k;
+        g_desc = c.desc;
         counts[op]++;
         alarm(g_case_timeout);
         /* Every case starts from the same settings: a backend chosen by the case. */
@@ -1153,6 +1155,7 @@ int main(int argc, char **argv)
         }
     }
     g_op = "finalize";
+    g_desc = "";
     alarm(g_case_timeout);
     close_world(&w);
     if (g_rank == 0) {
