@@ -56,6 +56,7 @@
 #include "mdloader.h"
 
 #define GUARD 64
+#define LAST_STATUS 10 /* MDL_ERR_TIMEOUT, the highest mdl_status */
 #define GUARD_BYTE 0xA5
 #define GUARD_U64 0xDEADBEEFCAFEF00Dull
 
@@ -142,8 +143,8 @@ static const char *sname(int s)
 {
     static const char *names[] = {"MDL_OK", "MDL_ERR_NULL_ARG", "MDL_ERR_INVALID_ARG", "MDL_ERR_OUT_OF_RANGE",
                                   "MDL_ERR_BUFFER_TOO_SMALL", "MDL_ERR_STATE", "MDL_ERR_MPI", "MDL_ERR_NO_MEMORY",
-                                  "MDL_ERR_PANIC", "MDL_ERR_REMOTE"};
-    return s >= 0 && s <= 9 ? names[s] : "(not an mdl_status)";
+                                  "MDL_ERR_PANIC", "MDL_ERR_REMOTE", "MDL_ERR_TIMEOUT"};
+    return s >= 0 && s <= LAST_STATUS ? names[s] : "(not an mdl_status)";
 }
 
 /* One fprintf per message so that lines from different ranks do not interleave. */
@@ -984,7 +985,7 @@ static void op_local(fcase *c, world *w)
     for (int i = 0; i < 6; i++) {
         int s;
         switch (tc_below(r, 5)) {
-        case 0: s = (int)tc_below(r, 10); break;
+        case 0: s = (int)tc_below(r, LAST_STATUS + 2); break;
         case 1: s = INT_MAX - (int)tc_below(r, 2); break;
         case 2: s = INT_MIN + (int)tc_below(r, 2); break;
         case 3: s = -1 - (int)tc_below(r, 100); break;
@@ -993,7 +994,7 @@ static void op_local(fcase *c, world *w)
         const char *t = mdl_status_string((mdl_status)s);
         if (!t || !t[0]) {
             NOTE(c, "mdl_status_string(%d) is NULL or empty", s);
-        } else if (s >= 0 && s <= 9) {
+        } else if (s >= 0 && s <= LAST_STATUS) {
             EXPECT(c, strcmp(t, "unknown status") != 0, "mdl_status_string(%d) = \"unknown status\"", s);
         } else {
             EXPECT(c, strcmp(t, "unknown status") == 0, "mdl_status_string(%d) = \"%s\", expected \"unknown status\"",
