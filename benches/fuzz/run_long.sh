@@ -19,6 +19,8 @@
 #   MDL_LONG_NPS           rank counts (default "1 2")
 #   MDL_LONG_MAX_RESTARTS  restarts per series after crashes/hangs (default 50)
 #   MDL_LONG_JOB_TIMEOUT   seconds per job (default 3600)
+#   MDL_LONG_ENV           VAR=value words set on every rank (default
+#                          MDL_CALIBRATION_SECONDS=0.02)
 #   MDL_LONG_CASE_TIMEOUT  seconds before a case counts as hung (default 30; cases take
 #                          milliseconds)
 # Build the library first (scripts/build.sh openmpi|mpich).
@@ -33,6 +35,9 @@ NPS=${MDL_LONG_NPS:-1 2}
 MAX_RESTARTS=${MDL_LONG_MAX_RESTARTS:-50}
 TIMEOUT=${MDL_LONG_JOB_TIMEOUT:-3600}
 CASE_TIMEOUT=${MDL_LONG_CASE_TIMEOUT:-30}
+# Calibration measures for 0.4 s at every registration (a tenth of the cases): short
+# here, so that the long run spends its time on cases.
+read -r -a JOB_ENV <<<"${MDL_LONG_ENV:-MDL_CALIBRATION_SECONDS=0.02}"
 OUT=$ROOT/target/fuzz-long
 BIN=$OUT/bin
 mkdir -p "$OUT" "$BIN"
@@ -57,7 +62,7 @@ for mpi in "${MPIS[@]}"; do
             first=0 run=0 failed=0 crashes=0 hangs=0 restarts=0 start=$SECONDS note=""
             while [ "$first" -lt "$CASES" ]; do
                 log=$OUT/$mpi-np$np-seed$seed-from$first.log
-                (ulimit -v 6000000 && mdl_mpirun "$mpi" "$np" "$log" -- "$BIN/fuzz_test-$mpi" --seed "$seed" \
+                (ulimit -v 6000000 && mdl_mpirun "$mpi" "$np" "$log" "${JOB_ENV[@]}" -- "$BIN/fuzz_test-$mpi" --seed "$seed" \
                     --first "$first" --cases $((CASES - first)) --max-failures 0 --case-timeout "$CASE_TIMEOUT")
                 rc=$?
                 nfail=$(grep -c '^FAIL case' "$log")
