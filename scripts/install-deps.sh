@@ -5,7 +5,7 @@
 set -euo pipefail
 
 APT_PACKAGES=(libopenmpi-dev openmpi-bin libmpich-dev mpich cmake gfortran libclang-dev clang
-    pkg-config python3-venv)
+    pkg-config python3-venv valgrind)
 
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do
