@@ -29,9 +29,11 @@
  * hang into "TIMEOUT in case X" and exit code 3. The address space is limited (current
  * size + 2 GiB) so that a runaway allocation fails instead of waking the OOM killer.
  *
- * Usage: hardening_test [--seed S] [--case-timeout SECONDS] [--only PREFIX[,PREFIX...]]
- *                       [--no-rlimit]
- *   --only settings/,boundary/   runs the cases whose name starts with one of them.
+ * Usage: hardening_test [--seed S] [--case-timeout SECONDS] [--only PREFIX[|PREFIX...]]
+ *                       [--list] [--no-rlimit]
+ *   --only 'settings/|boundary/'   runs the cases whose name starts with one of them
+ *                                  (timeout/ runs only when named here);
+ *   --list                         prints the case names and runs nothing.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -60,7 +62,8 @@ static unsigned g_case_timeout = 60;
 static int g_passed, g_failed, g_skipped, g_doubled;
 static uint64_t g_seed = 11, g_base = 200;
 static tc_rng g_rng;
-static const char *g_only; /* comma-separated name prefixes, or NULL for all */
+static const char *g_only; /* '|'-separated name prefixes, or NULL for all */
+static int g_list;         /* --list: print the names of the cases, run none */
 
 /* ---------- watchdog ---------- */
 
@@ -96,11 +99,16 @@ typedef struct cres {
 
 static int selected(const char *name)
 {
+    if (g_list) {
+        if (g_rank == 0)
+            printf("%s\n", name);
+        return 0;
+    }
     if (!g_only)
         return strncmp(name, "timeout/", 8) != 0; /* opt-in only */
     const char *p = g_only;
     while (*p) {
-        const char *e = strchr(p, ',');
+        const char *e = strchr(p, '|');
         size_t n = e ? (size_t)(e - p) : strlen(p);
         if (n && strncmp(name, p, n) == 0)
             return 1;
@@ -1334,12 +1342,14 @@ int main(int argc, char **argv)
             g_case_timeout = (unsigned)v, i++;
         else if (!strcmp(argv[i], "--only") && i + 1 < argc)
             g_only = argv[++i];
+        else if (!strcmp(argv[i], "--list"))
+            g_list = 1;
         else if (!strcmp(argv[i], "--no-rlimit"))
             rlimit = 0;
         else {
             if (g_rank == 0)
                 fprintf(stderr,
-                        "usage: %s [--seed S] [--case-timeout SECONDS] [--only PREFIX[,PREFIX...]] [--no-rlimit]\n",
+                        "usage: %s [--seed S] [--case-timeout SECONDS] [--only PREFIX[|PREFIX...]] [--list] [--no-rlimit]\n",
                         argv[0]);
             MPI_Finalize();
             return 2;
@@ -1349,7 +1359,7 @@ int main(int argc, char **argv)
     watchdog_install();
     if (rlimit)
         limit_address_space();
-    if (g_rank == 0) {
+    if (g_rank == 0 && !g_list) {
         printf("hardening_test: %d ranks, faulty rank %d, thread level %s, seed %llu%s%s\n", g_size, g_last,
                g_provided >= MPI_THREAD_MULTIPLE ? "MULTIPLE" : "below MULTIPLE", (unsigned long long)g_seed,
                g_only ? ", only " : "", g_only ? g_only : "");
@@ -1383,7 +1393,7 @@ int main(int argc, char **argv)
         case_end(dname, &r);
     }
 
-    if (g_rank == 0) {
+    if (g_rank == 0 && !g_list) {
         printf("hardening_test: %d passed, %d failed, %d skipped\n", g_passed, g_failed, g_skipped);
         fflush(stdout);
     }
