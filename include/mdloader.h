@@ -28,6 +28,32 @@
 
 #define MDL_VERSION_PATCH 0
 
+/**
+ * Upper bounds of the knobs that size messages, work or memory per step.
+ */
+#define MATRIX_MAX_RANKS_LIMIT 64
+
+#define WARMUP_GETS_LIMIT (1 << 16)
+
+#define GETS_IN_FLIGHT_LIMIT (1 << 20)
+
+#define PROBE_INTERVAL_LIMIT (1 << 32)
+
+#define CALIBRATION_SECONDS_LIMIT 60.0
+
+#define TIMEOUT_LIMIT 1e6
+
+/**
+ * The deepest prefetch mdl_set_prefetch accepts.
+ */
+#define MDL_MAX_PREFETCH 64
+
+/**
+ * The deepest prefetch `mdl_set_prefetch` accepts: each step ahead holds a batch
+ * buffer, and a depth beyond a few steps only costs memory.
+ */
+#define MAX_PREFETCH 64
+
 
 
 /**
@@ -74,6 +100,11 @@ typedef enum mdl_status {
    * Another rank failed this collective call.
    */
   MDL_ERR_REMOTE = 9,
+  /**
+   * A collective waited longer than `MDL_TIMEOUT` seconds (a peer is stuck or in
+   * another call); the loader is unusable afterwards, `mdl_finalize` frees its memory.
+   */
+  MDL_ERR_TIMEOUT = 10,
 } mdl_status;
 
 /**
@@ -95,9 +126,19 @@ typedef enum mdl_backend {
 } mdl_backend;
 
 /**
- * Opaque loader handle. One handle must not be used by two threads at once.
+ * How one loader waits; agreed by every rank at `mdl_init` (a blocking collective on
+ * one rank never matches a nonblocking one on another), and kept per communicator so
+ * that loaders never share it.
+ */
+typedef struct WaitPolicy WaitPolicy;
+
+/**
+ * Opaque loader handle. It may be moved between threads; calls that change it from two
+ * threads at once are refused (MDL_ERR_STATE).
  */
 typedef struct mdl_loader mdl_loader;
+
+
 
 #ifdef __cplusplus
 extern "C" {
@@ -107,15 +148,29 @@ extern "C" {
  * Collective over comm. Duplicates comm; MPI must already be initialised. The
  * library never initialises or finalises MPI.
  *
- * Environment: `MDL_BACKEND=auto|onesided|collective` (initial backend),
- * `MDL_LOG=error|warn|info|debug|trace` (logging to stderr),
- * `MDL_MAX_MESSAGE_BYTES` (most bytes per MPI message; default 2^31 - 1).
+ * Settings are read from the environment on every rank and agreed: a setting that
+ * differs between ranks is MDL_ERR_INVALID_ARG on every rank, naming it and two of
+ * its values; an invalid value is that rank's MDL_ERR_INVALID_ARG (MDL_ERR_REMOTE on
+ * the others). `MDL_BACKEND=auto|onesided|collective` (initial backend),
+ * `MDL_WAIT=auto|spin|yield`, `MDL_MAX_MESSAGE_BYTES` (1..2^31-1, most bytes per MPI
+ * message), `MDL_MAX_GETS_IN_FLIGHT` (1..2^20, default 4096),
+ * `MDL_CALIBRATION=on|off|<file>`, `MDL_CALIBRATION_SECONDS` (0..60),
+ * `MDL_PROBE_INTERVAL`, `MDL_HYSTERESIS` ([0, 1)), `MDL_MATRIX_MAX_RANKS` (0..64),
+ * `MDL_WARMUP_GETS` (0..65536), `MDL_TIMEOUT` (seconds a collective may wait before
+ * MDL_ERR_TIMEOUT, 0 = never, the default); `MDL_LOG=error|warn|info|debug|trace`
+ * (logging to stderr, not agreed). The README documents each.
+ *
+ * What cannot be agreed: MPI_COMM_NULL or an invalid handle on one rank returns an
+ * error there at once while the other ranks wait in MPI_Comm_dup (MDL_TIMEOUT cannot
+ * help: there is no loader yet). A call after MPI_Finalize returns MDL_ERR_STATE.
  */
 enum mdl_status mdl_init(MPI_Comm comm, struct mdl_loader **out);
 
 /**
  * The same as mdl_init for Fortran (`comm` with `use mpi`, `comm%MPI_VAL` with
- * `use mpi_f08`) and Python (ctypes + mpi4py `comm.py2f()`).
+ * `use mpi_f08`) and Python (ctypes + mpi4py `comm.py2f()`). An invalid handle is
+ * MDL_ERR_INVALID_ARG (checked under MPI_ERRORS_RETURN, so the host's error handler
+ * does not abort the job).
  */
 enum mdl_status mdl_init_f(MPI_Fint comm, struct mdl_loader **out);
 
@@ -126,7 +181,10 @@ enum mdl_status mdl_init_f(MPI_Fint comm, struct mdl_loader **out);
  * (offsets may be NULL when n_samples == 0; data may be NULL when it holds no byte).
  * The data is copied: the caller may free it on return. Global ids are assigned in
  * rank order: rank r's local sample i has id (sum of n_samples on ranks < r) + i.
- * A shard can be registered once per loader.
+ * A shard can be registered once per loader, and not during a sampler epoch
+ * (MDL_ERR_STATE on every rank). n_samples + 1 offsets must fit in memory
+ * (n_samples = UINT64_MAX is MDL_ERR_INVALID_ARG). If MDL_CALIBRATION names a file,
+ * it is read here and its parameters must be identical on every rank.
  */
 enum mdl_status mdl_register_shard(struct mdl_loader *h,
                                    const void *data,
@@ -151,7 +209,9 @@ enum mdl_status mdl_sample_size(const struct mdl_loader *h, uint64_t id, uint64_
  * backend moves it. A bad argument on any rank makes every rank return an error
  * (that rank its own code, the others MDL_ERR_REMOTE) instead of hanging; the loader
  * stays usable. On MDL_ERR_BUFFER_TOO_SMALL, out_offsets is filled and
- * out_offsets[n] holds the size needed.
+ * out_offsets[n] holds the size needed. n + 1 offsets and out_cap bytes must each fit
+ * in memory (at most PTRDIFF_MAX bytes): an impossible n or out_cap is
+ * MDL_ERR_INVALID_ARG, agreed like any bad argument.
  */
 enum mdl_status mdl_fetch_batch(struct mdl_loader *h,
                                 const uint64_t *ids,
@@ -207,7 +267,8 @@ enum mdl_status mdl_next_batch(struct mdl_loader *h,
 enum mdl_status mdl_epoch_seek(struct mdl_loader *h, uint64_t step);
 
 /**
- * Batches fetched ahead while the caller computes (0 = none, the default). Local;
+ * Batches fetched ahead while the caller computes (0 = none, the default; at most
+ * MDL_MAX_PREFETCH, more is MDL_ERR_INVALID_ARG). Local;
  * takes effect at the next mdl_epoch_begin or mdl_epoch_seek and must be the same on
  * every rank (checked there). Prefetch runs on a thread of the library's own and
  * needs MPI initialised with MPI_THREAD_MULTIPLE; otherwise epochs run without
@@ -218,6 +279,9 @@ enum mdl_status mdl_set_prefetch(struct mdl_loader *h, uint32_t depth);
 
 /**
  * Collective. Frees everything and sets *h = NULL. NULL or *h == NULL is a no-op.
+ * A loader closed at MPI_Finalize (see the README) or one that failed with
+ * MDL_ERR_PANIC or MDL_ERR_TIMEOUT is freed without communicating. Must not run while
+ * another thread is inside a call on the same handle.
  */
 enum mdl_status mdl_finalize(struct mdl_loader **h);
 
@@ -230,7 +294,8 @@ enum mdl_status mdl_finalize(struct mdl_loader **h);
  * "probes", "switches", and "calibration" ("source": measured, default or file,
  * "seconds", "points_onesided", "points_collective" and the cost model's parameters,
  * see README). The "calibration" object, saved to a file, can be loaded with
- * MDL_CALIBRATION=<file> to skip measuring.
+ * MDL_CALIBRATION=<file> to skip measuring. Never waits on other ranks, even while a
+ * prefetch thread is inside a step (mdl_num_samples and mdl_sample_size neither).
  */
 size_t mdl_stats_json(const struct mdl_loader *h, char *buf, size_t len);
 

@@ -1,10 +1,10 @@
 //! Agreement before communication: every collective entry point first combines, in one
 //! small all-reduce, whether any rank failed its local checks and whatever else the
-//! ranks must agree on (the backend setting, the estimator's predictions). No rank then
-//! enters a data exchange that another rank skipped, so a bad argument on one rank turns
-//! into an error on all ranks instead of a hang.
+//! ranks must agree on (the backend setting, the estimator's predictions, settings that
+//! must be identical). No rank then enters a data exchange that another rank skipped,
+//! so a bad argument on one rank turns into an error on all ranks instead of a hang.
 //!
-//! All fields are combined with MAX over `f64` (exact for the small integers used), and
+//! All fields are combined with MAX over `f64` (exact for integers below 2^53), and
 //! minima are taken as the maximum of negated values.
 
 use crate::config::Backend;
@@ -23,26 +23,37 @@ pub struct Proposal {
 /// The combination over all ranks.
 #[derive(Clone, Debug)]
 pub struct Agreed {
-    /// The lowest rank that failed, if any.
-    pub first_failed_rank: Option<usize>,
+    /// The lowest rank that failed, and its status.
+    pub first_failure: Option<(usize, mdl_status)>,
     pub backend_min: Backend,
     pub backend_max: Backend,
     pub maxima: Vec<f64>,
 }
 
 const HEADER: usize = 3;
+/// A failure travels as -(rank * STATUS_SLOTS + status): the maximum is the lowest
+/// failing rank, and its status comes along in the same value.
+const STATUS_SLOTS: u64 = 16;
 
 pub fn agree(comm: &Comm, proposal: &Proposal) -> Result<Agreed> {
-    let failed = proposal.error.is_some();
-    let mut values = Vec::with_capacity(HEADER + proposal.maxima.len());
-    values.push(if failed { -(comm.rank() as f64) } else { f64::NEG_INFINITY });
+    let mut values = Vec::new();
+    values.try_reserve_exact(HEADER + proposal.maxima.len()).map_err(|_| Error::no_memory(8 * proposal.maxima.len() as u64))?;
+    values.push(match &proposal.error {
+        Some(err) => -((comm.rank() as u64 * STATUS_SLOTS + err.status as u64) as f64),
+        None => f64::NEG_INFINITY,
+    });
     values.push(proposal.backend as i64 as f64);
     values.push(-(proposal.backend as i64 as f64));
     values.extend_from_slice(&proposal.maxima);
     let combined = comm.allreduce_max(&values)?;
     let backend = |v: f64| Backend::from_code(v as i64).expect("every rank sends a valid backend");
+    let first_failure = combined[0].is_finite().then(|| {
+        let code = (-combined[0]) as u64;
+        let status = mdl_status::from_code((code % STATUS_SLOTS) as i64).unwrap_or(mdl_status::MDL_ERR_PANIC);
+        ((code / STATUS_SLOTS) as usize, status)
+    });
     Ok(Agreed {
-        first_failed_rank: combined[0].is_finite().then(|| (-combined[0]) as usize),
+        first_failure,
         backend_max: backend(combined[1]),
         backend_min: backend(-combined[2]),
         maxima: combined[HEADER..].to_vec(),
@@ -50,14 +61,14 @@ pub fn agree(comm: &Comm, proposal: &Proposal) -> Result<Agreed> {
 }
 
 impl Agreed {
-    /// The outcome for this rank: its own error if it failed, `MDL_ERR_REMOTE` if only
-    /// others did.
-    pub fn outcome(&self, own_error: Option<Error>, call: &str) -> Result<()> {
-        match (own_error, self.first_failed_rank) {
+    /// The outcome for this rank: its own error if it failed, `MDL_ERR_REMOTE` naming
+    /// the lowest failing rank and its status if only others did.
+    pub fn outcome(&self, own_error: Option<Error>) -> Result<()> {
+        match (own_error, self.first_failure) {
             (Some(err), _) => Err(err),
-            (None, Some(rank)) => Err(Error::new(
+            (None, Some((rank, status))) => Err(Error::new(
                 mdl_status::MDL_ERR_REMOTE,
-                format!("{call} failed on rank {rank} (see that rank's error); nothing was done"),
+                format!("rank {rank} failed with {} (see that rank's error); nothing was done", status.name()),
             )),
             (None, None) => Ok(()),
         }
@@ -69,39 +80,73 @@ impl Agreed {
 }
 
 /// Agree on the outcome of a collective call's local checks alone.
-pub fn agree_on_checks(comm: &Comm, checks: Result<()>, call: &str) -> Result<()> {
+pub fn agree_on_checks(comm: &Comm, checks: Result<()>) -> Result<()> {
     let error = checks.err();
     let proposal = Proposal { error: error.clone(), backend: Backend::Auto, maxima: Vec::new() };
-    agree(comm, &proposal)?.outcome(error, call)
+    agree(comm, &proposal)?.outcome(error)
 }
 
-/// Agree on local checks and on `values` being the same on every rank (arguments of a
-/// collective call that must match, like the sampler's seed and batch size). A mismatch
-/// is `MDL_ERR_INVALID_ARG` on every rank.
-pub fn agree_identical(comm: &Comm, checks: Result<()>, values: &[(&str, u64)], call: &str) -> Result<()> {
+/// How a [`Setting`] combines over the ranks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Combine {
+    /// Must be the same on every rank; a difference is `MDL_ERR_INVALID_ARG` everywhere.
+    Identical,
+    /// Every rank takes the largest value (a fact about each rank, such as whether its
+    /// node is oversubscribed, that must steer all ranks the same way). Exact for
+    /// values below 2^53.
+    Max,
+}
+
+/// One value a collective call agrees on.
+#[derive(Clone, Copy)]
+pub struct Setting<'a> {
+    pub name: &'a str,
+    pub value: u64,
+    pub combine: Combine,
+    /// How to show a value in the message when ranks differ.
+    pub show: fn(u64) -> String,
+}
+
+impl<'a> Setting<'a> {
+    pub fn identical(name: &'a str, value: u64) -> Setting<'a> {
+        Setting { name, value, combine: Combine::Identical, show: |v| v.to_string() }
+    }
+    pub fn shown_as(self, show: fn(u64) -> String) -> Setting<'a> {
+        Setting { show, ..self }
+    }
+}
+
+/// Agree on local checks and on `settings` (arguments of a collective call that must
+/// match, like the sampler's seed, or the configuration at init). A mismatch is
+/// `MDL_ERR_INVALID_ARG` on every rank, naming each setting that differs and two of
+/// its values. Returns the agreed values, in the order given.
+pub fn agree_settings(comm: &Comm, checks: Result<()>, settings: &[Setting]) -> Result<Vec<u64>> {
     let error = checks.err();
-    // Each value as two 32-bit halves (exact in f64), and their negations so that the
-    // maximum also yields the minimum.
-    let mut maxima = Vec::with_capacity(values.len() * 4);
-    for &(_, v) in values {
-        let (hi, lo) = ((v >> 32) as f64, (v & 0xFFFF_FFFF) as f64);
-        maxima.extend_from_slice(&[hi, lo, -hi, -lo]);
+    // Each value as two 32-bit halves (exact in f64) to detect any difference, plus the
+    // value rounded to f64 to show the smallest and largest (exact below 2^53, close
+    // enough above); with negations, so that the maximum also yields the minimum.
+    const PER_SETTING: usize = 6;
+    let mut maxima = Vec::with_capacity(settings.len() * PER_SETTING);
+    for s in settings {
+        let (hi, lo, rounded) = ((s.value >> 32) as f64, (s.value & 0xFFFF_FFFF) as f64, s.value as f64);
+        maxima.extend_from_slice(&[hi, lo, -hi, -lo, rounded, -rounded]);
     }
     let proposal = Proposal { error: error.clone(), backend: Backend::Auto, maxima };
     let agreed = agree(comm, &proposal)?;
-    agreed.outcome(error, call)?;
-    let differing: Vec<&str> = values
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| {
-            let m = &agreed.maxima[i * 4..i * 4 + 4];
-            m[0] != -m[2] || m[1] != -m[3]
-        })
-        .map(|(_, (name, _))| *name)
-        .collect();
-    if differing.is_empty() {
-        Ok(())
-    } else {
-        Err(Error::invalid(format!("{call}: {} must be the same on every rank", differing.join(", "))))
+    agreed.outcome(error)?;
+    let mut values = Vec::with_capacity(settings.len());
+    let mut differing = Vec::new();
+    for (s, m) in settings.iter().zip(agreed.maxima.chunks_exact(PER_SETTING)) {
+        let (largest, smallest) = (m[4] as u64, (-m[5]) as u64);
+        if s.combine == Combine::Identical && (m[0] != -m[2] || m[1] != -m[3]) {
+            differing.push(format!("{} differs across ranks ({} on some, {} on others)", s.name, (s.show)(smallest), (s.show)(largest)));
+        }
+        values.push(if s.combine == Combine::Max { largest } else { s.value });
     }
+    if differing.is_empty() { Ok(values) } else { Err(Error::invalid(differing.join("; "))) }
+}
+
+/// [`agree_settings`] for values that must all be identical.
+pub fn agree_identical(comm: &Comm, checks: Result<()>, settings: &[Setting]) -> Result<()> {
+    agree_settings(comm, checks, settings).map(|_| ())
 }

@@ -1,6 +1,7 @@
 //! Settings read from the environment at `mdl_init`. Each knob is documented in the
 //! README and in the header.
 
+use crate::agree::Setting;
 use crate::error::{Error, Result};
 use crate::mpi::MAX_COUNT;
 use std::path::PathBuf;
@@ -96,6 +97,42 @@ pub struct Config {
     pub warm_up_gets: u64,
     /// `MDL_WAIT=auto|spin|yield`.
     pub wait: Wait,
+    /// `MDL_MAX_GETS_IN_FLIGHT`: the most one-sided gets outstanding at once; a step
+    /// with more completes them in groups (default 4096). MPICH 4.0 aborts with
+    /// 700,000 outstanding on one window, Cray MPICH limits pending operations
+    /// (`MPICH_RMA_MAX_PENDING`), and MPICH has hangs with many small gets before one
+    /// synchronisation.
+    pub max_gets_in_flight: u64,
+    /// `MDL_TIMEOUT`: seconds a collective of the library may wait before it fails with
+    /// `MDL_ERR_TIMEOUT` (0, the default: wait for ever). When set, every wait is a
+    /// nonblocking call and a test loop, which can give up.
+    pub timeout_seconds: f64,
+}
+
+/// Upper bounds of the knobs that size messages, work or memory per step.
+pub const MATRIX_MAX_RANKS_LIMIT: usize = 64;
+pub const WARMUP_GETS_LIMIT: u64 = 1 << 16;
+pub const GETS_IN_FLIGHT_LIMIT: u64 = 1 << 20;
+pub const PROBE_INTERVAL_LIMIT: u64 = 1 << 32;
+pub const CALIBRATION_SECONDS_LIMIT: f64 = 60.0;
+pub const TIMEOUT_LIMIT: f64 = 1e6;
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            backend: Backend::Auto,
+            max_message_bytes: MAX_COUNT,
+            calibration: Calibration::Measure,
+            calibration_seconds: 0.4,
+            probe_interval: 64,
+            hysteresis: 0.1,
+            matrix_max_ranks: 32,
+            warm_up_gets: 512,
+            wait: Wait::Auto,
+            max_gets_in_flight: 4096,
+            timeout_seconds: 0.0,
+        }
+    }
 }
 
 /// An environment variable parsed as T and checked, or `default` when unset.
@@ -113,11 +150,12 @@ fn env_or<T: FromStr>(name: &str, default: T, valid: impl Fn(&T) -> bool, expect
 
 impl Config {
     pub fn from_env() -> Result<Config> {
+        let default = Config::default();
         let backend = match std::env::var("MDL_BACKEND") {
             Ok(text) => Backend::parse(&text).ok_or_else(|| {
                 Error::invalid(format!("MDL_BACKEND={text}: expected auto, onesided or collective"))
             })?,
-            Err(_) => Backend::Auto,
+            Err(_) => default.backend,
         };
         let calibration = match std::env::var("MDL_CALIBRATION").as_deref().map(str::trim) {
             Err(_) | Ok("on") | Ok("") => Calibration::Measure,
@@ -135,17 +173,87 @@ impl Config {
             backend,
             max_message_bytes: env_or(
                 "MDL_MAX_MESSAGE_BYTES",
-                MAX_COUNT,
+                default.max_message_bytes,
                 |n| (1..=MAX_COUNT).contains(n),
                 &format!("an integer in 1..={MAX_COUNT}"),
             )?,
             calibration,
-            calibration_seconds: env_or("MDL_CALIBRATION_SECONDS", 0.4, |s: &f64| *s >= 0.0, "seconds >= 0")?,
-            probe_interval: env_or("MDL_PROBE_INTERVAL", 64, |_| true, "a number of steps")?,
-            hysteresis: env_or("MDL_HYSTERESIS", 0.1, |h: &f64| (0.0..1.0).contains(h), "a fraction in [0, 1)")?,
-            matrix_max_ranks: env_or("MDL_MATRIX_MAX_RANKS", 32, |_| true, "a number of ranks")?,
-            warm_up_gets: env_or("MDL_WARMUP_GETS", 512, |_| true, "a number of gets")?,
+            calibration_seconds: env_or(
+                "MDL_CALIBRATION_SECONDS",
+                default.calibration_seconds,
+                |s: &f64| (0.0..=CALIBRATION_SECONDS_LIMIT).contains(s),
+                &format!("seconds in 0..={CALIBRATION_SECONDS_LIMIT}"),
+            )?,
+            probe_interval: env_or(
+                "MDL_PROBE_INTERVAL",
+                default.probe_interval,
+                |n| *n <= PROBE_INTERVAL_LIMIT,
+                &format!("a number of steps in 0..={PROBE_INTERVAL_LIMIT}"),
+            )?,
+            hysteresis: env_or("MDL_HYSTERESIS", default.hysteresis, |h: &f64| (0.0..1.0).contains(h), "a fraction in [0, 1)")?,
+            matrix_max_ranks: env_or(
+                "MDL_MATRIX_MAX_RANKS",
+                default.matrix_max_ranks,
+                |n| *n <= MATRIX_MAX_RANKS_LIMIT,
+                &format!("a number of ranks in 0..={MATRIX_MAX_RANKS_LIMIT}"),
+            )?,
+            warm_up_gets: env_or(
+                "MDL_WARMUP_GETS",
+                default.warm_up_gets,
+                |n| *n <= WARMUP_GETS_LIMIT,
+                &format!("a number of gets in 0..={WARMUP_GETS_LIMIT}"),
+            )?,
+            max_gets_in_flight: env_or(
+                "MDL_MAX_GETS_IN_FLIGHT",
+                default.max_gets_in_flight,
+                |n| (1..=GETS_IN_FLIGHT_LIMIT).contains(n),
+                &format!("a number of gets in 1..={GETS_IN_FLIGHT_LIMIT}"),
+            )?,
+            timeout_seconds: env_or(
+                "MDL_TIMEOUT",
+                default.timeout_seconds,
+                |s: &f64| (0.0..=TIMEOUT_LIMIT).contains(s),
+                &format!("seconds in 0..={TIMEOUT_LIMIT} (0: no timeout)"),
+            )?,
         })
+    }
+
+    /// Every setting that steers communication, as agreed at `mdl_init`: they must be
+    /// identical on every rank, bit for bit. (A calibration file's parameters are
+    /// agreed at registration, where the file is read.)
+    pub fn settings(&self) -> Vec<Setting<'static>> {
+        let float = |name, v: f64| Setting::identical(name, v.to_bits()).shown_as(|b| f64::from_bits(b).to_string());
+        let calibration = match self.calibration {
+            Calibration::Measure => 0,
+            Calibration::Off => 1,
+            Calibration::File(_) => 2,
+        };
+        vec![
+            Setting::identical("MDL_BACKEND", self.backend as u64)
+                .shown_as(|c| Backend::from_code(c as i64).map_or("?", Backend::name).to_string()),
+            Setting::identical("MDL_WAIT", self.wait as u64).shown_as(|c| Wait::name_of(c).to_string()),
+            Setting::identical("MDL_MAX_MESSAGE_BYTES", self.max_message_bytes),
+            Setting::identical("MDL_MAX_GETS_IN_FLIGHT", self.max_gets_in_flight),
+            Setting::identical("MDL_CALIBRATION", calibration)
+                .shown_as(|c| ["on", "off", "a file"].get(c as usize).unwrap_or(&"?").to_string()),
+            float("MDL_CALIBRATION_SECONDS", self.calibration_seconds),
+            Setting::identical("MDL_PROBE_INTERVAL", self.probe_interval),
+            float("MDL_HYSTERESIS", self.hysteresis),
+            Setting::identical("MDL_MATRIX_MAX_RANKS", self.matrix_max_ranks as u64),
+            Setting::identical("MDL_WARMUP_GETS", self.warm_up_gets),
+            float("MDL_TIMEOUT", self.timeout_seconds),
+        ]
+    }
+}
+
+impl Wait {
+    fn name_of(code: u64) -> &'static str {
+        match code {
+            c if c == Wait::Auto as u64 => "auto",
+            c if c == Wait::Spin as u64 => "spin",
+            c if c == Wait::Yield as u64 => "yield",
+            _ => "?",
+        }
     }
 }
 

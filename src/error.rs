@@ -27,11 +27,14 @@ pub enum mdl_status {
     MDL_ERR_PANIC = 8,
     /// Another rank failed this collective call.
     MDL_ERR_REMOTE = 9,
+    /// A collective waited longer than `MDL_TIMEOUT` seconds (a peer is stuck or in
+    /// another call); the loader is unusable afterwards, `mdl_finalize` frees its memory.
+    MDL_ERR_TIMEOUT = 10,
 }
 
 impl mdl_status {
     /// All codes, in numeric order.
-    pub(crate) const ALL: [mdl_status; 10] = [
+    pub(crate) const ALL: [mdl_status; 11] = [
         mdl_status::MDL_OK,
         mdl_status::MDL_ERR_NULL_ARG,
         mdl_status::MDL_ERR_INVALID_ARG,
@@ -42,6 +45,7 @@ impl mdl_status {
         mdl_status::MDL_ERR_NO_MEMORY,
         mdl_status::MDL_ERR_PANIC,
         mdl_status::MDL_ERR_REMOTE,
+        mdl_status::MDL_ERR_TIMEOUT,
     ];
 
     /// The status with this numeric value, if there is one.
@@ -62,6 +66,24 @@ impl mdl_status {
             mdl_status::MDL_ERR_NO_MEMORY => "out of memory\0",
             mdl_status::MDL_ERR_PANIC => "internal error (panic caught at the C boundary)\0",
             mdl_status::MDL_ERR_REMOTE => "another rank failed this collective call\0",
+            mdl_status::MDL_ERR_TIMEOUT => "a collective call timed out (MDL_TIMEOUT)\0",
+        }
+    }
+
+    /// The enumerator's name, for messages that tell one rank another's status.
+    pub fn name(self) -> &'static str {
+        match self {
+            mdl_status::MDL_OK => "MDL_OK",
+            mdl_status::MDL_ERR_NULL_ARG => "MDL_ERR_NULL_ARG",
+            mdl_status::MDL_ERR_INVALID_ARG => "MDL_ERR_INVALID_ARG",
+            mdl_status::MDL_ERR_OUT_OF_RANGE => "MDL_ERR_OUT_OF_RANGE",
+            mdl_status::MDL_ERR_BUFFER_TOO_SMALL => "MDL_ERR_BUFFER_TOO_SMALL",
+            mdl_status::MDL_ERR_STATE => "MDL_ERR_STATE",
+            mdl_status::MDL_ERR_MPI => "MDL_ERR_MPI",
+            mdl_status::MDL_ERR_NO_MEMORY => "MDL_ERR_NO_MEMORY",
+            mdl_status::MDL_ERR_PANIC => "MDL_ERR_PANIC",
+            mdl_status::MDL_ERR_REMOTE => "MDL_ERR_REMOTE",
+            mdl_status::MDL_ERR_TIMEOUT => "MDL_ERR_TIMEOUT",
         }
     }
 }
@@ -85,6 +107,9 @@ impl Error {
     }
     pub fn state(message: impl Into<String>) -> Error {
         Error::new(mdl_status::MDL_ERR_STATE, message)
+    }
+    pub fn timeout(message: impl Into<String>) -> Error {
+        Error::new(mdl_status::MDL_ERR_TIMEOUT, message)
     }
     pub fn no_memory(bytes: u64) -> Error {
         Error::new(mdl_status::MDL_ERR_NO_MEMORY, format!("could not allocate {bytes} bytes"))

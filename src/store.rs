@@ -4,12 +4,13 @@
 //!
 //! Memory per rank: the shard itself (one copy of the registered bytes, in the window)
 //! plus the index, 8 bytes per global sample (a prefix sum of all sample lengths) and
-//! 8 bytes per rank. Registration briefly needs 8 more bytes per global sample while the
-//! lengths are gathered.
+//! 8 bytes per rank. Registration gathers the lengths into the index's own memory and
+//! turns them into the prefix sum in place, so it needs no second copy.
 
 use crate::agree::agree_on_checks;
 use crate::error::{Error, Result};
-use crate::mpi::{Comm, Get, Window};
+use crate::mpi::{Comm, GathervLayout, Get, GetLimits, Window};
+use std::sync::Arc;
 
 /// Where a sample lives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -33,7 +34,9 @@ pub struct GlobalIndex {
 impl GlobalIndex {
     /// Build from every rank's sample lengths, concatenated in rank order, and the number
     /// of samples each rank holds.
-    pub fn from_lengths(lengths: &[u64], per_rank: &[u64]) -> GlobalIndex {
+    /// The index from each rank's sample count and the prefix sums of all lengths
+    /// (`starts[0] = 0`, N + 1 entries).
+    pub fn from_starts(per_rank: &[u64], starts: Vec<u64>) -> GlobalIndex {
         let mut first_id = Vec::with_capacity(per_rank.len() + 1);
         let mut next = 0;
         for &n in per_rank {
@@ -41,15 +44,18 @@ impl GlobalIndex {
             next += n;
         }
         first_id.push(next);
-        assert_eq!(next, lengths.len() as u64, "per-rank counts must cover all lengths");
-        let mut starts = Vec::with_capacity(lengths.len() + 1);
-        let mut at = 0;
-        starts.push(at);
-        for &len in lengths {
-            at += len;
-            starts.push(at);
-        }
+        assert_eq!(next + 1, starts.len() as u64, "per-rank counts must cover all samples");
         GlobalIndex { first_id, starts }
+    }
+
+    /// The index from every sample's length (tests).
+    #[cfg(test)]
+    pub fn from_lengths(lengths: &[u64], per_rank: &[u64]) -> GlobalIndex {
+        let starts = std::iter::once(0).chain(lengths.iter().scan(0, |at, &len| {
+            *at += len;
+            Some(*at)
+        }));
+        GlobalIndex::from_starts(per_rank, starts.collect())
     }
 
     /// Rank r's first global id is `first_ids()[r]`; the last entry is the total.
@@ -118,33 +124,74 @@ impl<'a> ShardView<'a> {
     }
 }
 
+/// Everything registration allocates before the ranks exchange lengths: the layout of
+/// the gather, this rank's lengths, and the index's prefix sums (N + 1 entries).
+fn prepare_index(shard: &ShardView, per_rank: &[u64]) -> Result<(GathervLayout, Vec<u64>, Vec<u64>)> {
+    let total = per_rank.iter().try_fold(0u64, |sum, &n| sum.checked_add(n));
+    let entries = total.and_then(|n| n.checked_add(1)).ok_or_else(|| Error::invalid("the shards hold more than 2^64 samples"))?;
+    let layout = GathervLayout::new(per_rank).map_err(|err| {
+        Error::invalid(format!("{} (the sample lengths are gathered with one MPI_Allgatherv)", err.message))
+    })?;
+    let mut local_lengths = fallible_vec(shard.num_samples())?;
+    local_lengths.extend(shard.offsets.windows(2).map(|w| w[1] - w[0]));
+    let mut starts = fallible_vec(entries)?;
+    starts.resize(entries as usize, 0);
+    Ok((layout, local_lengths, starts))
+}
+
+/// An empty vector with room for `len` elements, or `MDL_ERR_NO_MEMORY`.
+fn fallible_vec(len: u64) -> Result<Vec<u64>> {
+    let bytes = len.saturating_mul(8);
+    let len = usize::try_from(len).map_err(|_| Error::no_memory(bytes))?;
+    let mut v = Vec::new();
+    v.try_reserve_exact(len).map_err(|_| Error::no_memory(bytes))?;
+    Ok(v)
+}
+
+/// Whether `bytes` can be allocated at all (address space, `ulimit -v`): tried before
+/// the collective `MPI_Win_allocate`, whose failure on one rank leaves the others
+/// waiting in it. The memory is released at once, untouched.
+fn check_allocatable(bytes: usize) -> Result<()> {
+    let mut probe: Vec<u8> = Vec::new();
+    probe.try_reserve_exact(bytes).map_err(|_| Error::no_memory(bytes as u64))
+}
+
 /// The registered store: this rank's window and the global index.
 pub struct Store {
     pub window: Window,
-    pub index: GlobalIndex,
+    pub index: Arc<GlobalIndex>,
 }
 
 impl Store {
-    /// Collective: gather every rank's lengths, build the index and copy the shard into
-    /// a window. Arguments were already checked and agreed on by all ranks.
-    /// Collective: build the global index, copy the shard into a window and warm the
-    /// window up with `warm_up_gets` small gets (see [`warm_up`]).
-    pub fn register(comm: &Comm, shard: &ShardView, warm_up_gets: u64) -> Result<Store> {
+    /// Collective: gather every rank's lengths into the global index, copy the shard
+    /// into a window and warm the window up with `warm_up_gets` small gets (see
+    /// [`warm_up`]). The shard was checked and agreed on by all ranks; everything that
+    /// can still fail on one rank (the index's memory, MPI's count limits, the window's
+    /// memory) is checked and agreed on before the ranks exchange anything.
+    pub fn register(comm: &Comm, shard: &ShardView, limits: GetLimits, warm_up_gets: u64) -> Result<Store> {
         let per_rank = comm.allgather(shard.num_samples())?;
-        let lengths = comm.allgatherv(&shard.lengths(), &per_rank)?;
-        let index = GlobalIndex::from_lengths(&lengths, &per_rank);
-        drop(lengths);
+        let prepared = prepare_index(shard, &per_rank);
+        let checks = prepared.as_ref().map(|_| ()).map_err(Clone::clone).and_then(|()| check_allocatable(shard.data.len()));
+        agree_on_checks(comm, checks)?;
+        let (layout, local_lengths, mut starts) = prepared.expect("agreed that every rank prepared the index");
+        // Gathered into starts[1..]: the prefix sum in place then leaves starts[0] = 0.
+        comm.allgatherv_into(&local_lengths, &layout, &mut starts[1..])?;
+        drop(local_lengths);
+        for i in 1..starts.len() {
+            starts[i] += starts[i - 1];
+        }
+        let index = GlobalIndex::from_starts(&per_rank, starts);
         let window = Window::allocate(comm, shard.data)?;
-        let store = Store { window, index };
-        let warmed = warm_up(&store, comm.rank(), warm_up_gets);
+        let store = Store { window, index: Arc::new(index) };
+        let warmed = warm_up(&store, comm.rank(), limits, warm_up_gets);
         // Every rank stays inside MPI until all have warmed up (over transports where a
         // get needs its target's progress, no rank waits for one that has left), and a
         // failure anywhere fails registration everywhere, freeing the window.
-        match agree_on_checks(comm, warmed, "mdl_register_shard (window warm-up)") {
+        match agree_on_checks(comm, warmed) {
             Ok(()) => Ok(store),
             Err(err) => {
                 store.free()?;
-                Err(err)
+                Err(Error { message: format!("warming the window up: {}", err.message), ..err })
             }
         }
     }
@@ -159,7 +206,7 @@ impl Store {
 /// window (shared memory, measured: a 16-sample step takes 30 us at first and 3 us after
 /// about 500 gets, with raw `MPI_Get` as with the library); without this the first
 /// training steps, and the estimator's first measurements, would see that.
-fn warm_up(store: &Store, me: usize, gets: u64) -> Result<()> {
+fn warm_up(store: &Store, me: usize, limits: GetLimits, gets: u64) -> Result<()> {
     const BYTES: u64 = 8;
     const PER_FLUSH: usize = 64;
     let total = store.index.num_samples();
@@ -172,11 +219,11 @@ fn warm_up(store: &Store, me: usize, gets: u64) -> Result<()> {
         let dest_offset = pending.len() as u64 * BYTES;
         pending.push(Get { target: loc.owner, target_offset: loc.offset, dest_offset, len: loc.len.min(BYTES) });
         if pending.len() == PER_FLUSH {
-            store.window.get_all(&pending, &mut scratch, u64::MAX)?;
+            store.window.get_all(&pending, &mut scratch, limits)?;
             pending.clear();
         }
     }
-    store.window.get_all(&pending, &mut scratch, u64::MAX)
+    store.window.get_all(&pending, &mut scratch, limits)
 }
 
 #[cfg(test)]

@@ -88,7 +88,7 @@ pub fn exchange_shape(remote: &[RemoteSample], ranks: usize, max_message_bytes: 
 impl Engine for Collective {
     fn fetch(&self, step: &StepContext, out: &mut [u8]) -> Result<()> {
         let ranks = step.comm.size();
-        let mine = Rounds::of(&step.plan.remote, ranks, step.max_message_bytes);
+        let mine = Rounds::of(&step.plan.remote, ranks, step.limits.max_message);
         let known = match step.known_batches {
             Some(batch_of) => Some(requests_of_others(step, batch_of)?),
             None => None,
@@ -109,7 +109,7 @@ impl Engine for Collective {
             .iter()
             .map(|s| Get { target: s.owner, target_offset: s.target_offset, dest_offset: s.dest_offset, len: s.len })
             .collect();
-        step.store.window.get_all(&gets, out, step.max_message_bytes)
+        step.store.window.get_all(&gets, out, step.limits)
     }
 }
 
@@ -123,7 +123,7 @@ fn requests_of_others(step: &StepContext, batch_of: &dyn Fn(usize, &mut Vec<u64>
     for requester in (0..ranks).filter(|&q| q != me) {
         batch_of(requester, &mut ids);
         let plan = BatchPlan::new(&step.store.index, requester, &ids)?;
-        let theirs = Rounds::of(&plan.remote, ranks, step.max_message_bytes);
+        let theirs = Rounds::of(&plan.remote, ranks, step.limits.max_message);
         for (r, range) in theirs.rounds.into_iter().enumerate() {
             if per_round.len() <= r {
                 per_round.resize(r + 1, vec![Vec::new(); ranks]);
@@ -165,14 +165,12 @@ fn exchange(step: &StepContext, requests: &[RemoteSample], asked: Requests, out:
         Requests::Unknown => send_ids(comm, requests, &ids_to, comm.alltoall(&ids_to)?)?,
     };
 
-    BUFFERS.with(|buffers| -> Result<()> {
-        let (packed, received) = &mut *buffers.borrow_mut();
-        let bytes_to = pack(step, &asked, &ids_from, packed)?;
-        let received = grown(received, bytes_from.iter().sum::<u64>())?;
-        comm.alltoallv(packed, &bytes_to, received, &bytes_from)?;
-        unpack(requests, received, out);
-        Ok(())
-    })
+    let ExchangeBuffers { packed, received } = &mut *step.buffers.borrow_mut();
+    let bytes_to = pack(step, &asked, &ids_from, packed)?;
+    let received = grown(received, bytes_from.iter().sum::<u64>())?;
+    comm.alltoallv(packed, &bytes_to, received, &bytes_from)?;
+    unpack(requests, received, out);
+    Ok(())
 }
 
 /// Send each owner the ids this rank wants of it (`ids_to` per owner), knowing that
@@ -185,17 +183,23 @@ fn send_ids(comm: &Comm, requests: &[RemoteSample], ids_to: &[u64], ids_from: Ve
     Ok((asked, ids_from))
 }
 
-thread_local! {
-    /// The exchange's send and receive buffers, kept from step to step: they grow to
-    /// the largest round and are neither allocated nor zero-filled again (zero-filling
-    /// half a megabyte costs as much as moving it). Per thread, so that the caller's
-    /// fetches and the prefetch thread's never share them.
-    static BUFFERS: std::cell::RefCell<(Vec<u8>, Vec<u8>)> = const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
+/// The exchange's send and receive buffers, kept by the loader from step to step: they
+/// grow to the largest round and are neither allocated nor zero-filled again
+/// (zero-filling half a megabyte costs as much as moving it). One pair per loader, used
+/// by one fetch at a time (the loader's step lock), freed with the loader.
+#[derive(Default)]
+pub struct ExchangeBuffers {
+    packed: Vec<u8>,
+    received: Vec<u8>,
 }
 
-/// Free this thread's exchange buffers (at `mdl_finalize`; a prefetch thread's go with it).
-pub fn release_buffers() {
-    BUFFERS.with(|buffers| *buffers.borrow_mut() = (Vec::new(), Vec::new()));
+impl ExchangeBuffers {
+    /// Make room for receiving `bytes` in one round, before the step's agreement, so
+    /// that running out of memory fails every rank together instead of this one alone
+    /// after the others have committed to the exchange.
+    pub fn reserve_received(&mut self, bytes: u64) -> Result<()> {
+        grown(&mut self.received, bytes).map(|_| ())
+    }
 }
 
 /// The first `len` bytes of `buffer`, growing it (zero-filled, once) when needed.

@@ -6,12 +6,13 @@ mod collective;
 mod onesided;
 
 use collective::Collective;
-pub use collective::{ExchangeShape, exchange_shape, release_buffers};
+pub use collective::{ExchangeBuffers, ExchangeShape, exchange_shape};
 use onesided::OneSided;
 
 use crate::config::Backend;
 use crate::error::Result;
-use crate::mpi::Comm;
+use crate::mpi::{Comm, GetLimits};
+use std::cell::RefCell;
 use crate::plan::BatchPlan;
 use crate::store::Store;
 
@@ -20,8 +21,10 @@ pub struct StepContext<'a> {
     pub comm: &'a Comm,
     pub store: &'a Store,
     pub plan: &'a BatchPlan,
-    /// See `Config::max_message_bytes`.
-    pub max_message_bytes: u64,
+    /// `MDL_MAX_MESSAGE_BYTES` and `MDL_MAX_GETS_IN_FLIGHT`.
+    pub limits: GetLimits,
+    /// The collective engine's buffers, kept from step to step by the loader.
+    pub buffers: &'a RefCell<ExchangeBuffers>,
     /// Rounds of the collective exchange, agreed by all ranks (the maximum any rank
     /// needs); ignored by the one-sided engine.
     pub collective_rounds: u64,

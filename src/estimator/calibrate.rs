@@ -15,9 +15,10 @@
 use super::features;
 use super::model::{CostParams, StepFeatures, features_of, fit_nonnegative};
 use crate::config::Backend;
-use crate::engine::{StepContext, exchange_shape, execute};
+use crate::engine::{ExchangeBuffers, StepContext, exchange_shape, execute};
 use crate::error::{Error, Result};
-use crate::mpi::{self, Comm};
+use crate::mpi::{self, Comm, GetLimits};
+use std::cell::RefCell;
 use crate::plan::BatchPlan;
 use crate::rng::SplitMix64;
 use crate::store::{ShardView, Store};
@@ -55,7 +56,7 @@ const PROBES: [Probe; 6] = [
 pub struct CalibrationSettings {
     pub budget_seconds: f64,
     pub matrix_max_ranks: usize,
-    pub max_message_bytes: u64,
+    pub limits: GetLimits,
     /// Warm-up gets on the scratch window (see `store::warm_up`), so that calibration
     /// measures the steady state.
     pub warm_up_gets: u64,
@@ -84,7 +85,7 @@ pub fn measure(comm: &Comm, settings: &CalibrationSettings) -> Result<Calibratio
     }
     let started = mpi::wtime();
     let (data, offsets) = scratch_shard();
-    let store = Store::register(comm, &ShardView::new(&data, &offsets)?, settings.warm_up_gets)?;
+    let store = Store::register(comm, &ShardView::new(&data, &offsets)?, settings.limits, settings.warm_up_gets)?;
     let measured = run_probes(comm, &store, settings, started);
     let freed = store.free();
     let (rows, times) = measured?;
@@ -121,10 +122,11 @@ fn run_probes(comm: &Comm, store: &Store, settings: &CalibrationSettings, starte
     let mut rng = SplitMix64::new(0x6d646c_u64 ^ rank as u64);
     let mut rows: [Vec<Vec<f64>>; 2] = Default::default();
     let mut times: [Vec<f64>; 2] = Default::default();
+    let buffers = RefCell::new(ExchangeBuffers::default());
     for probe in PROBES.iter().filter(|p| !p.hot_target || ranks >= 3) {
         let ids = probe_ids(probe, rank, ranks, &store.index.first_ids(), &mut rng);
         let plan = BatchPlan::new(&store.index, rank, &ids)?;
-        let shape = exchange_shape(&plan.remote, ranks, settings.max_message_bytes);
+        let shape = exchange_shape(&plan.remote, ranks, settings.limits.max_message);
         let mine = features::encode(&plan, &shape, rank, settings.matrix_max_ranks);
         let agreed = comm.allreduce_max(&mine)?;
         let f: StepFeatures = features::decode(&agreed, ranks, settings.matrix_max_ranks);
@@ -134,7 +136,8 @@ fn run_probes(comm: &Comm, store: &Store, settings: &CalibrationSettings, starte
             comm,
             store,
             plan: &plan,
-            max_message_bytes: settings.max_message_bytes,
+            limits: settings.limits,
+            buffers: &buffers,
             collective_rounds: f.rounds as u64,
             requests_to_me: requests_to_me.as_deref(),
             known_batches: None,

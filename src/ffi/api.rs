@@ -1,21 +1,23 @@
-//! The exported C API. Prototypes follow `shared/DESIGN.md` exactly; the reference
+//! The exported C API. Prototypes follow the design contract exactly (extended, never changed); the reference
 //! documentation is these comments, which cbindgen copies into `include/mdloader.h`.
 
 use super::args::{self, slice, slice_mut};
+use super::handle::{with_loader, with_published};
 use super::{boundary, init_logging, with_last_error};
 use crate::config::Backend;
 use crate::error::{Error, Result, mdl_status};
-use crate::loader::{EpochArgs, FetchArgs, Loader};
+use crate::loader::{EpochArgs, FetchArgs, Loader, MAX_PREFETCH};
 use crate::mpi::Comm;
 use crate::store::ShardView;
 use mpi_sys::{MPI_Comm, RSMPI_Fint};
 use std::os::raw::{c_char, c_int, c_void};
 
-/// Opaque loader handle. One handle must not be used by two threads at once.
-#[allow(non_camel_case_types)]
-pub struct mdl_loader {
-    loader: Loader,
-}
+pub use super::handle::mdl_loader;
+
+/// The deepest prefetch mdl_set_prefetch accepts.
+pub const MDL_MAX_PREFETCH: u32 = 64;
+// A literal above, so that cbindgen writes the number into the header.
+const _: () = assert!(MDL_MAX_PREFETCH == MAX_PREFETCH);
 
 /// Which engine moves the bytes.
 #[repr(C)]
@@ -36,21 +38,11 @@ pub type MdlBackendArg = c_int;
 /// `mdl_status` as it arrives from C, for the same reason.
 pub type MdlStatusArg = c_int;
 
-fn loader<'a>(h: *const mdl_loader) -> Result<&'a Loader> {
-    // SAFETY: a non-NULL handle comes from mdl_init and is live until mdl_finalize.
-    unsafe { h.as_ref() }.map(|h| &h.loader).ok_or_else(|| Error::null_arg("the loader handle"))
-}
-
-fn loader_mut<'a>(h: *mut mdl_loader) -> Result<&'a mut Loader> {
-    // SAFETY: as in `loader`; the caller does not share a handle between threads.
-    unsafe { h.as_mut() }.map(|h| &mut h.loader).ok_or_else(|| Error::null_arg("the loader handle"))
-}
-
 fn init_from(comm: Result<MPI_Comm>, out: *mut *mut mdl_loader) -> Result<()> {
     init_logging();
     let handle_out = if out.is_null() { Err(Error::null_arg("out")) } else { Ok(()) };
     let loader = Loader::init(comm?, handle_out)?;
-    let handle = Box::into_raw(Box::new(mdl_loader { loader }));
+    let handle = Box::into_raw(mdl_loader::open(loader)?);
     // SAFETY: checked non-NULL above (and agreed on by all ranks).
     unsafe { *out = handle };
     Ok(())
@@ -59,16 +51,30 @@ fn init_from(comm: Result<MPI_Comm>, out: *mut *mut mdl_loader) -> Result<()> {
 /// Collective over comm. Duplicates comm; MPI must already be initialised. The
 /// library never initialises or finalises MPI.
 ///
-/// Environment: `MDL_BACKEND=auto|onesided|collective` (initial backend),
-/// `MDL_LOG=error|warn|info|debug|trace` (logging to stderr),
-/// `MDL_MAX_MESSAGE_BYTES` (most bytes per MPI message; default 2^31 - 1).
+/// Settings are read from the environment on every rank and agreed: a setting that
+/// differs between ranks is MDL_ERR_INVALID_ARG on every rank, naming it and two of
+/// its values; an invalid value is that rank's MDL_ERR_INVALID_ARG (MDL_ERR_REMOTE on
+/// the others). `MDL_BACKEND=auto|onesided|collective` (initial backend),
+/// `MDL_WAIT=auto|spin|yield`, `MDL_MAX_MESSAGE_BYTES` (1..2^31-1, most bytes per MPI
+/// message), `MDL_MAX_GETS_IN_FLIGHT` (1..2^20, default 4096),
+/// `MDL_CALIBRATION=on|off|<file>`, `MDL_CALIBRATION_SECONDS` (0..60),
+/// `MDL_PROBE_INTERVAL`, `MDL_HYSTERESIS` ([0, 1)), `MDL_MATRIX_MAX_RANKS` (0..64),
+/// `MDL_WARMUP_GETS` (0..65536), `MDL_TIMEOUT` (seconds a collective may wait before
+/// MDL_ERR_TIMEOUT, 0 = never, the default); `MDL_LOG=error|warn|info|debug|trace`
+/// (logging to stderr, not agreed). The README documents each.
+///
+/// What cannot be agreed: MPI_COMM_NULL or an invalid handle on one rank returns an
+/// error there at once while the other ranks wait in MPI_Comm_dup (MDL_TIMEOUT cannot
+/// help: there is no loader yet). A call after MPI_Finalize returns MDL_ERR_STATE.
 #[unsafe(no_mangle)]
 pub extern "C" fn mdl_init(comm: MPI_Comm, out: *mut *mut mdl_loader) -> mdl_status {
     boundary("mdl_init", || init_from(Ok(comm), out))
 }
 
 /// The same as mdl_init for Fortran (`comm` with `use mpi`, `comm%MPI_VAL` with
-/// `use mpi_f08`) and Python (ctypes + mpi4py `comm.py2f()`).
+/// `use mpi_f08`) and Python (ctypes + mpi4py `comm.py2f()`). An invalid handle is
+/// MDL_ERR_INVALID_ARG (checked under MPI_ERRORS_RETURN, so the host's error handler
+/// does not abort the job).
 #[unsafe(no_mangle)]
 pub extern "C" fn mdl_init_f(comm: RSMPI_Fint, out: *mut *mut mdl_loader) -> mdl_status {
     boundary("mdl_init_f", || init_from(Comm::from_fortran(comm), out))
@@ -80,7 +86,10 @@ pub extern "C" fn mdl_init_f(comm: RSMPI_Fint, out: *mut *mut mdl_loader) -> mdl
 /// (offsets may be NULL when n_samples == 0; data may be NULL when it holds no byte).
 /// The data is copied: the caller may free it on return. Global ids are assigned in
 /// rank order: rank r's local sample i has id (sum of n_samples on ranks < r) + i.
-/// A shard can be registered once per loader.
+/// A shard can be registered once per loader, and not during a sampler epoch
+/// (MDL_ERR_STATE on every rank). n_samples + 1 offsets must fit in memory
+/// (n_samples = UINT64_MAX is MDL_ERR_INVALID_ARG). If MDL_CALIBRATION names a file,
+/// it is read here and its parameters must be identical on every rank.
 #[unsafe(no_mangle)]
 pub extern "C" fn mdl_register_shard(
     h: *mut mdl_loader,
@@ -89,17 +98,21 @@ pub extern "C" fn mdl_register_shard(
     n_samples: u64,
 ) -> mdl_status {
     boundary("mdl_register_shard", || {
-        let loader = loader_mut(h)?;
-        let shard = (|| {
-            let n_offsets = if offsets.is_null() && n_samples == 0 { 0 } else { args::len(n_samples, "n_samples")? + 1 };
-            // SAFETY: the caller passes n_samples + 1 offsets.
-            let offsets = unsafe { slice(offsets, n_offsets, "offsets") }?;
-            let bytes = args::len(offsets.last().copied().unwrap_or(0), "offsets[n_samples]")?;
-            // SAFETY: the caller passes offsets[n_samples] bytes of data.
-            let data = unsafe { slice(data as *const u8, bytes, "data") }?;
-            ShardView::new(data, offsets)
-        })();
-        loader.register_shard(shard)
+        with_loader(h, |loader| {
+            let shard = (|| {
+                let n_offsets = match n_samples {
+                    0 if offsets.is_null() => 0,
+                    n => args::count_plus_one::<u64>(n, "n_samples")?,
+                };
+                // SAFETY: the caller passes n_samples + 1 offsets.
+                let offsets = unsafe { slice(offsets, n_offsets, "offsets") }?;
+                let bytes = args::len::<u8>(offsets.last().copied().unwrap_or(0), "offsets[n_samples]")?;
+                // SAFETY: the caller passes offsets[n_samples] bytes of data.
+                let data = unsafe { slice(data as *const u8, bytes, "data") }?;
+                ShardView::new(data, offsets)
+            })();
+            loader.register_shard(shard)
+        })
     })
 }
 
@@ -107,7 +120,7 @@ pub extern "C" fn mdl_register_shard(
 #[unsafe(no_mangle)]
 pub extern "C" fn mdl_num_samples(h: *const mdl_loader, out: *mut u64) -> mdl_status {
     boundary("mdl_num_samples", || {
-        let n = loader(h)?.num_samples()?;
+        let n = with_published(h, |p| p.num_samples())?;
         // SAFETY: out is checked and points to a writable u64 (caller's contract).
         *unsafe { args::out(out, "out") }? = n;
         Ok(())
@@ -118,7 +131,7 @@ pub extern "C" fn mdl_num_samples(h: *const mdl_loader, out: *mut u64) -> mdl_st
 #[unsafe(no_mangle)]
 pub extern "C" fn mdl_sample_size(h: *const mdl_loader, id: u64, out: *mut u64) -> mdl_status {
     boundary("mdl_sample_size", || {
-        let size = loader(h)?.sample_size(id)?;
+        let size = with_published(h, |p| p.sample_size(id))?;
         // SAFETY: out is checked and points to a writable u64 (caller's contract).
         *unsafe { args::out(out, "out") }? = size;
         Ok(())
@@ -132,7 +145,9 @@ pub extern "C" fn mdl_sample_size(h: *const mdl_loader, id: u64, out: *mut u64) 
 /// backend moves it. A bad argument on any rank makes every rank return an error
 /// (that rank its own code, the others MDL_ERR_REMOTE) instead of hanging; the loader
 /// stays usable. On MDL_ERR_BUFFER_TOO_SMALL, out_offsets is filled and
-/// out_offsets[n] holds the size needed.
+/// out_offsets[n] holds the size needed. n + 1 offsets and out_cap bytes must each fit
+/// in memory (at most PTRDIFF_MAX bytes): an impossible n or out_cap is
+/// MDL_ERR_INVALID_ARG, agreed like any bad argument.
 #[unsafe(no_mangle)]
 pub extern "C" fn mdl_fetch_batch(
     h: *mut mdl_loader,
@@ -143,19 +158,23 @@ pub extern "C" fn mdl_fetch_batch(
     out_offsets: *mut u64,
 ) -> mdl_status {
     boundary("mdl_fetch_batch", || {
-        let loader = loader_mut(h)?;
-        let fetch = (|| {
-            // SAFETY: the caller passes n ids, out_cap bytes at out and n + 1 offsets.
-            unsafe {
-                Ok(FetchArgs {
-                    ids: slice(ids, n, "ids")?,
-                    out_offsets: slice_mut(out_offsets, n + 1, "out_offsets")?,
-                    out: slice_mut(out as *mut u8, args::len(out_cap, "out_cap")?, "out")?,
-                    known_batches: None,
-                })
-            }
-        })();
-        loader.fetch_batch(fetch)
+        with_loader(h, |loader| {
+            let fetch = (|| {
+                let n_offsets = args::count_plus_one::<u64>(n as u64, "n")?;
+                let out_len = args::len::<u8>(out_cap, "out_cap")?;
+                // SAFETY: the caller passes n ids, out_cap bytes at out and n + 1 offsets
+                // (each length checked to fit in memory above).
+                unsafe {
+                    Ok(FetchArgs {
+                        ids: slice(ids, n, "ids")?,
+                        out_offsets: slice_mut(out_offsets, n_offsets, "out_offsets")?,
+                        out: slice_mut(out as *mut u8, out_len, "out")?,
+                        known_batches: None,
+                    })
+                }
+            })();
+            loader.fetch_batch(fetch)
+        })
     })
 }
 
@@ -165,10 +184,11 @@ pub extern "C" fn mdl_fetch_batch(
 #[unsafe(no_mangle)]
 pub extern "C" fn mdl_set_backend(h: *mut mdl_loader, b: MdlBackendArg) -> mdl_status {
     boundary("mdl_set_backend", || {
-        let loader = loader_mut(h)?;
-        let backend = Backend::from_code(b as i64)
-            .ok_or_else(|| Error::invalid(format!("{b} is not an mdl_backend value")))?;
-        loader.set_backend(backend)
+        with_loader(h, |loader| {
+            let backend = Backend::from_code(b as i64)
+                .ok_or_else(|| Error::invalid(format!("{b} is not an mdl_backend value")))?;
+            loader.set_backend(backend)
+        })
     })
 }
 
@@ -193,7 +213,7 @@ pub extern "C" fn mdl_epoch_begin(
 ) -> mdl_status {
     boundary("mdl_epoch_begin", || {
         let args = EpochArgs { seed, epoch, batch_size, shuffle: shuffle != 0, drop_last: drop_last != 0 };
-        loader_mut(h)?.epoch_begin(args)
+        with_loader(h, |loader| loader.epoch_begin(args))
     })
 }
 
@@ -211,11 +231,13 @@ pub extern "C" fn mdl_next_batch(
     n: *mut usize,
 ) -> mdl_status {
     boundary("mdl_next_batch", || {
-        let batch = loader_mut(h)?.next_batch()?;
-        let (ids_ptr, data_ptr, offsets_ptr, count) = match batch {
-            Some(b) => (b.ids.as_ptr(), b.data.as_ptr() as *const c_void, b.offsets.as_ptr(), b.ids.len()),
-            None => (std::ptr::null(), std::ptr::null(), std::ptr::null(), 0),
-        };
+        // The batch stays valid until the next call on h: the loader owns its buffers.
+        let (ids_ptr, data_ptr, offsets_ptr, count) = with_loader(h, |loader| {
+            Ok(match loader.next_batch()? {
+                Some(b) => (b.ids.as_ptr(), b.data.as_ptr() as *const c_void, b.offsets.as_ptr(), b.ids.len()),
+                None => (std::ptr::null(), std::ptr::null(), std::ptr::null(), 0),
+            })
+        })?;
         // SAFETY: each out-pointer is checked and points to a writable pointer or size_t.
         unsafe {
             *args::out(ids, "ids")? = ids_ptr;
@@ -232,10 +254,11 @@ pub extern "C" fn mdl_next_batch(
 /// an uninterrupted run would have. The same step on every rank (checked).
 #[unsafe(no_mangle)]
 pub extern "C" fn mdl_epoch_seek(h: *mut mdl_loader, step: u64) -> mdl_status {
-    boundary("mdl_epoch_seek", || loader_mut(h)?.epoch_seek(step))
+    boundary("mdl_epoch_seek", || with_loader(h, |loader| loader.epoch_seek(step)))
 }
 
-/// Batches fetched ahead while the caller computes (0 = none, the default). Local;
+/// Batches fetched ahead while the caller computes (0 = none, the default; at most
+/// MDL_MAX_PREFETCH, more is MDL_ERR_INVALID_ARG). Local;
 /// takes effect at the next mdl_epoch_begin or mdl_epoch_seek and must be the same on
 /// every rank (checked there). Prefetch runs on a thread of the library's own and
 /// needs MPI initialised with MPI_THREAD_MULTIPLE; otherwise epochs run without
@@ -243,13 +266,13 @@ pub extern "C" fn mdl_epoch_seek(h: *mut mdl_loader, step: u64) -> mdl_status {
 /// refused (MDL_ERR_STATE).
 #[unsafe(no_mangle)]
 pub extern "C" fn mdl_set_prefetch(h: *mut mdl_loader, depth: u32) -> mdl_status {
-    boundary("mdl_set_prefetch", || {
-        loader_mut(h)?.set_prefetch(depth);
-        Ok(())
-    })
+    boundary("mdl_set_prefetch", || with_loader(h, |loader| loader.set_prefetch(depth)))
 }
 
 /// Collective. Frees everything and sets *h = NULL. NULL or *h == NULL is a no-op.
+/// A loader closed at MPI_Finalize (see the README) or one that failed with
+/// MDL_ERR_PANIC or MDL_ERR_TIMEOUT is freed without communicating. Must not run while
+/// another thread is inside a call on the same handle.
 #[unsafe(no_mangle)]
 pub extern "C" fn mdl_finalize(h: *mut *mut mdl_loader) -> mdl_status {
     boundary("mdl_finalize", || {
@@ -261,7 +284,7 @@ pub extern "C" fn mdl_finalize(h: *mut *mut mdl_loader) -> mdl_status {
         // SAFETY: *slot came from Box::into_raw in mdl_init and is released only here.
         let handle = unsafe { Box::from_raw(*slot) };
         *slot = std::ptr::null_mut();
-        handle.loader.finalize()
+        handle.close()
     })
 }
 
@@ -273,12 +296,13 @@ pub extern "C" fn mdl_finalize(h: *mut *mut mdl_loader) -> mdl_status {
 /// "probes", "switches", and "calibration" ("source": measured, default or file,
 /// "seconds", "points_onesided", "points_collective" and the cost model's parameters,
 /// see README). The "calibration" object, saved to a file, can be loaded with
-/// MDL_CALIBRATION=<file> to skip measuring.
+/// MDL_CALIBRATION=<file> to skip measuring. Never waits on other ranks, even while a
+/// prefetch thread is inside a step (mdl_num_samples and mdl_sample_size neither).
 #[unsafe(no_mangle)]
 pub extern "C" fn mdl_stats_json(h: *const mdl_loader, buf: *mut c_char, len: usize) -> usize {
     let mut full = 0;
     boundary("mdl_stats_json", || {
-        let json = loader(h)?.stats_json();
+        let json = with_published(h, |p| Ok(p.stats_json()))?;
         full = copy_text(&json, buf, len);
         Ok(())
     });

@@ -12,7 +12,9 @@ pub unsafe fn slice<'a, T>(ptr: *const T, len: usize, what: &str) -> Result<&'a 
         return Ok(&[]);
     }
     check(ptr, what)?;
-    // SAFETY: non-NULL and aligned (checked), valid for len elements (caller's contract).
+    fits::<T>(len as u64, what)?;
+    // SAFETY: non-NULL and aligned (checked), at most isize::MAX bytes (checked), valid
+    // for len elements (caller's contract).
     Ok(unsafe { std::slice::from_raw_parts(ptr, len) })
 }
 
@@ -25,7 +27,9 @@ pub unsafe fn slice_mut<'a, T>(ptr: *mut T, len: usize, what: &str) -> Result<&'
         return Ok(&mut []);
     }
     check(ptr, what)?;
-    // SAFETY: non-NULL and aligned (checked), valid for len elements (caller's contract).
+    fits::<T>(len as u64, what)?;
+    // SAFETY: non-NULL and aligned (checked), at most isize::MAX bytes (checked), valid
+    // for len elements (caller's contract).
     Ok(unsafe { std::slice::from_raw_parts_mut(ptr, len) })
 }
 
@@ -49,7 +53,24 @@ fn check<T>(ptr: *const T, what: &str) -> Result<()> {
     Ok(())
 }
 
-/// A C length as `usize`, failing on 32-bit targets where it does not fit.
-pub fn len(n: u64, what: &str) -> Result<usize> {
+/// A C length of `T` elements as `usize`, failing when `n` elements could not exist in
+/// memory (more than `isize::MAX` bytes, Rust's and the C standard's limit of one
+/// object).
+pub fn len<T>(n: u64, what: &str) -> Result<usize> {
+    fits::<T>(n, what)?;
     usize::try_from(n).map_err(|_| Error::invalid(format!("{what} = {n} does not fit in memory")))
+}
+
+/// `n + 1` elements of `T` (an offsets array), checked like [`len`].
+pub fn count_plus_one<T>(n: u64, what: &str) -> Result<usize> {
+    let plus_one = n.checked_add(1).ok_or_else(|| Error::invalid(format!("{what} = {n}: {what} + 1 overflows")))?;
+    len::<T>(plus_one, what).map_err(|_| Error::invalid(format!("{what} = {n}: {what} + 1 elements do not fit in memory")))
+}
+
+fn fits<T>(n: u64, what: &str) -> Result<()> {
+    let max = isize::MAX as u64 / size_of::<T>().max(1) as u64;
+    if n > max {
+        return Err(Error::invalid(format!("{what} = {n} does not fit in memory (at most {max} elements)")));
+    }
+    Ok(())
 }

@@ -4,6 +4,7 @@
 
 mod api;
 mod args;
+mod handle;
 
 pub use api::*;
 

@@ -5,19 +5,22 @@
 //! planning, agree with the other ranks (one small all-reduce), and only then
 //! communicate. See `agree.rs`.
 
-use crate::agree::{Proposal, agree, agree_on_checks};
+use super::published::Published;
+use crate::agree::{Combine, Proposal, Setting, agree, agree_identical, agree_settings};
 use crate::config::{Backend, Calibration as CalibrationMode, Config, Wait};
-use crate::engine::{ExchangeShape, StepContext, exchange_shape, execute};
+use crate::engine::{ExchangeBuffers, ExchangeShape, StepContext, exchange_shape, execute};
 use crate::error::{Error, Result, mdl_status};
 use crate::estimator::calibrate::{self, Calibration, CalibrationSettings};
 use crate::estimator::model::{CostParams, StepFeatures};
 use crate::estimator::{Decision, Estimator, Settings, features};
-use crate::mpi::{self, Comm};
+use crate::mpi::{self, Comm, GetLimits, WaitPolicy};
 use crate::node;
 use crate::plan::BatchPlan;
 use crate::stats::Stats;
 use crate::store::{ShardView, Store};
 use mpi_sys::MPI_Comm;
+use std::cell::RefCell;
+use std::sync::Arc;
 
 /// The caller's arguments of one fetch, already checked for NULL pointers.
 pub struct FetchArgs<'a> {
@@ -35,6 +38,10 @@ pub struct Core {
     config: Config,
     backend: Backend,
     store: Option<Store>,
+    /// What local calls read without the step lock (index, statistics).
+    published: Arc<Published>,
+    /// The collective engine's buffers, reused from step to step.
+    buffers: RefCell<ExchangeBuffers>,
     estimator: Estimator,
     calibration: Calibration,
     stats: Stats,
@@ -66,39 +73,36 @@ const PREVIOUS_STEP_SECONDS: usize = 0;
 const FEATURES: usize = 1;
 
 impl Core {
-    /// Collective: duplicate `host` and read the configuration. `local_check` carries
-    /// an argument error found by the caller, so that every rank fails together.
+    /// Collective: duplicate `host`, read the configuration and agree on it (every
+    /// setting identical on every rank, and one wait policy). `local_check` carries an
+    /// argument error found by the caller, so that every rank fails together.
     pub fn init(host: MPI_Comm, local_check: Result<()>) -> Result<Core> {
-        let comm = Comm::duplicate(host)?;
-        let config = Config::from_env();
-        let checks = local_check.and(config.as_ref().map(|_| ()).map_err(Clone::clone));
-        if let Err(err) = agree_on_checks(&comm, checks, "mdl_init") {
-            comm.free()?;
-            return Err(err);
-        }
-        let config = config.expect("checked above");
-        let yield_between_tests = match config.wait {
-            Wait::Spin => false,
-            Wait::Yield => true,
-            // Open MPI's blocking calls yield by themselves when the node is
-            // oversubscribed (and beat test-and-yield 2-3x there, measured); MPICH's
-            // busy-poll and need our loop.
-            Wait::Auto => mpi::is_mpich() && comm.ranks_on_node(node::machine_key())? > node::online_cores(),
+        let mut comm = Comm::duplicate(host)?;
+        let agreed = Self::agree_on_config(&comm, local_check);
+        let (config, policy) = match agreed {
+            Ok(agreed) => agreed,
+            Err(err) => {
+                comm.free()?;
+                return Err(err);
+            }
         };
-        mpi::set_wait_policy(yield_between_tests, !mpi::is_mpich());
+        comm.set_wait_policy(policy);
         log::debug!(
             "rank {}/{}: backend {}, max message {} bytes, waits {}",
             comm.rank(),
             comm.size(),
             config.backend.name(),
             config.max_message_bytes,
-            if yield_between_tests { "yield (more ranks than cores)" } else { "spin" }
+            if policy.yield_between_tests { "yield (more ranks than cores)" } else { "spin" }
         );
+        let published = Arc::new(Published::new(comm.rank(), comm.size(), config.backend));
         Ok(Core {
             backend: config.backend,
             comm,
             config,
             store: None,
+            published,
+            buffers: RefCell::default(),
             estimator: Estimator::new(CostParams::default(), Settings { probe_interval: 0, hysteresis: 0.0 }),
             calibration: Calibration::default_params("default"),
             stats: Stats::default(),
@@ -107,8 +111,41 @@ impl Core {
         })
     }
 
+    /// Collective: the configuration every rank read, checked identical, and the wait
+    /// policy. `MDL_WAIT=auto` yields between tests on MPICH when a node's ranks
+    /// outnumber its cores (its blocking calls busy-poll); nodes may differ, and a
+    /// blocking collective never matches a nonblocking one, so if any node is
+    /// oversubscribed every rank yields. Open MPI's blocking calls yield by themselves
+    /// when oversubscribed (and beat test-and-yield 2-3x there, measured).
+    fn agree_on_config(comm: &Comm, local_check: Result<()>) -> Result<(Config, WaitPolicy)> {
+        let read = Config::from_env();
+        // A rank whose environment is invalid still sends a full set of values, so
+        // that every rank's all-reduce has the same length.
+        let settings = read.as_ref().map_or_else(|_| Config::default().settings(), Config::settings);
+        let checks = local_check.and(read.as_ref().map(|_| ()).map_err(Clone::clone));
+        agree_identical(comm, checks, &settings)?;
+        let config = read.expect("agreed that every rank read its configuration");
+        let yield_between_tests = match config.wait {
+            Wait::Spin => false,
+            Wait::Yield => true,
+            Wait::Auto if !mpi::is_mpich() => false,
+            Wait::Auto => {
+                let ranks_here = comm.ranks_on_node(node::machine_key());
+                let oversubscribed = ranks_here.as_ref().map_or(false, |&n| n > node::online_cores());
+                let any = Setting { combine: Combine::Max, ..Setting::identical("oversubscribed node", oversubscribed as u64) };
+                agree_settings(comm, ranks_here.map(|_| ()), &[any])?[0] != 0
+            }
+        };
+        let policy = WaitPolicy {
+            yield_between_tests,
+            trust_flush: !mpi::is_mpich(),
+            timeout_seconds: config.timeout_seconds,
+        };
+        Ok((config, policy))
+    }
+
     /// Collective: copy this rank's shard into the store, build the global index and
-    /// calibrate the estimator.
+    /// calibrate the estimator (or load and agree on the parameters of a file).
     pub fn register_shard(&mut self, shard: Result<ShardView>) -> Result<()> {
         let loaded = match &self.config.calibration {
             CalibrationMode::File(path) => Some(calibrate::load(path)),
@@ -119,10 +156,21 @@ impl Core {
             (None, Err(err), _) | (None, Ok(_), Some(Err(err))) => Err(err.clone()),
             (None, Ok(_), _) => Ok(()),
         };
-        agree_on_checks(&self.comm, checks, "mdl_register_shard")?;
+        // A file is read on each rank (its path may be node-local): its parameters must
+        // be the same bit for bit, or the ranks would choose different engines.
+        let params = match &loaded {
+            Some(Ok(c)) => c.params,
+            _ => CostParams::default(),
+        };
+        let named: Vec<(String, u64)> = params.named().into_iter().map(|(n, v)| (format!("MDL_CALIBRATION file: \"{n}\""), v.to_bits())).collect();
+        let file_settings: Vec<Setting> = named
+            .iter()
+            .map(|(name, bits)| Setting::identical(name, *bits).shown_as(|b| f64::from_bits(b).to_string()))
+            .collect();
+        agree_identical(&self.comm, checks, &file_settings)?;
         let shard = shard.expect("agreed that every rank's shard is valid");
         let started = mpi::wtime();
-        let store = Store::register(&self.comm, &shard, self.config.warm_up_gets)?;
+        let store = Store::register(&self.comm, &shard, self.limits(), self.config.warm_up_gets)?;
         log::info!(
             "rank {}: registered {} samples ({} bytes) of {} in {:.3} s",
             self.comm.rank(),
@@ -131,6 +179,7 @@ impl Core {
             store.index.num_samples(),
             mpi::wtime() - started
         );
+        self.published.set_index(store.index.clone());
         self.store = Some(store);
         self.calibration = match loaded {
             Some(loaded) => loaded.expect("agreed that every rank loaded its file"),
@@ -140,7 +189,7 @@ impl Core {
                 &CalibrationSettings {
                     budget_seconds: self.config.calibration_seconds,
                     matrix_max_ranks: self.config.matrix_max_ranks,
-                    max_message_bytes: self.config.max_message_bytes,
+                    limits: self.limits(),
                     warm_up_gets: self.config.warm_up_gets,
                 },
             )?,
@@ -149,7 +198,22 @@ impl Core {
             self.calibration.params,
             Settings { probe_interval: self.config.probe_interval, hysteresis: self.config.hysteresis },
         );
+        self.publish();
         Ok(())
+    }
+
+    fn limits(&self) -> GetLimits {
+        GetLimits { max_message: self.config.max_message_bytes, max_in_flight: self.config.max_gets_in_flight }
+    }
+
+    /// Hand the statistics to local calls (`mdl_stats_json`), which do not take the
+    /// step lock.
+    fn publish(&self) {
+        self.published.set_stats(&self.stats, self.backend, self.estimator.counters(), &self.calibration);
+    }
+
+    pub fn published(&self) -> &Arc<Published> {
+        &self.published
     }
 
     fn store(&self) -> Result<&Store> {
@@ -168,18 +232,9 @@ impl Core {
         Ok(self.store()?.index.num_samples())
     }
 
-    pub fn sample_size(&self, id: u64) -> Result<u64> {
-        let index = &self.store()?.index;
-        index.len_of(id).ok_or_else(|| {
-            Error::new(
-                mdl_status::MDL_ERR_OUT_OF_RANGE,
-                format!("sample id {id} is out of range (num_samples = {})", index.num_samples()),
-            )
-        })
-    }
-
     pub fn set_backend(&mut self, backend: Backend) {
         self.backend = backend;
+        self.publish();
     }
 
     /// Collective: fetch a batch into the caller's buffer.
@@ -202,7 +257,7 @@ impl Core {
             self.estimator.observe(previous.engine, &previous.features, slowest);
             self.stats.engine_mut(previous.engine).measured_slowest_seconds += slowest;
         }
-        agreed.outcome(error, "mdl_fetch_batch")?;
+        agreed.outcome(error)?;
         if agreed.backends_differ() {
             return Err(Error::invalid(format!(
                 "the backend is set differently across ranks ({} and {}); call mdl_set_backend \
@@ -241,7 +296,12 @@ impl Core {
                 ),
             ));
         }
-        let shape = exchange_shape(&plan.remote, self.comm.size(), self.config.max_message_bytes);
+        let ranks = self.comm.size();
+        let shape = exchange_shape(&plan.remote, ranks, self.config.max_message_bytes);
+        // A round of the collective engine receives at most this; reserved now, before
+        // the agreement, so that running out of memory fails every rank together.
+        let round_bytes = plan.remote_bytes().min(self.config.max_message_bytes / ranks as u64);
+        self.buffers.borrow_mut().reserve_received(round_bytes)?;
         Ok(PreparedFetch { plan, out: args.out, shape, known_batches: args.known_batches })
     }
 
@@ -258,7 +318,8 @@ impl Core {
             comm: &self.comm,
             store,
             plan: &plan,
-            max_message_bytes: self.config.max_message_bytes,
+            limits: self.limits(),
+            buffers: &self.buffers,
             collective_rounds: features.rounds as u64,
             requests_to_me,
             known_batches,
@@ -280,6 +341,7 @@ impl Core {
         self.stats.samples += samples;
         self.stats.bytes_local += plan.local_bytes();
         self.stats.bytes_remote += plan.remote_bytes();
+        self.publish();
         self.log_summary_every_epoch(samples);
         Ok(())
     }
@@ -302,21 +364,9 @@ impl Core {
         }
     }
 
-    /// This rank's statistics as JSON.
-    pub fn stats_json(&self) -> String {
-        self.stats.to_json(
-            self.comm.rank(),
-            self.comm.size(),
-            self.backend,
-            &self.estimator.counters(),
-            &self.calibration,
-        )
-    }
-
     /// Collective: free the window and the communicator.
     pub fn finalize(self) -> Result<()> {
         let Core { comm, store, stats, .. } = self;
-        crate::engine::release_buffers();
         log::info!("rank {}: finalize after {}", comm.rank(), stats.summary());
         let freed_store = store.map_or(Ok(()), Store::free);
         let freed_comm = comm.free();

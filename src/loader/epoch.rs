@@ -28,26 +28,39 @@ pub struct Batch {
 }
 
 /// Fill `batch` with this rank's samples of `step` (collective). Every rank's batch is
-/// known, so the collective engine needs no request round.
+/// known, so the collective engine needs no request round. A local failure (the
+/// buffer's memory) goes into the step's agreement, so that every rank fails together.
 fn fetch_into(core: &mut Core, epoch: &Epoch, step: u64, batch: &mut Batch) -> Result<()> {
     epoch.batch_into(step, core.rank(), &mut batch.ids);
     let batch_of = |rank: usize, ids: &mut Vec<u64>| epoch.batch_into(step, rank, ids);
+    let sized = size_buffers(core, batch);
+    let args = sized.map(|needed| FetchArgs {
+        ids: &batch.ids,
+        out: &mut batch.data[..needed],
+        out_offsets: &mut batch.offsets,
+        known_batches: Some(&batch_of),
+    });
+    core.fetch_batch(args)
+}
+
+/// Grow the batch's buffers for its ids; returns the bytes its samples take.
+fn size_buffers(core: &Core, batch: &mut Batch) -> Result<usize> {
+    let published = core.published();
     let mut needed = 0u64;
     for &id in &batch.ids {
-        needed += core.sample_size(id)?;
+        needed = needed.checked_add(published.sample_size(id)?).ok_or_else(|| Error::no_memory(u64::MAX))?;
     }
     let needed = usize::try_from(needed).map_err(|_| Error::no_memory(needed))?;
     if batch.data.len() < needed {
         batch.data.try_reserve(needed - batch.data.len()).map_err(|_| Error::no_memory(needed as u64))?;
         batch.data.resize(needed, 0);
     }
-    batch.offsets.resize(batch.ids.len() + 1, 0);
-    core.fetch_batch(Ok(FetchArgs {
-        ids: &batch.ids,
-        out: &mut batch.data[..needed],
-        out_offsets: &mut batch.offsets,
-        known_batches: Some(&batch_of),
-    }))
+    let offsets = batch.ids.len() + 1;
+    if batch.offsets.len() < offsets {
+        batch.offsets.try_reserve(offsets - batch.offsets.len()).map_err(|_| Error::no_memory(8 * offsets as u64))?;
+    }
+    batch.offsets.resize(offsets, 0);
+    Ok(needed)
 }
 
 /// Where an epoch's batches come from.
@@ -55,6 +68,8 @@ enum Source {
     /// Fetched on the caller's thread at each call.
     Inline(Batch),
     Prefetch(Prefetcher),
+    /// The prefetch thread could not be started (until the ranks agree what to do).
+    NotStarted,
 }
 
 pub struct EpochRun {
@@ -67,16 +82,52 @@ pub struct EpochRun {
 }
 
 impl EpochRun {
-    /// Start at `step` with the given prefetch depth (0: fetch inline).
-    pub fn start(core: &Arc<Mutex<Core>>, epoch: Epoch, step: u64, depth: u32) -> EpochRun {
+    /// Set up an epoch starting at `step` with the given prefetch depth (0: fetch
+    /// inline). A prefetch thread is started but held back until [`EpochRun::release`]:
+    /// the ranks first agree that every one of them could start it.
+    pub fn prepare(core: &Arc<Mutex<Core>>, epoch: Epoch, step: u64, depth: u32) -> EpochRun {
         let epoch = Arc::new(epoch);
         let finished = step >= epoch.steps();
         let source = if depth == 0 || finished {
             Source::Inline(Batch::default())
         } else {
-            Source::Prefetch(Prefetcher::start(core.clone(), epoch.clone(), step, depth))
+            match Prefetcher::spawn(core.clone(), epoch.clone(), step, depth) {
+                Ok(prefetcher) => Source::Prefetch(prefetcher),
+                Err(err) => {
+                    log::warn!("could not start the prefetch thread ({err}); fetching without prefetch");
+                    Source::NotStarted
+                }
+            }
         };
         EpochRun { epoch, depth, next_step: step, source, finished }
+    }
+
+    /// Whether this rank's prefetch thread could not be started.
+    pub fn spawn_failed(&self) -> bool {
+        matches!(self.source, Source::NotStarted)
+    }
+
+    /// Let the epoch run. `inline` (some rank could not start its prefetch thread):
+    /// every rank fetches on the caller's thread instead.
+    pub fn release(mut self, inline: bool) -> EpochRun {
+        let source = std::mem::replace(&mut self.source, Source::NotStarted);
+        self.source = match source {
+            Source::Prefetch(prefetcher) if inline => {
+                // It has not fetched anything yet: it was held back.
+                let _ = prefetcher.stop();
+                Source::Inline(Batch::default())
+            }
+            Source::Prefetch(prefetcher) => {
+                prefetcher.release();
+                Source::Prefetch(prefetcher)
+            }
+            Source::NotStarted | Source::Inline(_) => Source::Inline(Batch::default()),
+        };
+        self
+    }
+
+    pub fn steps(&self) -> u64 {
+        self.epoch.steps()
     }
 
     /// Where the epoch stands (the step the next call returns) and its prefetch depth,
@@ -107,6 +158,7 @@ impl EpochRun {
                 fetch_into(&mut core.lock(), &self.epoch, step, batch).map(|()| &*batch)
             }
             Source::Prefetch(prefetcher) => prefetcher.next(),
+            Source::NotStarted => unreachable!("released epochs have a source"),
         };
         if result.is_err() {
             // The failure was agreed on by every rank: the epoch ends everywhere.
@@ -120,13 +172,15 @@ impl EpochRun {
     pub fn stop(self) -> Result<()> {
         match self.source {
             Source::Prefetch(prefetcher) => prefetcher.stop(),
-            Source::Inline(_) => Ok(()),
+            Source::Inline(_) | Source::NotStarted => Ok(()),
         }
     }
 }
 
 /// How far the prefetch thread may run.
 struct Progress {
+    /// Whether the ranks agreed to start the epoch: until then the thread waits.
+    released: bool,
     /// Batches the caller has asked for.
     requested: u64,
     stopping: bool,
@@ -142,8 +196,10 @@ struct Prefetcher {
 }
 
 impl Prefetcher {
-    fn start(core: Arc<Mutex<Core>>, epoch: Arc<Epoch>, first_step: u64, depth: u32) -> Prefetcher {
-        let progress = Arc::new((Mutex::new(Progress { requested: 0, stopping: false }), Condvar::new()));
+    /// Start the thread, held back until [`Prefetcher::release`].
+    fn spawn(core: Arc<Mutex<Core>>, epoch: Arc<Epoch>, first_step: u64, depth: u32) -> std::io::Result<Prefetcher> {
+        let progress =
+            Arc::new((Mutex::new(Progress { released: false, requested: 0, stopping: false }), Condvar::new()));
         let (ready_tx, ready) = unbounded();
         let (free, free_rx) = unbounded();
         for _ in 0..=depth {
@@ -161,9 +217,14 @@ impl Prefetcher {
                     let error = Error::new(mdl_status::MDL_ERR_PANIC, "the prefetch thread panicked");
                     let _ = ready_tx.send((Batch::default(), Err(error)));
                 }
-            })
-            .expect("spawning the prefetch thread");
-        Prefetcher { progress, ready, free, worker: Some(worker), current: None }
+            })?;
+        Ok(Prefetcher { progress, ready, free, worker: Some(worker), current: None })
+    }
+
+    fn release(&self) {
+        let (lock, wake) = &*self.progress;
+        lock.lock().released = true;
+        wake.notify_all();
     }
 
     fn next(&mut self) -> Result<&Batch> {
@@ -221,8 +282,9 @@ fn prefetch_loop(
         {
             let (lock, wake) = progress;
             let mut p = lock.lock();
-            // Step first_step + i may run once the caller asked for i - depth + 1 batches.
-            while step - first_step >= p.requested + depth {
+            // Step first_step + i may run once the epoch is released and the caller asked
+            // for i - depth + 1 batches.
+            while !p.released || step - first_step >= p.requested + depth {
                 if p.stopping {
                     return;
                 }

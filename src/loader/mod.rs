@@ -3,12 +3,14 @@
 
 mod core;
 mod epoch;
+mod published;
 
 pub use self::core::FetchArgs;
 pub use epoch::Batch;
+pub use published::Published;
 
 use self::core::Core;
-use crate::agree::agree_identical;
+use crate::agree::{Combine, Setting, agree_identical, agree_settings};
 use crate::config::Backend;
 use crate::error::{Error, Result};
 use crate::mpi;
@@ -19,8 +21,13 @@ use mpi_sys::MPI_Comm;
 use parking_lot::Mutex;
 use std::sync::Arc;
 
+/// The deepest prefetch `mdl_set_prefetch` accepts: each step ahead holds a batch
+/// buffer, and a depth beyond a few steps only costs memory.
+pub const MAX_PREFETCH: u32 = 64;
+
 pub struct Loader {
     core: Arc<Mutex<Core>>,
+    published: Arc<Published>,
     /// Prefetch depth for epochs started from now on.
     prefetch_depth: u32,
     epoch: Option<EpochRun>,
@@ -42,8 +49,10 @@ pub struct EpochArgs {
 
 impl Loader {
     pub fn init(host: MPI_Comm, local_check: Result<()>) -> Result<Loader> {
+        let core = Core::init(host, local_check)?;
         Ok(Loader {
-            core: Arc::new(Mutex::new(Core::init(host, local_check)?)),
+            published: core.published().clone(),
+            core: Arc::new(Mutex::new(core)),
             prefetch_depth: 0,
             epoch: None,
             current_args: None,
@@ -51,16 +60,20 @@ impl Loader {
         })
     }
 
+    /// Collective.
     pub fn register_shard(&mut self, shard: Result<ShardView>) -> Result<()> {
+        // Every rank is in the same epoch state (epochs begin and end collectively), so
+        // all refuse together without communicating: the prefetch thread may be using
+        // the communicator.
+        if self.epoch.as_ref().is_some_and(EpochRun::is_active) {
+            return Err(Error::state("a shard cannot be registered during a sampler epoch"));
+        }
         self.core.lock().register_shard(shard)
     }
 
-    pub fn num_samples(&self) -> Result<u64> {
-        self.core.lock().num_samples()
-    }
-
-    pub fn sample_size(&self, id: u64) -> Result<u64> {
-        self.core.lock().sample_size(id)
+    /// What the local calls read, without the step lock.
+    pub fn published(&self) -> &Arc<Published> {
+        &self.published
     }
 
     pub fn set_backend(&mut self, backend: Backend) -> Result<()> {
@@ -74,8 +87,12 @@ impl Loader {
         Ok(())
     }
 
-    pub fn set_prefetch(&mut self, depth: u32) {
+    pub fn set_prefetch(&mut self, depth: u32) -> Result<()> {
+        if depth > MAX_PREFETCH {
+            return Err(Error::invalid(format!("prefetch depth {depth} is more than MDL_MAX_PREFETCH ({MAX_PREFETCH})")));
+        }
         self.prefetch_depth = depth;
+        Ok(())
     }
 
     /// Collective.
@@ -85,8 +102,7 @@ impl Loader {
         // the communicator.
         if self.epoch.as_ref().is_some_and(EpochRun::is_active) {
             return Err(Error::state(
-                "mdl_fetch_batch is refused during a sampler epoch: take batches with mdl_next_batch \
-                 until it returns n == 0",
+                "refused during a sampler epoch: take batches with mdl_next_batch until it returns n == 0",
             ));
         }
         self.core.lock().fetch_batch(args)
@@ -95,7 +111,7 @@ impl Loader {
     /// Collective: start an epoch of the built-in sampler.
     pub fn epoch_begin(&mut self, args: EpochArgs) -> Result<()> {
         self.stop_epoch()?;
-        self.start_epoch(args, 0, "mdl_epoch_begin")
+        self.start_epoch(args, 0)
     }
 
     /// Collective: restart the current epoch at `step`. A refused seek leaves the epoch
@@ -107,16 +123,26 @@ impl Loader {
         let Some(args) = args else {
             // Agree anyway so that no rank is left behind (all ranks see no epoch).
             let core = self.core.lock();
-            return agree_identical(core.comm(), Err(Error::state("no epoch to seek in (call mdl_epoch_begin first)")), &[], "mdl_epoch_seek");
+            return agree_identical(core.comm(), Err(Error::state("no epoch to seek in (call mdl_epoch_begin first)")), &[]);
         };
-        let sought = self.start_epoch(args, step, "mdl_epoch_seek");
+        let sought = self.start_epoch(args, step);
         if let (Err(_), Some((at, depth))) = (&sought, resume) {
             // Every rank refused the same seek (it was agreed on), so every rank resumes
-            // at the same step: no further agreement is needed.
+            // at the same step, with or without prefetch as agreed again here.
             let epoch = Self::epoch_of(&self.core.lock(), args)?;
-            self.epoch = Some(EpochRun::start(&self.core, epoch, at, depth));
+            let run = EpochRun::prepare(&self.core, epoch, at, depth);
+            let core = self.core.lock();
+            let spawned = agree_settings(core.comm(), Ok(()), &[Self::spawn_failure(&run)]);
+            drop(core);
+            self.epoch = Some(run.release(spawned.map_or(true, |v| v[0] != 0)));
         }
         sought
+    }
+
+    /// Whether this rank could not start its prefetch thread: if any rank could not,
+    /// every rank fetches inline, so that the ranks' collectives stay in step.
+    fn spawn_failure(run: &EpochRun) -> Setting<'static> {
+        Setting { combine: Combine::Max, ..Setting::identical("prefetch thread not started", run.spawn_failed() as u64) }
     }
 
     /// The sampler's epoch for `args` over this loader's samples and ranks.
@@ -125,10 +151,9 @@ impl Loader {
         Epoch::new(n, core.comm().size(), args.seed, args.epoch, args.batch_size, args.shuffle, args.drop_last)
     }
 
-    fn start_epoch(&mut self, args: EpochArgs, step: u64, call: &str) -> Result<()> {
+    fn start_epoch(&mut self, args: EpochArgs, step: u64) -> Result<()> {
         let depth = self.effective_prefetch();
-        let core = self.core.lock();
-        let epoch = Self::epoch_of(&core, args);
+        let epoch = Self::epoch_of(&self.core.lock(), args);
         let checks = match &epoch {
             Err(err) => Err(err.clone()),
             Ok(e) if step > e.steps() => {
@@ -136,20 +161,35 @@ impl Loader {
             }
             Ok(_) => Ok(()),
         };
-        let identical = [
-            ("seed", args.seed),
-            ("epoch", args.epoch),
-            ("batch_size", args.batch_size),
-            ("shuffle", args.shuffle as u64),
-            ("drop_last", args.drop_last as u64),
-            ("step", step),
-            ("prefetch depth", depth as u64),
+        // The prefetch thread is started before the agreement, held back until it.
+        let run = match (&checks, epoch) {
+            (Ok(()), Ok(epoch)) => Some(EpochRun::prepare(&self.core, epoch, step, depth)),
+            _ => None,
+        };
+        let not_started = run.as_ref().map_or(Setting::identical("", 0), Self::spawn_failure);
+        let settings = [
+            Setting::identical("seed", args.seed),
+            Setting::identical("epoch", args.epoch),
+            Setting::identical("batch_size", args.batch_size),
+            Setting::identical("shuffle", args.shuffle as u64),
+            Setting::identical("drop_last", args.drop_last as u64),
+            Setting::identical("step", step),
+            Setting::identical("prefetch depth", depth as u64),
+            Setting { combine: Combine::Max, ..not_started },
         ];
-        agree_identical(core.comm(), checks, &identical, call)?;
+        let core = self.core.lock();
+        let agreed = agree_settings(core.comm(), checks, &settings);
         drop(core);
-        let epoch = epoch.expect("agreed that every rank built its epoch");
-        log::debug!("{call}: {} steps of up to {} samples, starting at {step}, prefetch {depth}", epoch.steps(), args.batch_size);
-        self.epoch = Some(EpochRun::start(&self.core, epoch, step, depth));
+        let agreed = match agreed {
+            Ok(agreed) => agreed,
+            Err(err) => {
+                run.map_or(Ok(()), EpochRun::stop)?;
+                return Err(err);
+            }
+        };
+        let run = run.expect("agreed that every rank built its epoch").release(agreed[7] != 0);
+        log::debug!("{} steps of up to {} samples, starting at {step}, prefetch {depth}", run.steps(), args.batch_size);
+        self.epoch = Some(run);
         self.current_args = Some(args);
         Ok(())
     }
@@ -178,10 +218,6 @@ impl Loader {
 
     fn stop_epoch(&mut self) -> Result<()> {
         self.epoch.take().map_or(Ok(()), EpochRun::stop)
-    }
-
-    pub fn stats_json(&self) -> String {
-        self.core.lock().stats_json()
     }
 
     /// Collective.

@@ -1,6 +1,7 @@
 //! The library's own communicator: a duplicate of the host's, with errors returned.
 
-use super::{check, ffi, to_count, wait::complete};
+use super::{WaitPolicy, check, ffi, to_count, wait::complete};
+use crate::error::mdl_status;
 use crate::error::{Error, Result};
 use std::os::raw::{c_int, c_void};
 
@@ -28,6 +29,7 @@ pub struct Comm {
     raw: ffi::MPI_Comm,
     rank: usize,
     size: usize,
+    policy: WaitPolicy,
 }
 
 // SAFETY: an MPI communicator handle may be used from any thread as long as calls on it
@@ -44,11 +46,13 @@ impl Comm {
         if host == unsafe { ffi::RSMPI_COMM_NULL } {
             return Err(Error::invalid("the communicator is MPI_COMM_NULL"));
         }
+        check_handle(host)?;
         // SAFETY: `mem::zeroed` is a valid placeholder for the handle MPI writes.
         let mut raw: ffi::MPI_Comm = unsafe { std::mem::zeroed() };
-        // SAFETY: host is a communicator handle from the caller; raw receives the copy.
+        // SAFETY: host is a communicator handle from the caller (checked valid above);
+        // raw receives the copy.
         check(unsafe { ffi::MPI_Comm_dup(host, &mut raw) }, "MPI_Comm_dup")?;
-        let comm = Comm { raw, rank: 0, size: 0 };
+        let comm = Comm { raw, rank: 0, size: 0, policy: WaitPolicy::UNAGREED };
         // SAFETY: comm.raw is the communicator just created.
         check(
             unsafe { ffi::MPI_Comm_set_errhandler(comm.raw, ffi::RSMPI_ERRORS_RETURN) },
@@ -100,6 +104,15 @@ impl Comm {
         Ok(size as usize)
     }
 
+    /// How waits behave from now on; every rank must set the same (agreed at init).
+    pub fn set_wait_policy(&mut self, policy: WaitPolicy) {
+        self.policy = policy;
+    }
+
+    pub fn wait_policy(&self) -> &WaitPolicy {
+        &self.policy
+    }
+
     pub fn rank(&self) -> usize {
         self.rank
     }
@@ -117,12 +130,13 @@ impl Comm {
         let (send, recv, ty) = (send_ptr(values), recv_ptr(&mut out), T::mpi_type());
         // SAFETY (both closures): both buffers hold `count` elements of T and outlive the
         // call, which `complete` finishes before returning.
-        complete(
+        let done = complete(
+            &self.policy,
             "MPI_Allreduce",
             || unsafe { ffi::MPI_Allreduce(send, recv, count, ty, ffi::RSMPI_MAX, self.raw) },
             |req| unsafe { ffi::MPI_Iallreduce(send, recv, count, ty, ffi::RSMPI_MAX, self.raw, req) },
-        )?;
-        Ok(out)
+        );
+        keep_alive_on_timeout(done, out)
     }
 
     /// Every rank's `value`, in rank order.
@@ -130,35 +144,35 @@ impl Comm {
         let mut out = vec![T::default(); self.size];
         let (send, recv, ty) = (&value as *const T as *const c_void, recv_ptr(&mut out), T::mpi_type());
         // SAFETY (both closures): one element is sent, `size` are received into `out`.
-        complete(
+        let done = complete(
+            &self.policy,
             "MPI_Allgather",
             || unsafe { ffi::MPI_Allgather(send, 1, ty, recv, 1, ty, self.raw) },
             |req| unsafe { ffi::MPI_Iallgather(send, 1, ty, recv, 1, ty, self.raw, req) },
-        )?;
-        Ok(out)
+        );
+        keep_alive_on_timeout(done, out)
     }
 
-    /// The concatenation of every rank's `local`, in rank order; `counts[r]` is the
-    /// length of rank r's part.
-    pub fn allgatherv<T: Datatype>(&self, local: &[T], counts: &[u64]) -> Result<Vec<T>> {
-        let total: u64 = counts.iter().sum();
-        let recv_counts = counts
-            .iter()
-            .map(|&c| to_count(c, "allgatherv part"))
-            .collect::<Result<Vec<_>>>()?;
-        let displs = displacements(&recv_counts, "allgatherv total")?;
-        let mut out = vec![T::default(); total as usize];
-        let count = to_count(local.len() as u64, "allgatherv part")?;
-        let (send, recv, ty) = (send_ptr(local), recv_ptr(&mut out), T::mpi_type());
-        let (rc, rd) = (recv_counts.as_ptr(), displs.as_ptr());
-        // SAFETY (both closures): counts and displacements describe `out` exactly; local
-        // has counts[rank] elements.
-        complete(
+    /// The concatenation of every rank's `local`, in rank order, into `out`, laid out
+    /// as `layout` says (rank r's part at its displacement).
+    pub fn allgatherv_into<T: Datatype>(&self, local: &[T], layout: &GathervLayout, out: &mut [T]) -> Result<()> {
+        assert_eq!(layout.total, out.len() as u64, "the layout describes the output");
+        assert_eq!(layout.counts[self.rank] as usize, local.len(), "this rank's part has its count");
+        let (send, recv, ty) = (send_ptr(local), recv_ptr(out), T::mpi_type());
+        let (count, rc, rd) = (layout.counts[self.rank], layout.counts.as_ptr(), layout.displs.as_ptr());
+        // SAFETY (both closures): counts and displacements describe `out` exactly (checked
+        // by GathervLayout::new and the assertions above); local has counts[rank] elements.
+        let done = complete(
+            &self.policy,
             "MPI_Allgatherv",
             || unsafe { ffi::MPI_Allgatherv(send, count, ty, recv, rc, rd, ty, self.raw) },
             |req| unsafe { ffi::MPI_Iallgatherv(send, count, ty, recv, rc, rd, ty, self.raw, req) },
-        )?;
-        Ok(out)
+        );
+        if done.as_ref().is_err_and(|e| e.status == mdl_status::MDL_ERR_TIMEOUT) {
+            // MPI may still write into `out`: the caller's buffer must never be reused.
+            log::error!("MPI_Allgatherv timed out; its receive buffer is leaked");
+        }
+        done
     }
 
     /// One element to and from every peer: `send[p]` goes to rank p, result[p] came from p.
@@ -167,12 +181,13 @@ impl Comm {
         let mut out = vec![T::default(); self.size];
         let (sp, rp, ty) = (send_ptr(send), recv_ptr(&mut out), T::mpi_type());
         // SAFETY (both closures): both buffers hold one element per rank.
-        complete(
+        let done = complete(
+            &self.policy,
             "MPI_Alltoall",
             || unsafe { ffi::MPI_Alltoall(sp, 1, ty, rp, 1, ty, self.raw) },
             |req| unsafe { ffi::MPI_Ialltoall(sp, 1, ty, rp, 1, ty, self.raw, req) },
-        )?;
-        Ok(out)
+        );
+        keep_alive_on_timeout(done, out)
     }
 
     /// `MPI_Alltoallv`: `send` is cut into consecutive parts of `send_counts[p]` elements
@@ -198,6 +213,7 @@ impl Comm {
         // SAFETY (both closures): counts and displacements were checked to lie within
         // both buffers.
         complete(
+            &self.policy,
             "MPI_Alltoallv",
             || unsafe { ffi::MPI_Alltoallv(sp, sc, sd, ty, rp, rc, rd, ty, self.raw) },
             |req| unsafe { ffi::MPI_Ialltoallv(sp, sc, sd, ty, rp, rc, rd, ty, self.raw, req) },
@@ -228,6 +244,65 @@ fn send_ptr<T>(buf: &[T]) -> *const c_void {
 fn recv_ptr<T>(buf: &mut [T]) -> *mut c_void {
     static EMPTY_RECV: u64 = u64::MAX; // a different value: never merged with EMPTY_SEND
     if buf.is_empty() { &EMPTY_RECV as *const u64 as *mut c_void } else { buf.as_mut_ptr() as *mut c_void }
+}
+
+/// Counts and displacements of an `MPI_Allgatherv`, checked against MPI's `int`
+/// limits before any rank communicates.
+pub struct GathervLayout {
+    counts: Vec<c_int>,
+    displs: Vec<c_int>,
+    pub total: u64,
+}
+
+impl GathervLayout {
+    pub fn new(counts: &[u64]) -> Result<GathervLayout> {
+        let counts = counts.iter().map(|&c| to_count(c, "allgatherv part")).collect::<Result<Vec<_>>>()?;
+        let displs = displacements(&counts, "allgatherv total")?;
+        let total = counts.iter().map(|&c| c as u64).sum();
+        Ok(GathervLayout { counts, displs, total })
+    }
+}
+
+/// The result of a collective into `out`, or its error. After a timeout MPI may still
+/// write into `out` when the late peers arrive, so it is leaked instead of freed.
+fn keep_alive_on_timeout<T>(done: Result<()>, out: Vec<T>) -> Result<Vec<T>> {
+    match done {
+        Ok(()) => Ok(out),
+        Err(err) => {
+            if err.status == mdl_status::MDL_ERR_TIMEOUT {
+                std::mem::forget(out);
+            }
+            Err(err)
+        }
+    }
+}
+
+/// Check that `host` is a valid communicator without letting an invalid one reach the
+/// host's error handler, which is usually fatal (an invalid Fortran handle from
+/// `mdl_init_f`, say). MPI reports an invalid communicator argument on
+/// `MPI_COMM_WORLD`'s handler (on `MPI_COMM_SELF`'s in some MPI-4 implementations),
+/// so both return errors for the duration of one local call, then get their own
+/// handlers back. Local: a handle invalid on one rank only fails there alone.
+fn check_handle(host: ffi::MPI_Comm) -> Result<()> {
+    // SAFETY: reading extern constants; the handler handles are fetched, set and
+    // restored on the predefined communicators, and freed as the standard requires.
+    unsafe {
+        let predefined = [ffi::RSMPI_COMM_WORLD, ffi::RSMPI_COMM_SELF];
+        let mut saved: [ffi::MPI_Errhandler; 2] = std::mem::zeroed();
+        for (comm, handler) in predefined.iter().zip(saved.iter_mut()) {
+            check(ffi::MPI_Comm_get_errhandler(*comm, handler), "MPI_Comm_get_errhandler")?;
+            ffi::MPI_Comm_set_errhandler(*comm, ffi::RSMPI_ERRORS_RETURN);
+        }
+        let mut size: c_int = 0;
+        let rc = ffi::MPI_Comm_size(host, &mut size);
+        for (comm, handler) in predefined.iter().zip(saved.iter_mut()) {
+            ffi::MPI_Comm_set_errhandler(*comm, *handler);
+            ffi::MPI_Errhandler_free(handler);
+        }
+        check(rc, "MPI_Comm_size").map_err(|err| {
+            Error::invalid(format!("the communicator is not a valid handle ({})", err.message))
+        })
+    }
 }
 
 /// A request handle that is "no request".

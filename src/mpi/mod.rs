@@ -4,15 +4,17 @@
 //! message (the library sets `MPI_ERRORS_RETURN` on everything it owns). Waiting is
 //! always done by [`wait::wait_all`]: nonblocking call, then test-and-yield, so that
 //! ranks oversubscribing the cores do not starve each other (MPICH's blocking calls
-//! busy-poll; see ENVIRONMENT.md).
+//! busy-poll).
 
 mod comm;
+mod lifecycle;
 mod wait;
 mod window;
 
-pub use comm::Comm;
-pub use wait::{mark_background_thread, set_policy as set_wait_policy};
-pub use window::{Get, Window};
+pub use comm::{Comm, GathervLayout};
+pub use lifecycle::at_finalize;
+pub use wait::{WaitPolicy, mark_background_thread};
+pub use window::{Get, GetLimits, Window};
 
 use crate::error::{Error, Result, mdl_status};
 use mpi_sys as ffi;

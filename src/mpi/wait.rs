@@ -2,40 +2,57 @@
 //!
 //! A blocking MPI call in MPICH spins on the CPU; with more ranks than cores the spinning
 //! ranks take the core from the ones that would make progress and a 2 us transfer turns
-//! into 5 ms (ENVIRONMENT.md). There, testing and then yielding hands the core over.
+//! into 5 ms (measured, MPICH 4.0.2 on 2 cores). There, testing and then yielding hands the core over.
 //! When every rank has a core of its own, yielding is harmful instead: on a machine
 //! shared with other work, a yield can give the core away for a whole time slice (ms)
 //! in the middle of a step of microseconds, and the blocking calls are faster still
 //! (Open MPI's blocking collectives and `MPI_Win_flush_all` beat their nonblocking
 //! counterparts several times at small sizes). So when every rank has its own core the
 //! library uses blocking calls, and otherwise nonblocking calls completed by testing
-//! and yielding; [`set_policy`] is told which once at `mdl_init`.
+//! and yielding; which one is agreed at `mdl_init` ([`WaitPolicy`]).
 
 use super::{check, ffi};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use std::cell::Cell;
 use std::os::raw::c_int;
-use std::sync::atomic::{AtomicBool, Ordering};
 
-/// Whether waits yield the core between tests (process-wide; all loaders share a node).
-static YIELD: AtomicBool = AtomicBool::new(true);
-/// Whether `MPI_Win_flush_all` may complete gets. MPICH 4.0.2 sometimes returns from it
-/// before the data of the gets has arrived when ranks outnumber cores
-/// (tests/c/repro/mpich_flush_all_incomplete.c); there gets are `MPI_Rget`, completed
-/// by waiting on their requests.
-static FLUSH_COMPLETES_GETS: AtomicBool = AtomicBool::new(false);
-
-/// How waits behave: `true` yields between tests (oversubscribed cores), `false` uses
-/// blocking calls where there are any, and spins otherwise. `trust_flush` tells whether
-/// `MPI_Win_flush_all` may complete gets (not on MPICH).
-pub fn set_policy(yield_between_tests: bool, trust_flush: bool) {
-    YIELD.store(yield_between_tests, Ordering::Relaxed);
-    FLUSH_COMPLETES_GETS.store(trust_flush, Ordering::Relaxed);
+/// How one loader waits; agreed by every rank at `mdl_init` (a blocking collective on
+/// one rank never matches a nonblocking one on another), and kept per communicator so
+/// that loaders never share it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct WaitPolicy {
+    /// Test and yield the core between tests (ranks outnumber cores) instead of using
+    /// blocking calls.
+    pub yield_between_tests: bool,
+    /// Whether `MPI_Win_flush_all` may complete gets. MPICH 4.0.2 sometimes returns
+    /// from it before the data of the gets has arrived when ranks outnumber cores
+    /// (tests/c/repro/mpich_flush_all_incomplete.c); there gets are `MPI_Rget`,
+    /// completed by waiting on their requests.
+    pub trust_flush: bool,
+    /// Give up waiting after this many seconds (`MDL_TIMEOUT`); 0 waits for ever.
+    pub timeout_seconds: f64,
 }
 
-/// Whether gets may be completed by a blocking flush.
-pub fn flush_completes_gets() -> bool {
-    blocking_allowed() && FLUSH_COMPLETES_GETS.load(Ordering::Relaxed)
+impl WaitPolicy {
+    /// Before the ranks have agreed on a policy: nonblocking calls completed by testing
+    /// and yielding, the one kind of call that every rank can make without knowing the
+    /// others' settings.
+    pub const UNAGREED: WaitPolicy = WaitPolicy { yield_between_tests: true, trust_flush: false, timeout_seconds: 0.0 };
+
+    fn yields(&self) -> bool {
+        self.yield_between_tests || BACKGROUND.with(Cell::get)
+    }
+
+    /// Whether blocking MPI calls may be used: every rank has a core of its own, this
+    /// is the caller's thread, and no timeout needs a loop that can give up.
+    pub fn blocking_allowed(&self) -> bool {
+        !self.yields() && self.timeout_seconds == 0.0
+    }
+
+    /// Whether gets may be completed by a blocking flush.
+    pub fn flush_completes_gets(&self) -> bool {
+        self.blocking_allowed() && self.trust_flush
+    }
 }
 
 thread_local! {
@@ -49,39 +66,35 @@ pub fn mark_background_thread() {
     BACKGROUND.with(|b| b.set(true));
 }
 
-fn yields() -> bool {
-    YIELD.load(Ordering::Relaxed) || BACKGROUND.with(Cell::get)
-}
-
-/// Whether blocking MPI calls may be used (every rank has a core of its own and this
-/// is the caller's thread).
-pub fn blocking_allowed() -> bool {
-    !yields()
-}
-
 /// Run a collective either blocking or as a nonblocking call completed by [`wait`],
 /// as the policy says; `name` names the call in errors.
 pub fn complete(
+    policy: &WaitPolicy,
     name: &str,
     blocking: impl FnOnce() -> c_int,
     nonblocking: impl FnOnce(&mut ffi::MPI_Request) -> c_int,
 ) -> Result<()> {
-    if blocking_allowed() {
+    if policy.blocking_allowed() {
         return check(blocking(), name);
     }
     // SAFETY: reading an extern constant that mpi-sys exports.
     let mut request = unsafe { ffi::RSMPI_REQUEST_NULL };
     check(nonblocking(&mut request), name)?;
-    wait(request)
+    wait_all(policy, std::slice::from_mut(&mut request))
+        .map_err(|err| Error { message: format!("{name}: {}", err.message), ..err })
 }
 
 /// Wait until every request completes. Completed requests become `MPI_REQUEST_NULL`.
-pub fn wait_all(requests: &mut [ffi::MPI_Request]) -> Result<()> {
+/// On `MDL_ERR_TIMEOUT` the requests are still pending: their buffers must outlive
+/// the process (callers leak them).
+pub fn wait_all(policy: &WaitPolicy, requests: &mut [ffi::MPI_Request]) -> Result<()> {
     if requests.is_empty() {
         return Ok(());
     }
     let count = c_int::try_from(requests.len()).expect("request count fits in int");
-    let yield_between_tests = yields();
+    let yield_between_tests = policy.yields();
+    let deadline = (policy.timeout_seconds > 0.0).then(|| super::wtime() + policy.timeout_seconds);
+    let mut tests: u32 = 0;
     loop {
         let mut done: c_int = 0;
         // SAFETY: requests is a valid array of `count` requests; statuses are ignored.
@@ -92,15 +105,21 @@ pub fn wait_all(requests: &mut [ffi::MPI_Request]) -> Result<()> {
         if done != 0 {
             return Ok(());
         }
+        tests = tests.wrapping_add(1);
+        // The clock is read every 1024 tests: MPI_Wtime is cheap but not free.
+        if let Some(deadline) = deadline.filter(|_| tests % 1024 == 0) {
+            if super::wtime() > deadline {
+                return Err(Error::timeout(format!(
+                    "waited more than MDL_TIMEOUT = {} s (is a rank stuck, or in another call of the \
+                     library?); the loader cannot be used any more, finalize it",
+                    policy.timeout_seconds
+                )));
+            }
+        }
         if yield_between_tests {
             std::thread::yield_now();
         } else {
             std::hint::spin_loop();
         }
     }
-}
-
-/// Wait for one request.
-pub fn wait(mut request: ffi::MPI_Request) -> Result<()> {
-    wait_all(std::slice::from_mut(&mut request))
 }

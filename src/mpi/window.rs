@@ -2,12 +2,11 @@
 //!
 //! `MPI_Win_allocate` (not `MPI_Win_create`) because it is the only kind of window for
 //! which MPICH takes its shared-memory fast path, it makes Open MPI's gets 3-7x faster
-//! on shared memory, and it works with Open MPI's default one-sided component at one rank
-//! (ENVIRONMENT.md). The shard never changes after registration, so one passive-target
+//! on shared memory, and it works with Open MPI's default one-sided component at one rank. The shard never changes after registration, so one passive-target
 //! epoch (`MPI_Win_lock_all`) is opened at creation and held until the window is freed:
 //! a fetch pays for gets and their completion only, never for locks.
 
-use super::{Comm, MAX_COUNT, check, comm::null_request, ffi, to_count, wait::flush_completes_gets, wait::wait_all};
+use super::{Comm, MAX_COUNT, WaitPolicy, check, comm::null_request, ffi, to_count, wait::wait_all};
 use crate::error::{Error, Result};
 use std::os::raw::{c_int, c_void};
 
@@ -28,10 +27,21 @@ pub struct Get {
     pub len: u64,
 }
 
+/// What bounds the gets of one step (`MDL_MAX_MESSAGE_BYTES`, `MDL_MAX_GETS_IN_FLIGHT`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GetLimits {
+    /// Most bytes one get may carry.
+    pub max_message: u64,
+    /// Most gets outstanding at once.
+    pub max_in_flight: u64,
+}
+
 pub struct Window {
     raw: ffi::MPI_Win,
     base: *mut u8,
     len: usize,
+    /// The communicator's wait policy when the window was made.
+    policy: WaitPolicy,
 }
 
 // SAFETY: the window handle and its memory are used by one thread at a time (the loader
@@ -59,7 +69,7 @@ impl Window {
             )
         };
         check(rc, "MPI_Win_allocate")?;
-        let window = Window { raw, base, len: data.len() };
+        let window = Window { raw, base, len: data.len(), policy: *comm.wait_policy() };
         // SAFETY: raw is the window just created.
         check(
             unsafe { ffi::MPI_Win_set_errhandler(raw, ffi::RSMPI_ERRORS_RETURN) },
@@ -92,75 +102,82 @@ impl Window {
     }
 
     /// Perform every get into `dest` and wait for all of them. A get longer than
-    /// `max_message` bytes (at most the MPI count limit) is split. With cores to spare
-    /// (and not on MPICH) the gets are `MPI_Get` completed by one `MPI_Win_flush_all`;
-    /// otherwise they are `MPI_Rget` completed by the wait loop (see `wait`).
-    pub fn get_all(&self, gets: &[Get], dest: &mut [u8], max_message: u64) -> Result<()> {
-        let chunk = max_message.clamp(1, MAX_COUNT);
-        if flush_completes_gets() {
-            let issued = self.issue(gets, dest, chunk, |origin, count, target, disp| {
-                // SAFETY: see `issue`; the flush below completes the get.
-                unsafe {
-                    ffi::MPI_Get(origin, count, ffi::RSMPI_UINT8_T, target, disp, count, ffi::RSMPI_UINT8_T, self.raw)
+    /// `limits.max_message` bytes (at most the MPI count limit) is split, and at most
+    /// `limits.max_in_flight` pieces are outstanding at once (MPICH aborts with too
+    /// many). With cores to spare (and not on MPICH) the pieces are `MPI_Get` completed
+    /// by `MPI_Win_flush_all`; otherwise they are `MPI_Rget` completed by the wait loop
+    /// (see `wait`).
+    pub fn get_all(&self, gets: &[Get], dest: &mut [u8], limits: GetLimits) -> Result<()> {
+        let chunk = limits.max_message.clamp(1, MAX_COUNT);
+        let group = usize::try_from(limits.max_in_flight.max(1)).unwrap_or(usize::MAX);
+        let flush = self.policy.flush_completes_gets();
+        let mut requests = Vec::with_capacity(if flush { 0 } else { group.min(gets.len()) });
+        let mut outstanding = 0;
+        let issued = (|| {
+            for g in gets {
+                let end = g.dest_offset.checked_add(g.len);
+                assert!(end.is_some_and(|e| e <= dest.len() as u64), "get outside its buffer");
+                let mut done = 0;
+                while done < g.len {
+                    let len = (g.len - done).min(chunk);
+                    let disp = ffi::MPI_Aint::try_from(g.target_offset + done)
+                        .map_err(|_| Error::invalid("window offset exceeds MPI_Aint"))?;
+                    let count = to_count(len, "get length")?;
+                    // SAFETY: the destination range lies inside `dest` (asserted above).
+                    let origin = unsafe { dest.as_mut_ptr().add((g.dest_offset + done) as usize) } as *mut c_void;
+                    self.get(origin, count, g.target as c_int, disp, (!flush).then_some(&mut requests))?;
+                    done += len;
+                    outstanding += 1;
+                    if outstanding == group {
+                        self.complete(&mut requests)?;
+                        outstanding = 0;
+                    }
                 }
-            });
-            // Flush even when issuing failed part way: `dest` must not be released while
-            // a get may still write into it.
-            // SAFETY: inside the epoch opened at creation.
-            let flushed = check(unsafe { ffi::MPI_Win_flush_all(self.raw) }, "MPI_Win_flush_all");
-            return issued.and(flushed);
-        }
-        let mut requests = Vec::with_capacity(gets.len());
-        let issued = self.issue(gets, dest, chunk, |origin, count, target, disp| {
-            let mut request = null_request();
-            // SAFETY: see `issue`; wait_all below completes the request.
-            let rc = unsafe {
-                ffi::MPI_Rget(
-                    origin,
-                    count,
-                    ffi::RSMPI_UINT8_T,
-                    target,
-                    disp,
-                    count,
-                    ffi::RSMPI_UINT8_T,
-                    self.raw,
-                    &mut request,
-                )
-            };
-            requests.push(request);
-            rc
-        });
-        // Wait for what was issued even when issuing failed part way (as above).
-        let waited = wait_all(&mut requests);
-        issued.and(waited)
+            }
+            Ok(())
+        })();
+        // Complete what was issued even when issuing failed part way: `dest` must not be
+        // released while a get may still write into it.
+        let completed = self.complete(&mut requests);
+        issued.and(completed)
     }
 
-    /// Call `get(origin, count, target, displacement)` for every piece of every get,
-    /// pieces being at most `chunk` bytes.
-    fn issue(
+    /// Issue one get: `MPI_Rget` whose request joins `requests`, or `MPI_Get` completed
+    /// by the next flush when `requests` is None.
+    fn get(
         &self,
-        gets: &[Get],
-        dest: &mut [u8],
-        chunk: u64,
-        mut get: impl FnMut(*mut c_void, c_int, c_int, ffi::MPI_Aint) -> c_int,
+        origin: *mut c_void,
+        count: c_int,
+        target: c_int,
+        disp: ffi::MPI_Aint,
+        requests: Option<&mut Vec<ffi::MPI_Request>>,
     ) -> Result<()> {
-        for g in gets {
-            let end = g.dest_offset.checked_add(g.len);
-            assert!(end.is_some_and(|e| e <= dest.len() as u64), "get outside its buffer");
-            let mut done = 0;
-            while done < g.len {
-                let len = (g.len - done).min(chunk);
-                let disp = ffi::MPI_Aint::try_from(g.target_offset + done)
-                    .map_err(|_| Error::invalid("window offset exceeds MPI_Aint"))?;
-                let count = to_count(len, "get length")?;
-                // SAFETY: the destination range lies inside `dest` (asserted above), and
-                // `dest` outlives the get: get_all completes every get before returning.
-                let origin = unsafe { dest.as_mut_ptr().add((g.dest_offset + done) as usize) };
-                check(get(origin as *mut c_void, count, g.target as c_int, disp), "MPI_Get")?;
-                done += len;
+        // SAFETY: reading an extern constant that mpi-sys exports.
+        let ty = unsafe { ffi::RSMPI_UINT8_T };
+        // SAFETY (both calls): origin has `count` writable bytes that outlive the get
+        // (get_all completes every get before returning); inside the epoch opened at
+        // creation.
+        match requests {
+            None => check(unsafe { ffi::MPI_Get(origin, count, ty, target, disp, count, ty, self.raw) }, "MPI_Get"),
+            Some(requests) => {
+                let mut request = null_request();
+                let rc = unsafe { ffi::MPI_Rget(origin, count, ty, target, disp, count, ty, self.raw, &mut request) };
+                requests.push(request);
+                check(rc, "MPI_Rget")
             }
         }
-        Ok(())
+    }
+
+    /// Complete every get issued so far: wait for the requests, or flush when gets were
+    /// issued without requests.
+    fn complete(&self, requests: &mut Vec<ffi::MPI_Request>) -> Result<()> {
+        if !self.policy.flush_completes_gets() {
+            let waited = wait_all(&self.policy, requests);
+            requests.clear();
+            return waited;
+        }
+        // SAFETY: inside the epoch opened at creation.
+        check(unsafe { ffi::MPI_Win_flush_all(self.raw) }, "MPI_Win_flush_all")
     }
 
     /// Collective: close the epoch and free the window. Skipped when MPI is finalised.

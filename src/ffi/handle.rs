@@ -1,0 +1,130 @@
+//! The handle behind `mdl_loader *`: how a C pointer reaches the loader safely.
+//!
+//! - **Threads.** Calls that change the loader take its lock with `try_lock`: a second
+//!   thread calling while one is inside gets `MDL_ERR_STATE` at once, never undefined
+//!   behaviour (two `&mut` to one loader) and never a deadlock. The local calls read
+//!   [`Published`] and never take that lock, so they never wait on other ranks.
+//! - **Poison.** A panic caught inside a call, or a collective that timed out, leaves
+//!   the loader half way through a step: every later call is refused, and finalize
+//!   frees the memory only (a collective free could hang on the ranks that moved on).
+//! - **MPI_Finalize.** Every open handle is in a registry; a hook inside
+//!   `MPI_Finalize` closes them in creation order (the same on every rank, as loaders
+//!   are created collectively), freeing their MPI objects while MPI still works.
+
+use crate::error::{Error, Result, mdl_status};
+use crate::loader::{Loader, Published};
+use crate::mpi;
+use parking_lot::Mutex;
+use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
+use std::sync::Arc;
+
+/// Opaque loader handle. It may be moved between threads; calls that change it from two
+/// threads at once are refused (MDL_ERR_STATE).
+#[allow(non_camel_case_types)]
+pub struct mdl_loader {
+    inner: Arc<Handle>,
+}
+
+struct Handle {
+    /// None once finalized by `MPI_Finalize`'s hook.
+    loader: Mutex<Option<Loader>>,
+    published: Arc<Published>,
+    poison: Mutex<Option<Error>>,
+}
+
+/// Open handles, in creation order, for the `MPI_Finalize` hook.
+static OPEN: Mutex<Vec<Arc<Handle>>> = Mutex::new(Vec::new());
+
+impl mdl_loader {
+    /// A handle for a new loader, registered for the `MPI_Finalize` hook.
+    pub fn open(loader: Loader) -> Result<Box<mdl_loader>> {
+        mpi::at_finalize(close_all_at_mpi_finalize)?;
+        let inner = Arc::new(Handle {
+            published: loader.published().clone(),
+            loader: Mutex::new(Some(loader)),
+            poison: Mutex::new(None),
+        });
+        OPEN.lock().push(inner.clone());
+        Ok(Box::new(mdl_loader { inner }))
+    }
+
+    /// Collective: finalize the loader and free the handle. A poisoned loader, or one
+    /// closed at `MPI_Finalize`, is freed without communicating.
+    pub fn close(self: Box<mdl_loader>) -> Result<()> {
+        let handle = self.inner;
+        OPEN.lock().retain(|h| !Arc::ptr_eq(h, &handle));
+        let Some(loader) = handle.loader.lock().take() else { return Ok(()) };
+        if let Some(poison) = handle.poison.lock().clone() {
+            log::warn!("finalizing a loader that failed earlier ({}): its MPI objects are not freed", poison.message);
+            std::mem::forget(loader); // its window and communicator may still be in use by MPI
+            return Ok(());
+        }
+        if !mpi::is_usable() {
+            return Ok(()); // MPI is gone; nothing of it can be freed any more
+        }
+        loader.finalize()
+    }
+}
+
+/// Refusal of a call on a handle that cannot take it.
+fn refused(handle: &Handle) -> Result<()> {
+    if let Some(poison) = handle.poison.lock().as_ref() {
+        return Err(Error::new(
+            if poison.status == mdl_status::MDL_ERR_PANIC { mdl_status::MDL_ERR_PANIC } else { mdl_status::MDL_ERR_STATE },
+            format!("the loader is unusable after an earlier failure ({}); finalize it", poison.message),
+        ));
+    }
+    if !mpi::is_usable() {
+        return Err(Error::state("MPI is not initialised or already finalised"));
+    }
+    Ok(())
+}
+
+/// Run `body` on the loader behind `h` (a call that may change it or communicate).
+pub fn with_loader<R>(h: *const mdl_loader, body: impl FnOnce(&mut Loader) -> Result<R>) -> Result<R> {
+    // SAFETY: a non-NULL handle comes from mdl_init and is live until mdl_finalize.
+    let handle = &unsafe { h.as_ref() }.ok_or_else(|| Error::null_arg("the loader handle"))?.inner;
+    refused(handle)?;
+    let Some(mut guard) = handle.loader.try_lock() else {
+        return Err(Error::state("the loader is in use by another thread (one call at a time per loader)"));
+    };
+    let loader = guard.as_mut().ok_or_else(|| Error::state("the loader was closed at MPI_Finalize"))?;
+    match catch_unwind(AssertUnwindSafe(|| body(loader))) {
+        Ok(result) => {
+            if let Err(err) = &result {
+                if matches!(err.status, mdl_status::MDL_ERR_PANIC | mdl_status::MDL_ERR_TIMEOUT) {
+                    *handle.poison.lock() = Some(err.clone());
+                }
+            }
+            result
+        }
+        Err(panic) => {
+            *handle.poison.lock() = Some(Error::new(mdl_status::MDL_ERR_PANIC, "a panic was caught"));
+            resume_unwind(panic)
+        }
+    }
+}
+
+/// Run a local query on what the loader publishes: never waits on other ranks.
+pub fn with_published<R>(h: *const mdl_loader, query: impl FnOnce(&Published) -> Result<R>) -> Result<R> {
+    // SAFETY: as in `with_loader`.
+    let handle = &unsafe { h.as_ref() }.ok_or_else(|| Error::null_arg("the loader handle"))?.inner;
+    refused(handle)?;
+    query(&handle.published)
+}
+
+/// The `MPI_Finalize` hook: finalize every open loader, in creation order.
+fn close_all_at_mpi_finalize() {
+    let open = std::mem::take(&mut *OPEN.lock());
+    for handle in open {
+        let Some(loader) = handle.loader.lock().take() else { continue };
+        if handle.poison.lock().is_some() {
+            std::mem::forget(loader);
+            continue;
+        }
+        log::info!("a loader was still open at MPI_Finalize: closing it");
+        if let Err(err) = loader.finalize() {
+            log::warn!("closing a loader at MPI_Finalize: {}", err.message);
+        }
+    }
+}
