@@ -59,6 +59,10 @@ module mdloader
    integer, parameter, public :: MDL_ERR_NO_MEMORY = 7         !< an allocation failed
    integer, parameter, public :: MDL_ERR_PANIC = 8             !< an internal bug was caught at the boundary
    integer, parameter, public :: MDL_ERR_REMOTE = 9            !< another rank failed this collective call
+   integer, parameter, public :: MDL_ERR_TIMEOUT = 10          !< a collective waited longer than MDL_TIMEOUT
+
+   !> The deepest prefetch mdl_set_prefetch accepts.
+   integer, parameter, public :: MDL_MAX_PREFETCH = 64
 
    !> Backends (enum mdl_backend).
    integer, parameter, public :: MDL_BACKEND_AUTO = 0          !< the estimator decides, per step (default)

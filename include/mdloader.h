@@ -102,7 +102,9 @@ typedef enum mdl_status {
   MDL_ERR_REMOTE = 9,
   /**
    * A collective waited longer than `MDL_TIMEOUT` seconds (a peer is stuck or in
-   * another call); the loader is unusable afterwards, `mdl_finalize` frees its memory.
+   * another call). The loader is unusable afterwards (`mdl_finalize` frees its memory
+   * only), MPI may still write into the buffers of the call that timed out, and
+   * MPI_Finalize may hang on the pending request: call MPI_Abort.
    */
   MDL_ERR_TIMEOUT = 10,
 } mdl_status;

@@ -46,7 +46,13 @@ pub fn agree(comm: &Comm, proposal: &Proposal) -> Result<Agreed> {
     values.push(-(proposal.backend as i64 as f64));
     values.extend_from_slice(&proposal.maxima);
     let combined = comm.allreduce_max(&values)?;
-    let backend = |v: f64| Backend::from_code(v as i64).expect("every rank sends a valid backend");
+    // Every rank sends a valid backend; anything else means the ranks are in different
+    // calls (a mismatch MPI does not detect).
+    let backend = |v: f64| {
+        Backend::from_code(v as i64).ok_or_else(|| {
+            Error::new(mdl_status::MDL_ERR_MPI, "the ranks' agreement is garbled: are they in different calls of the library?")
+        })
+    };
     let first_failure = combined[0].is_finite().then(|| {
         let code = (-combined[0]) as u64;
         let status = mdl_status::from_code((code % STATUS_SLOTS) as i64).unwrap_or(mdl_status::MDL_ERR_PANIC);
@@ -54,8 +60,8 @@ pub fn agree(comm: &Comm, proposal: &Proposal) -> Result<Agreed> {
     });
     Ok(Agreed {
         first_failure,
-        backend_max: backend(combined[1]),
-        backend_min: backend(-combined[2]),
+        backend_max: backend(combined[1])?,
+        backend_min: backend(-combined[2])?,
         maxima: combined[HEADER..].to_vec(),
     })
 }

@@ -175,7 +175,13 @@ impl Store {
         agree_on_checks(comm, checks)?;
         let (layout, local_lengths, mut starts) = prepared.expect("agreed that every rank prepared the index");
         // Gathered into starts[1..]: the prefix sum in place then leaves starts[0] = 0.
-        comm.allgatherv_into(&local_lengths, &layout, &mut starts[1..])?;
+        let gathered = comm.allgatherv_into(&local_lengths, &layout, &mut starts[1..]);
+        if let Err(err) = gathered {
+            if err.status == crate::error::mdl_status::MDL_ERR_TIMEOUT {
+                std::mem::forget((layout, local_lengths, starts)); // MPI may still use them
+            }
+            return Err(err);
+        }
         drop(local_lengths);
         for i in 1..starts.len() {
             starts[i] += starts[i - 1];

@@ -179,8 +179,12 @@ fn exchange(step: &StepContext, requests: &[RemoteSample], asked: Requests, out:
 fn send_ids(comm: &Comm, requests: &[RemoteSample], ids_to: &[u64], ids_from: Vec<u64>) -> Result<(Vec<u64>, Vec<u64>)> {
     let wanted: Vec<u64> = requests.iter().map(|r| r.id).collect();
     let mut asked = zeroed(ids_from.iter().sum::<u64>())?;
-    comm.alltoallv(&wanted, ids_to, &mut asked, &ids_from)?;
-    Ok((asked, ids_from))
+    let sent = comm.alltoallv(&wanted, ids_to, &mut asked, &ids_from);
+    if crate::mpi::timed_out(&sent) {
+        std::mem::forget(asked); // MPI may still write into it
+        return Err(sent.unwrap_err());
+    }
+    sent.map(|()| (asked, ids_from))
 }
 
 /// The exchange's send and receive buffers, kept by the loader from step to step: they

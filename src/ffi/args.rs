@@ -74,3 +74,40 @@ fn fits<T>(n: u64, what: &str) -> Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::mdl_status;
+
+    #[test]
+    fn lengths_that_cannot_exist_in_memory_are_invalid_arguments() {
+        assert_eq!(len::<u8>(isize::MAX as u64, "out_cap"), Ok(isize::MAX as usize));
+        assert_eq!(len::<u8>(isize::MAX as u64 + 1, "out_cap").unwrap_err().status, mdl_status::MDL_ERR_INVALID_ARG);
+        assert_eq!(len::<u8>(u64::MAX, "out_cap").unwrap_err().status, mdl_status::MDL_ERR_INVALID_ARG);
+        // 8-byte elements: a length is at most isize::MAX / 8.
+        assert!(len::<u64>(isize::MAX as u64 / 8, "ids").is_ok());
+        assert!(len::<u64>(isize::MAX as u64 / 8 + 1, "ids").is_err());
+    }
+
+    #[test]
+    fn n_plus_one_never_wraps() {
+        assert_eq!(count_plus_one::<u64>(0, "n"), Ok(1));
+        let err = count_plus_one::<u64>(u64::MAX, "n").unwrap_err();
+        assert!(err.message.contains("overflows"), "{}", err.message);
+        assert!(count_plus_one::<u64>(u64::MAX / 8, "n").is_err());
+    }
+
+    #[test]
+    fn slices_check_null_and_size_before_use() {
+        let null: *const u64 = std::ptr::null();
+        // SAFETY: NULL with length 0 is the empty array; NULL with a length is refused
+        // before any access.
+        unsafe {
+            assert_eq!(slice(null, 0, "ids").unwrap().len(), 0);
+            assert_eq!(slice(null, 3, "ids").unwrap_err().status, mdl_status::MDL_ERR_NULL_ARG);
+            let one = [7u64];
+            assert_eq!(slice(one.as_ptr(), usize::MAX, "ids").unwrap_err().status, mdl_status::MDL_ERR_INVALID_ARG);
+        }
+    }
+}

@@ -91,10 +91,15 @@ pub fn with_loader<R>(h: *const mdl_loader, body: impl FnOnce(&mut Loader) -> Re
     let loader = guard.as_mut().ok_or_else(|| Error::state("the loader was closed at MPI_Finalize"))?;
     match catch_unwind(AssertUnwindSafe(|| body(loader))) {
         Ok(result) => {
-            if let Err(err) = &result {
-                if matches!(err.status, mdl_status::MDL_ERR_PANIC | mdl_status::MDL_ERR_TIMEOUT) {
-                    *handle.poison.lock() = Some(err.clone());
+            let poison = match &result {
+                Err(err) if err.status == mdl_status::MDL_ERR_PANIC => Some((err.status, "a panic was caught")),
+                Err(err) if err.status == mdl_status::MDL_ERR_TIMEOUT => {
+                    Some((err.status, "a collective timed out (MDL_TIMEOUT)"))
                 }
+                _ => None,
+            };
+            if let Some((status, why)) = poison {
+                *handle.poison.lock() = Some(Error::new(status, why));
             }
             result
         }

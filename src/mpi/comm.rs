@@ -2,6 +2,7 @@
 
 use super::{WaitPolicy, check, ffi, to_count, wait::complete};
 use crate::error::mdl_status;
+use std::borrow::Cow;
 use crate::error::{Error, Result};
 use std::os::raw::{c_int, c_void};
 
@@ -127,7 +128,8 @@ impl Comm {
     pub fn allreduce_max<T: Datatype>(&self, values: &[T]) -> Result<Vec<T>> {
         let mut out = vec![T::default(); values.len()];
         let count = to_count(values.len() as u64, "allreduce length")?;
-        let (send, recv, ty) = (send_ptr(values), recv_ptr(&mut out), T::mpi_type());
+        let values = self.sendable(values);
+        let (send, recv, ty) = (send_ptr(&values), recv_ptr(&mut out), T::mpi_type());
         // SAFETY (both closures): both buffers hold `count` elements of T and outlive the
         // call, which `complete` finishes before returning.
         let done = complete(
@@ -136,13 +138,14 @@ impl Comm {
             || unsafe { ffi::MPI_Allreduce(send, recv, count, ty, ffi::RSMPI_MAX, self.raw) },
             |req| unsafe { ffi::MPI_Iallreduce(send, recv, count, ty, ffi::RSMPI_MAX, self.raw, req) },
         );
-        keep_alive_on_timeout(done, out)
+        keep_alive_on_timeout(done, out, values)
     }
 
     /// Every rank's `value`, in rank order.
     pub fn allgather<T: Datatype>(&self, value: T) -> Result<Vec<T>> {
         let mut out = vec![T::default(); self.size];
-        let (send, recv, ty) = (&value as *const T as *const c_void, recv_ptr(&mut out), T::mpi_type());
+        let value = Cow::Owned(vec![value]);
+        let (send, recv, ty) = (send_ptr(&value), recv_ptr(&mut out), T::mpi_type());
         // SAFETY (both closures): one element is sent, `size` are received into `out`.
         let done = complete(
             &self.policy,
@@ -150,7 +153,7 @@ impl Comm {
             || unsafe { ffi::MPI_Allgather(send, 1, ty, recv, 1, ty, self.raw) },
             |req| unsafe { ffi::MPI_Iallgather(send, 1, ty, recv, 1, ty, self.raw, req) },
         );
-        keep_alive_on_timeout(done, out)
+        keep_alive_on_timeout(done, out, value)
     }
 
     /// The concatenation of every rank's `local`, in rank order, into `out`, laid out
@@ -168,10 +171,7 @@ impl Comm {
             || unsafe { ffi::MPI_Allgatherv(send, count, ty, recv, rc, rd, ty, self.raw) },
             |req| unsafe { ffi::MPI_Iallgatherv(send, count, ty, recv, rc, rd, ty, self.raw, req) },
         );
-        if done.as_ref().is_err_and(|e| e.status == mdl_status::MDL_ERR_TIMEOUT) {
-            // MPI may still write into `out`: the caller's buffer must never be reused.
-            log::error!("MPI_Allgatherv timed out; its receive buffer is leaked");
-        }
+        // After a timeout MPI may still use `layout` and `out`: the caller leaks them.
         done
     }
 
@@ -179,7 +179,8 @@ impl Comm {
     pub fn alltoall<T: Datatype>(&self, send: &[T]) -> Result<Vec<T>> {
         assert_eq!(send.len(), self.size, "alltoall takes one element per rank");
         let mut out = vec![T::default(); self.size];
-        let (sp, rp, ty) = (send_ptr(send), recv_ptr(&mut out), T::mpi_type());
+        let send = self.sendable(send);
+        let (sp, rp, ty) = (send_ptr(&send), recv_ptr(&mut out), T::mpi_type());
         // SAFETY (both closures): both buffers hold one element per rank.
         let done = complete(
             &self.policy,
@@ -187,7 +188,7 @@ impl Comm {
             || unsafe { ffi::MPI_Alltoall(sp, 1, ty, rp, 1, ty, self.raw) },
             |req| unsafe { ffi::MPI_Ialltoall(sp, 1, ty, rp, 1, ty, self.raw, req) },
         );
-        keep_alive_on_timeout(done, out)
+        keep_alive_on_timeout(done, out, send)
     }
 
     /// `MPI_Alltoallv`: `send` is cut into consecutive parts of `send_counts[p]` elements
@@ -208,16 +209,29 @@ impl Comm {
         let rdispls = displacements(&rcounts, "alltoallv receive total")?;
         assert_eq!(send_counts.iter().sum::<u64>(), send.len() as u64);
         assert_eq!(recv_counts.iter().sum::<u64>(), recv.len() as u64);
-        let (sp, rp, ty) = (send_ptr(send), recv_ptr(recv), T::mpi_type());
+        let send = self.sendable(send);
+        let (sp, rp, ty) = (send_ptr(&send), recv_ptr(recv), T::mpi_type());
         let (sc, sd, rc, rd) = (scounts.as_ptr(), sdispls.as_ptr(), rcounts.as_ptr(), rdispls.as_ptr());
         // SAFETY (both closures): counts and displacements were checked to lie within
         // both buffers.
-        complete(
+        let done = complete(
             &self.policy,
             "MPI_Alltoallv",
             || unsafe { ffi::MPI_Alltoallv(sp, sc, sd, ty, rp, rc, rd, ty, self.raw) },
             |req| unsafe { ffi::MPI_Ialltoallv(sp, sc, sd, ty, rp, rc, rd, ty, self.raw, req) },
-        )
+        );
+        if timed_out(&done) {
+            // MPI may still read the counts and the data sent when the late peers
+            // arrive; `recv` is the caller's to keep alive.
+            std::mem::forget((scounts, sdispls, rcounts, rdispls, send));
+        }
+        done
+    }
+
+    /// What a collective sends from: the caller's values, or, when a wait may time out,
+    /// a copy that can outlive the call (MPI reads it when the late peers arrive).
+    fn sendable<'a, T: Clone>(&self, values: &'a [T]) -> Cow<'a, [T]> {
+        if self.policy.timeout_seconds > 0.0 { Cow::Owned(values.to_vec()) } else { Cow::Borrowed(values) }
     }
 
     /// Collective: free the communicator. Skipped when MPI is already finalised.
@@ -264,17 +278,25 @@ impl GathervLayout {
 }
 
 /// The result of a collective into `out`, or its error. After a timeout MPI may still
-/// write into `out` when the late peers arrive, so it is leaked instead of freed.
-fn keep_alive_on_timeout<T>(done: Result<()>, out: Vec<T>) -> Result<Vec<T>> {
+/// write into `out` and read `sent` when the late peers arrive, so both are leaked
+/// instead of freed (`sent` is owned whenever a timeout is possible, see
+/// [`Comm::sendable`]).
+fn keep_alive_on_timeout<T: Clone>(done: Result<()>, out: Vec<T>, sent: Cow<[T]>) -> Result<Vec<T>> {
     match done {
         Ok(()) => Ok(out),
         Err(err) => {
             if err.status == mdl_status::MDL_ERR_TIMEOUT {
-                std::mem::forget(out);
+                std::mem::forget((out, sent));
             }
             Err(err)
         }
     }
+}
+
+/// Whether a wait gave up with its request still pending (`MDL_TIMEOUT`): then MPI may
+/// still use every buffer of the call, which must be leaked, never freed.
+pub fn timed_out<T>(result: &Result<T>) -> bool {
+    result.as_ref().is_err_and(|err| err.status == mdl_status::MDL_ERR_TIMEOUT)
 }
 
 /// Check that `host` is a valid communicator without letting an invalid one reach the

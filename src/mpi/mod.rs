@@ -11,7 +11,7 @@ mod lifecycle;
 mod wait;
 mod window;
 
-pub use comm::{Comm, GathervLayout};
+pub use comm::{Comm, GathervLayout, timed_out};
 pub use lifecycle::at_finalize;
 pub use wait::{WaitPolicy, mark_background_thread};
 pub use window::{Get, GetLimits, Window};

@@ -110,8 +110,8 @@ pub fn wait_all(policy: &WaitPolicy, requests: &mut [ffi::MPI_Request]) -> Resul
         if let Some(deadline) = deadline.filter(|_| tests % 1024 == 0) {
             if super::wtime() > deadline {
                 return Err(Error::timeout(format!(
-                    "waited more than MDL_TIMEOUT = {} s (is a rank stuck, or in another call of the \
-                     library?); the loader cannot be used any more, finalize it",
+                    "waited more than MDL_TIMEOUT = {} s: is a rank stuck, or in another call of the \
+                     library? The job cannot continue safely: call MPI_Abort",
                     policy.timeout_seconds
                 )));
             }
