@@ -28,7 +28,18 @@
 //! per_rank)` for batch size B: every rank has the same number of steps,
 //! `ceil(per_rank / B)`, and the last batch may be smaller.
 
+//!
+//! # What the others ask of an owner
+//!
+//! The collective engine's owners must know which of their samples each rank asks for
+//! at a step. Rebuilding every rank's batch costs O(P x B) per step and rank (12 ms at
+//! P = 256, B = 256); instead the permutation is inverted once per epoch for the
+//! owner's own samples (O(local shard), 8 bytes per local sample), and a step then
+//! costs O(samples asked of this rank).
+
 use crate::error::{Error, Result};
+use std::ops::Range;
+use std::sync::OnceLock;
 
 const ROUNDS: usize = 6;
 const GOLDEN: u64 = 0x9E37_79B9_7F4A_7C15;
@@ -72,6 +83,27 @@ impl Permutation {
         (left << self.half_bits) | right
     }
 
+    fn feistel_inverse(&self, keys: &[u64; ROUNDS], x: u64) -> u64 {
+        let mask = (1u64 << self.half_bits) - 1;
+        let (mut left, mut right) = (x >> self.half_bits, x & mask);
+        for key in keys.iter().rev() {
+            (left, right) = (right ^ (mix(left ^ key) & mask), left);
+        }
+        (left << self.half_bits) | right
+    }
+
+    /// The position of `id` (< n): the inverse of [`Permutation::at`]. Cycle walking is
+    /// undone by walking backwards until the value is below n.
+    pub fn position_of(&self, id: u64) -> u64 {
+        debug_assert!(id < self.n);
+        let Some(keys) = &self.keys else { return id };
+        let mut x = self.feistel_inverse(keys, id);
+        while x >= self.n {
+            x = self.feistel_inverse(keys, x);
+        }
+        x
+    }
+
     /// The id at position `i` (< n).
     pub fn at(&self, i: u64) -> u64 {
         debug_assert!(i < self.n);
@@ -85,13 +117,24 @@ impl Permutation {
 }
 
 /// One epoch of the sampler, for a communicator of `ranks` ranks.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct Epoch {
     perm: Permutation,
     n: u64,
     ranks: u64,
     batch: u64,
     per_rank: u64,
+    /// Where one owner's samples sit in the epoch, built at the first step that needs it.
+    inverse: OnceLock<OwnedPositions>,
+}
+
+/// An owner's samples' positions in the epoch's split order, sorted by (step,
+/// requester, place in the requester's batch), with each step's range.
+#[derive(Debug)]
+struct OwnedPositions {
+    owned: Range<u64>,
+    positions: Vec<u64>,
+    step_starts: Vec<usize>,
 }
 
 impl Epoch {
@@ -109,7 +152,7 @@ impl Epoch {
         }
         let ranks = ranks as u64;
         let per_rank = if drop_last { n / ranks } else { n.div_ceil(ranks) };
-        Ok(Epoch { perm: Permutation::new(n, seed, epoch, shuffle), n, ranks, batch, per_rank })
+        Ok(Epoch { perm: Permutation::new(n, seed, epoch, shuffle), n, ranks, batch, per_rank, inverse: OnceLock::new() })
     }
 
     /// Samples each rank gets in the epoch.
@@ -129,6 +172,45 @@ impl Epoch {
         let first = step.saturating_mul(self.batch).min(self.per_rank);
         let end = (first + self.batch).min(self.per_rank);
         ids.extend((first..end).map(|k| self.perm.at((rank as u64 + k * self.ranks) % self.n)));
+    }
+
+    /// Which of the ids in `owned` (one owner's samples) each rank takes at `step`:
+    /// `by_rank[q]` receives rank q's, in the order of q's batch. O(those samples),
+    /// after an O(owned) inversion at the first call of the epoch (`owned` must be the
+    /// same at every call).
+    pub fn owned_in_batches(&self, step: u64, owned: Range<u64>, by_rank: &mut [Vec<u64>]) {
+        by_rank.iter_mut().for_each(Vec::clear);
+        let inverse = self.inverse.get_or_init(|| self.invert(owned.clone()));
+        debug_assert_eq!(inverse.owned, owned, "one owner per epoch");
+        let Some(range) = inverse.step_starts.get(step as usize..step as usize + 2) else { return };
+        for &i in &inverse.positions[range[0]..range[1]] {
+            by_rank[(i % self.ranks) as usize].push(self.perm.at(i % self.n));
+        }
+    }
+
+    /// Positions (in the padded split order) of every id in `owned`, sorted by step,
+    /// then rank, then place in the batch.
+    fn invert(&self, owned: Range<u64>) -> OwnedPositions {
+        let total = self.per_rank * self.ranks;
+        let mut positions = Vec::with_capacity((owned.end - owned.start) as usize);
+        for id in owned.clone() {
+            // Position i takes perm(i mod N): an id appears at p, p + N, ... below the
+            // padded total (or not at all past a dropped tail).
+            let mut i = self.perm.position_of(id);
+            while i < total {
+                positions.push(i);
+                i += self.n;
+            }
+        }
+        let (ranks, batch) = (self.ranks, self.batch);
+        let step_of = |i: u64| (i / ranks) / batch;
+        positions.sort_unstable_by_key(|&i| (step_of(i), i % ranks, (i / ranks) % batch));
+        let steps = self.steps() as usize;
+        let mut step_starts = Vec::with_capacity(steps + 1);
+        for s in 0..=steps as u64 {
+            step_starts.push(positions.partition_point(|&i| step_of(i) < s));
+        }
+        OwnedPositions { owned, positions, step_starts }
     }
 }
 
@@ -216,6 +298,38 @@ mod tests {
             assert!(ids.is_empty());
         }
         assert_eq!(total, n.div_ceil(p as u64) * p as u64);
+    }
+
+    #[test]
+    fn position_of_inverts_the_permutation() {
+        for n in [1u64, 2, 5, 17, 1000, 4097] {
+            for shuffle in [true, false] {
+                let p = Permutation::new(n, 7, 1, shuffle);
+                assert!((0..n).all(|i| p.position_of(p.at(i)) == i), "n = {n}");
+            }
+        }
+    }
+
+    /// The inversion gives each owner exactly its ids of every rank's batch, in batch
+    /// order, for padded and dropped tails, several owners and batch sizes.
+    #[test]
+    fn owned_in_batches_matches_the_batches() {
+        for (n, p, batch, drop_last) in [(103u64, 4usize, 8u64, false), (103, 4, 8, true), (10, 3, 4, false), (2, 5, 1, false)] {
+            let owners = [0..n / 3, n / 3..n / 2, n / 2..n];
+            for owned in owners {
+                let e = Epoch::new(n, p, 9, 2, batch, true, drop_last).unwrap();
+                let mut by_rank = vec![Vec::new(); p];
+                let mut ids = Vec::new();
+                for s in 0..e.steps() + 1 {
+                    e.owned_in_batches(s, owned.clone(), &mut by_rank);
+                    for (q, got) in by_rank.iter().enumerate() {
+                        e.batch_into(s, q, &mut ids);
+                        let expected: Vec<u64> = ids.iter().copied().filter(|id| owned.contains(id)).collect();
+                        assert_eq!(got, &expected, "n={n} p={p} b={batch} step {s} rank {q}");
+                    }
+                }
+            }
+        }
     }
 
     #[test]

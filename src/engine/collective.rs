@@ -8,7 +8,8 @@
 //! request matrix (up to `MDL_MATRIX_MAX_RANKS` ranks), every owner already knows how
 //! many ids each rank asks of it, and the `MPI_Alltoall` is skipped. With the built-in
 //! sampler every rank knows every rank's batch: owners then work out what each rank
-//! will ask of them, and the whole request round is skipped.
+//! will ask of them (from the epoch's inverted permutation, O(samples asked of them) a
+//! step), and the whole request round is skipped.
 //!
 //! MPI counts and displacements are C `int`. To stay under a limit L (default 2^31 - 1,
 //! `MDL_MAX_MESSAGE_BYTES`), a rank's remote samples are cut into rounds of at most
@@ -17,7 +18,7 @@
 //! than L / P cannot travel in a round; the engine reads those few with one-sided gets
 //! (split into pieces of at most L bytes) in the same step, so every batch can be moved.
 
-use super::{Engine, StepContext};
+use super::{Engine, KnownBatches, StepContext};
 use crate::error::{Error, Result};
 use crate::mpi::{Comm, Get};
 use crate::plan::{BatchPlan, RemoteSample};
@@ -90,7 +91,8 @@ impl Engine for Collective {
         let ranks = step.comm.size();
         let mine = Rounds::of(&step.plan.remote, ranks, step.limits.max_message);
         let known = match step.known_batches {
-            Some(batch_of) => Some(requests_of_others(step, batch_of)?),
+            Some(known) if step.collective_rounds <= 1 => Some(vec![asked_in_one_round(step, known)]),
+            Some(known) => Some(requests_of_others(step, known)?),
             None => None,
         };
         // In a single round every rank asks for all its samples at once, so the agreed
@@ -113,15 +115,34 @@ impl Engine for Collective {
     }
 }
 
+/// What every other rank will ask this rank for in a single-round step, when every
+/// rank's batch is known (the built-in sampler): in one round each requester asks for
+/// all its remote samples that fit a round, in batch order, so this rank's part of
+/// each batch is all it needs, found without looking at the rest of the batches.
+fn asked_in_one_round(step: &StepContext, known: &dyn KnownBatches) -> Vec<Vec<u64>> {
+    let (me, ranks) = (step.comm.rank(), step.comm.size());
+    let index = &step.store.index;
+    let first = index.first_ids();
+    let mut by_rank = vec![Vec::new(); ranks];
+    known.owned_in_batches(first[me]..first[me + 1], &mut by_rank);
+    by_rank[me].clear(); // this rank's own samples are local copies, not requests
+    let budget = step.limits.max_message / ranks as u64;
+    for ids in &mut by_rank {
+        ids.retain(|&id| index.len_of(id).is_some_and(|len| len > 0 && len <= budget));
+    }
+    by_rank
+}
+
 /// What every other rank will ask this rank for, per round and requester, when every
-/// rank's batch is known (the built-in sampler): each requester's plan and rounds are
-/// rebuilt here exactly as that rank builds them, so no request needs to travel.
-fn requests_of_others(step: &StepContext, batch_of: &dyn Fn(usize, &mut Vec<u64>)) -> Result<Vec<Vec<Vec<u64>>>> {
+/// rank's batch is known and a step needs several rounds: each requester's plan and
+/// rounds are rebuilt here exactly as that rank builds them (O(P x B)), so no request
+/// needs to travel.
+fn requests_of_others(step: &StepContext, known: &dyn KnownBatches) -> Result<Vec<Vec<Vec<u64>>>> {
     let (me, ranks) = (step.comm.rank(), step.comm.size());
     let mut per_round: Vec<Vec<Vec<u64>>> = Vec::new();
     let mut ids = Vec::new();
     for requester in (0..ranks).filter(|&q| q != me) {
-        batch_of(requester, &mut ids);
+        known.batch_of(requester, &mut ids);
         let plan = BatchPlan::new(&step.store.index, requester, &ids)?;
         let theirs = Rounds::of(&plan.remote, ranks, step.limits.max_message);
         for (r, range) in theirs.rounds.into_iter().enumerate() {

@@ -13,6 +13,7 @@ use crate::config::Backend;
 use crate::error::Result;
 use crate::mpi::{Comm, GetLimits};
 use std::cell::RefCell;
+use std::ops::Range;
 use crate::plan::BatchPlan;
 use crate::store::Store;
 
@@ -32,9 +33,18 @@ pub struct StepContext<'a> {
     /// agreement carried them (see `estimator::features`); the collective engine then
     /// skips the count exchange of a single-round step.
     pub requests_to_me: Option<&'a [u64]>,
-    /// When every rank's batch of this step is known (the built-in sampler): writes
-    /// rank q's ids into the vector. The collective engine then sends no requests.
-    pub known_batches: Option<&'a dyn Fn(usize, &mut Vec<u64>)>,
+    /// When every rank's batch of this step is known (the built-in sampler). The
+    /// collective engine then sends no requests.
+    pub known_batches: Option<&'a dyn KnownBatches>,
+}
+
+/// Every rank's batch of a step, known on every rank without communication.
+pub trait KnownBatches {
+    /// Rank `rank`'s ids, in its request order.
+    fn batch_of(&self, rank: usize, ids: &mut Vec<u64>);
+    /// For every rank q, the ids of `owned` (this rank's samples) in q's batch, in
+    /// batch order, in `by_rank[q]`; O(those ids), not O(every batch).
+    fn owned_in_batches(&self, owned: Range<u64>, by_rank: &mut [Vec<u64>]);
 }
 
 pub trait Engine {

@@ -8,7 +8,7 @@
 use super::published::Published;
 use crate::agree::{Combine, Proposal, Setting, agree, agree_identical, agree_settings};
 use crate::config::{Backend, Calibration as CalibrationMode, Config, Wait};
-use crate::engine::{ExchangeBuffers, ExchangeShape, StepContext, exchange_shape, execute};
+use crate::engine::{ExchangeBuffers, ExchangeShape, KnownBatches, StepContext, exchange_shape, execute};
 use crate::error::{Error, Result, mdl_status};
 use crate::estimator::calibrate::{self, Calibration, CalibrationSettings};
 use crate::estimator::model::{CostParams, StepFeatures};
@@ -30,7 +30,7 @@ pub struct FetchArgs<'a> {
     pub out_offsets: &'a mut [u64],
     /// Every rank's ids of this step, when known (the built-in sampler); see
     /// `StepContext::known_batches`.
-    pub known_batches: Option<&'a dyn Fn(usize, &mut Vec<u64>)>,
+    pub known_batches: Option<&'a dyn KnownBatches>,
 }
 
 pub struct Core {
@@ -57,7 +57,7 @@ struct PreparedFetch<'a> {
     out: &'a mut [u8],
     /// This rank's part of the collective exchange.
     shape: ExchangeShape,
-    known_batches: Option<&'a dyn Fn(usize, &mut Vec<u64>)>,
+    known_batches: Option<&'a dyn KnownBatches>,
 }
 
 struct PendingMeasurement {

@@ -10,6 +10,8 @@
 //! in a fetch that another rank's thread skipped.
 
 use super::core::{Core, FetchArgs};
+use crate::engine::KnownBatches;
+use std::ops::Range;
 use crate::error::{Error, Result, mdl_status};
 use crate::sampler::Epoch;
 use crossbeam::channel::{Receiver, Sender, unbounded};
@@ -32,15 +34,31 @@ pub struct Batch {
 /// buffer's memory) goes into the step's agreement, so that every rank fails together.
 fn fetch_into(core: &mut Core, epoch: &Epoch, step: u64, batch: &mut Batch) -> Result<()> {
     epoch.batch_into(step, core.rank(), &mut batch.ids);
-    let batch_of = |rank: usize, ids: &mut Vec<u64>| epoch.batch_into(step, rank, ids);
+    let known = SamplerStep { epoch, step };
     let sized = size_buffers(core, batch);
     let args = sized.map(|needed| FetchArgs {
         ids: &batch.ids,
         out: &mut batch.data[..needed],
         out_offsets: &mut batch.offsets,
-        known_batches: Some(&batch_of),
+        known_batches: Some(&known),
     });
     core.fetch_batch(args)
+}
+
+/// One step of an epoch, whose batches every rank knows.
+struct SamplerStep<'a> {
+    epoch: &'a Epoch,
+    step: u64,
+}
+
+impl KnownBatches for SamplerStep<'_> {
+    fn batch_of(&self, rank: usize, ids: &mut Vec<u64>) {
+        self.epoch.batch_into(self.step, rank, ids);
+    }
+
+    fn owned_in_batches(&self, owned: Range<u64>, by_rank: &mut [Vec<u64>]) {
+        self.epoch.owned_in_batches(self.step, owned, by_rank);
+    }
 }
 
 /// Grow the batch's buffers for its ids; returns the bytes its samples take.
