@@ -134,8 +134,12 @@ for mpi in "${MPIS[@]}"; do
             run_case "$mpi" "$np" "finalize_test-np$np" -- "$bin/finalize_test"
         fi
     done
-    # A loader with a prefetching epoch still running at MPI_Finalize.
-    run_case "$mpi" 2 "finalize_test-np2-epoch" -- "$bin/finalize_test" --epoch
+    # A loader with an epoch still running at MPI_Finalize: prefetching on Open MPI; on
+    # MPICH without prefetch, because a prefetch thread still inside MPI when the host
+    # calls MPI_Finalize is erroneous MPI and aborts MPICH 4.0 now and then (README).
+    prefetch=2
+    [ "$mpi" = mpich ] && prefetch=0
+    run_case "$mpi" 2 "finalize_test-np2-epoch" -- "$bin/finalize_test" --epoch --prefetch $prefetch
     # MDL_TIMEOUT: opt-in case, since it leaves MPI requests pending. Open MPI only:
     # MPICH 4.0 aborts in MPI_Finalize on any window never freed, and a timed-out
     # loader's window cannot be freed (its ranks are no longer in step).

@@ -66,6 +66,16 @@ impl mdl_loader {
     }
 }
 
+/// The handle behind a C pointer. After `MPI_Finalize` every call is `MDL_ERR_STATE`,
+/// even with a NULL handle.
+fn handle_of<'a>(h: *const mdl_loader) -> Result<&'a Handle> {
+    if !mpi::is_usable() {
+        return Err(Error::state("MPI is not initialised or already finalised"));
+    }
+    // SAFETY: a non-NULL handle comes from mdl_init and is live until mdl_finalize.
+    Ok(&unsafe { h.as_ref() }.ok_or_else(|| Error::null_arg("the loader handle"))?.inner)
+}
+
 /// Refusal of a call on a handle that cannot take it.
 fn refused(handle: &Handle) -> Result<()> {
     if let Some(poison) = handle.poison.lock().as_ref() {
@@ -74,16 +84,12 @@ fn refused(handle: &Handle) -> Result<()> {
             format!("the loader is unusable after an earlier failure ({}); finalize it", poison.message),
         ));
     }
-    if !mpi::is_usable() {
-        return Err(Error::state("MPI is not initialised or already finalised"));
-    }
     Ok(())
 }
 
 /// Run `body` on the loader behind `h` (a call that may change it or communicate).
 pub fn with_loader<R>(h: *const mdl_loader, body: impl FnOnce(&mut Loader) -> Result<R>) -> Result<R> {
-    // SAFETY: a non-NULL handle comes from mdl_init and is live until mdl_finalize.
-    let handle = &unsafe { h.as_ref() }.ok_or_else(|| Error::null_arg("the loader handle"))?.inner;
+    let handle = handle_of(h)?;
     refused(handle)?;
     let Some(mut guard) = handle.loader.try_lock() else {
         return Err(Error::state("the loader is in use by another thread (one call at a time per loader)"));
@@ -112,8 +118,7 @@ pub fn with_loader<R>(h: *const mdl_loader, body: impl FnOnce(&mut Loader) -> Re
 
 /// Run a local query on what the loader publishes: never waits on other ranks.
 pub fn with_published<R>(h: *const mdl_loader, query: impl FnOnce(&Published) -> Result<R>) -> Result<R> {
-    // SAFETY: as in `with_loader`.
-    let handle = &unsafe { h.as_ref() }.ok_or_else(|| Error::null_arg("the loader handle"))?.inner;
+    let handle = handle_of(h)?;
     refused(handle)?;
     query(&handle.published)
 }

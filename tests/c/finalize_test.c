@@ -4,8 +4,12 @@
  *  - Before MPI_Init, mdl_init returns MDL_ERR_STATE.
  *  - A loader still open at MPI_Finalize (registered, fetched from, never finalized)
  *    is cleaned up inside MPI_Finalize: the job exits 0 on both MPIs (MPICH used to
- *    abort on the leaked window). With --epoch, a second loader is left with a
- *    prefetching epoch in progress as well (needs MPI_THREAD_MULTIPLE).
+ *    abort on the leaked window). With --epoch, a second loader is left with an
+ *    epoch in progress as well, prefetching --prefetch K steps ahead (default 2; needs
+ *    MPI_THREAD_MULTIPLE). MPI forbids other threads to call MPI while MPI_Finalize
+ *    runs, and a prefetch thread may still be fetching ahead: MPICH 4.0 then aborts
+ *    now and then (UCX "worker->inprogress++ == 0"), so the runner uses --prefetch 0
+ *    there, and the README tells users to end prefetching epochs before MPI_Finalize.
  *  - After MPI_Finalize every call on the leftover handle, or on a NULL handle, and
  *    mdl_init itself return MDL_ERR_STATE; mdl_finalize(&h) returns MDL_OK and sets
  *    h = NULL.
@@ -15,7 +19,7 @@
  * exits non-zero on any failure (the runner checks the exit code). A watchdog (SIGALRM)
  * turns a hang into "TIMEOUT in ..." and exit code 3.
  *
- * Usage: finalize_test [--epoch] [--timeout SECONDS]
+ * Usage: finalize_test [--epoch] [--prefetch K] [--timeout SECONDS]
  */
 #define _POSIX_C_SOURCE 200809L
 #include <mpi.h>
@@ -72,15 +76,17 @@ static void check_code(mdl_status got, mdl_status want, const char *what)
 int main(int argc, char **argv)
 {
     int epoch = 0;
-    unsigned timeout = 60;
+    unsigned timeout = 60, prefetch = 2;
     for (int i = 1; i < argc; i++) {
         uint64_t v;
         if (!strcmp(argv[i], "--epoch"))
             epoch = 1;
         else if (!strcmp(argv[i], "--timeout") && i + 1 < argc && !tc_parse_u64(argv[i + 1], &v))
             timeout = (unsigned)v, i++;
+        else if (!strcmp(argv[i], "--prefetch") && i + 1 < argc && !tc_parse_u64(argv[i + 1], &v))
+            prefetch = (unsigned)v, i++;
         else {
-            fprintf(stderr, "usage: %s [--epoch] [--timeout SECONDS]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--epoch] [--prefetch K] [--timeout SECONDS]\n", argv[0]);
             return 2;
         }
     }
@@ -140,7 +146,7 @@ int main(int argc, char **argv)
             st = mdl_init(MPI_COMM_WORLD, &h2);
             check_code(st, MDL_OK, "second mdl_init");
             check_code(mdl_register_shard(h2, data, off, n), MDL_OK, "second mdl_register_shard");
-            check_code(mdl_set_prefetch(h2, 2), MDL_OK, "mdl_set_prefetch(2)");
+            check_code(mdl_set_prefetch(h2, prefetch), MDL_OK, "mdl_set_prefetch");
             check_code(mdl_epoch_begin(h2, 1, 0, 8, 1, 0), MDL_OK, "mdl_epoch_begin");
             const uint64_t *bids, *boffs;
             const void *bdata;
