@@ -1,0 +1,108 @@
+/*
+ * index_memory: memory of the global index at registration, per rank and per node.
+ *
+ * Every rank registers --per-rank samples of --bytes bytes (default 25,000,000 x 8:
+ * N = 10^8 at 4 ranks), fetches a few batches (so that every rank has read the index),
+ * and reports, after freeing its own copy of the data:
+ *   - VmHWM, the peak resident memory of the process (registration's peak);
+ *   - Pss, its share of resident memory now (pages shared by the node's ranks, such as
+ *     a node-shared index, count 1/k on each of the k ranks mapping them);
+ * and rank 0 prints the node's totals. The shard's own bytes (window) and the caller's
+ * arrays are part of both figures; run with the library before and after a change to
+ * compare the index's part.
+ *
+ * Usage: index_memory [--per-rank N] [--bytes S]
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <mdloader.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A field of /proc/self/status or /proc/self/smaps_rollup, in kB. */
+static long field_kb(const char *file, const char *name)
+{
+    FILE *f = fopen(file, "r");
+    char line[256];
+    long kb = -1;
+    size_t len = strlen(name);
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, name, len) && line[len] == ':')
+            kb = atol(line + len + 1);
+    if (f)
+        fclose(f);
+    return kb;
+}
+
+static void check(mdl_status st, const char *what)
+{
+    if (st != MDL_OK) {
+        char buf[512];
+        mdl_last_error(buf, sizeof buf);
+        fprintf(stderr, "%s: %s\n", what, buf);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    unsigned long long per_rank = 25000000ULL, bytes = 8;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "--per-rank"))
+            per_rank = strtoull(argv[i + 1], NULL, 10);
+        else if (!strcmp(argv[i], "--bytes"))
+            bytes = strtoull(argv[i + 1], NULL, 10);
+    }
+    MPI_Init(&argc, &argv);
+    int rank, size;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    long before_kb = field_kb("/proc/self/status", "VmRSS");
+
+    uint64_t *offsets = malloc((per_rank + 1) * sizeof *offsets);
+    char *data = malloc(per_rank * bytes);
+    if (!offsets || !data) {
+        fprintf(stderr, "out of memory\n");
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    for (unsigned long long i = 0; i <= per_rank; i++)
+        offsets[i] = i * bytes;
+    memset(data, rank, per_rank * bytes);
+
+    mdl_loader *h = NULL;
+    check(mdl_init(MPI_COMM_WORLD, &h), "mdl_init");
+    double t0 = MPI_Wtime();
+    check(mdl_register_shard(h, data, offsets, per_rank), "mdl_register_shard");
+    double seconds = MPI_Wtime() - t0;
+    free(data);
+    free(offsets);
+
+    /* A few batches spread over the whole dataset. */
+    uint64_t total = 0, ids[256], out_offsets[257];
+    check(mdl_num_samples(h, &total), "mdl_num_samples");
+    char *out = malloc(256 * bytes);
+    for (int step = 0; step < 4; step++) {
+        for (int k = 0; k < 256; k++)
+            ids[k] = (uint64_t)((k * 2654435761ULL + step * 97 + rank) % total);
+        check(mdl_fetch_batch(h, ids, 256, out, 256 * bytes, out_offsets), "mdl_fetch_batch");
+    }
+    free(out);
+
+    long hwm = field_kb("/proc/self/status", "VmHWM");
+    long pss = field_kb("/proc/self/smaps_rollup", "Pss");
+    long rss = field_kb("/proc/self/status", "VmRSS");
+    long mine[4] = {hwm, pss, rss, before_kb}, sum[4];
+    MPI_Reduce(mine, sum, 4, MPI_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
+    printf("rank %d: VmHWM %ld MB, Pss %ld MB, VmRSS %ld MB (before MPI work %ld MB)\n", rank, hwm / 1024,
+           pss / 1024, rss / 1024, before_kb / 1024);
+    fflush(stdout);
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (rank == 0)
+        printf("N = %llu samples of %llu bytes on %d ranks, registered in %.2f s: node totals VmHWM %ld MB, "
+               "Pss %ld MB (index alone would be %.0f MB per copy)\n",
+               (unsigned long long)total, bytes, size, seconds, sum[0] / 1024, sum[1] / 1024,
+               (double)(total + 1) * 8 / 1048576.0);
+    check(mdl_finalize(&h), "mdl_finalize");
+    MPI_Finalize();
+    return 0;
+}
