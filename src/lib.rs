@@ -22,6 +22,7 @@ mod rng;
 mod sampler;
 pub mod scale_model;
 mod stats;
+pub mod step_cost;
 mod store;
 
 pub use error::mdl_status;

@@ -59,8 +59,7 @@ impl GlobalIndex {
         GlobalIndex { first_id, starts }
     }
 
-    /// The index from every sample's length (tests).
-    #[cfg(test)]
+    /// The index from every sample's length (tests and the step-cost benchmark).
     pub fn from_lengths(lengths: &[u64], per_rank: &[u64]) -> GlobalIndex {
         let starts = std::iter::once(0).chain(lengths.iter().scan(0, |at, &len| {
             *at += len;
