@@ -107,6 +107,10 @@ pub struct Config {
     /// `MDL_ERR_TIMEOUT` (0, the default: wait for ever). When set, every wait is a
     /// nonblocking call and a test loop, which can give up.
     pub timeout_seconds: f64,
+    /// `MDL_SHARED_INDEX=on|off`: keep the global index once per node in shared memory
+    /// (default on), or a copy per rank (off: where shared memory is small, such as a
+    /// container's 64 MB /dev/shm).
+    pub shared_index: bool,
 }
 
 /// Upper bounds of the knobs that size messages, work or memory per step.
@@ -131,6 +135,7 @@ impl Default for Config {
             wait: Wait::Auto,
             max_gets_in_flight: 4096,
             timeout_seconds: 0.0,
+            shared_index: true,
         }
     }
 }
@@ -162,6 +167,11 @@ impl Config {
             Ok("off") => Calibration::Off,
             Ok(path) => Calibration::File(PathBuf::from(path)),
         };
+        let shared_index = match std::env::var("MDL_SHARED_INDEX").as_deref().map(str::trim) {
+            Err(_) | Ok("on") => true,
+            Ok("off") => false,
+            Ok(other) => return Err(Error::invalid(format!("MDL_SHARED_INDEX={other}: expected on or off"))),
+        };
         let wait = match std::env::var("MDL_WAIT").as_deref().map(str::trim) {
             Err(_) | Ok("auto") => Wait::Auto,
             Ok("spin") => Wait::Spin,
@@ -171,6 +181,7 @@ impl Config {
         Ok(Config {
             wait,
             backend,
+            shared_index,
             max_message_bytes: env_or(
                 "MDL_MAX_MESSAGE_BYTES",
                 default.max_message_bytes,
@@ -242,6 +253,7 @@ impl Config {
             Setting::identical("MDL_MATRIX_MAX_RANKS", self.matrix_max_ranks as u64),
             Setting::identical("MDL_WARMUP_GETS", self.warm_up_gets),
             float("MDL_TIMEOUT", self.timeout_seconds),
+            Setting::identical("MDL_SHARED_INDEX", self.shared_index as u64).shown_as(|v| ["off", "on"][v.min(1) as usize].to_string()),
         ]
     }
 }

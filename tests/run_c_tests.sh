@@ -166,6 +166,9 @@ for mpi in "${MPIS[@]}"; do
     # the collective engine exchanges the request counts itself.
     run_case "$mpi" "$np" "fetch_test-np$np-nomatrix" MDL_MATRIX_MAX_RANKS=1 -- \
         "$bin/fetch_test" --iters $((ITERS / 4)) --seed $((SEED + 4))
+    # Every rank its own copy of the index instead of one per node.
+    run_case "$mpi" "$np" "fetch_test-np$np-private-index" MDL_SHARED_INDEX=off -- \
+        "$bin/fetch_test" --iters $((ITERS / 4)) --seed $((SEED + 5))
     # The initial backend from the environment must agree with explicit settings.
     run_case "$mpi" 2 "fetch_test-np2-env-collective" MDL_BACKEND=collective -- \
         "$bin/fetch_test" --iters $((ITERS / 4)) --seed $((SEED + 2)) --phases world

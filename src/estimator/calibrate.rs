@@ -17,11 +17,11 @@ use super::model::{CostParams, StepFeatures, features_of, fit_nonnegative};
 use crate::config::Backend;
 use crate::engine::{ExchangeBuffers, StepContext, exchange_shape, execute};
 use crate::error::{Error, Result};
-use crate::mpi::{self, Comm, GetLimits};
+use crate::mpi::{self, Comm};
 use std::cell::RefCell;
 use crate::plan::BatchPlan;
 use crate::rng::SplitMix64;
-use crate::store::{ShardView, Store};
+use crate::store::{ShardView, Store, StoreSettings};
 
 const SMALL_BYTES: u64 = 64;
 const SMALL_COUNT: u64 = 256;
@@ -56,10 +56,9 @@ const PROBES: [Probe; 6] = [
 pub struct CalibrationSettings {
     pub budget_seconds: f64,
     pub matrix_max_ranks: usize,
-    pub limits: GetLimits,
-    /// Warm-up gets on the scratch window (see `store::warm_up`), so that calibration
-    /// measures the steady state.
-    pub warm_up_gets: u64,
+    /// How the scratch store is built (its warm-up gets make calibration measure the
+    /// steady state).
+    pub store: StoreSettings,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -85,7 +84,7 @@ pub fn measure(comm: &Comm, settings: &CalibrationSettings) -> Result<Calibratio
     }
     let started = mpi::wtime();
     let (data, offsets) = scratch_shard();
-    let store = Store::register(comm, &ShardView::new(&data, &offsets)?, settings.limits, settings.warm_up_gets)?;
+    let store = Store::register(comm, &ShardView::new(&data, &offsets)?, &settings.store)?;
     let measured = run_probes(comm, &store, settings, started);
     let freed = store.free();
     let (rows, times) = measured?;
@@ -126,7 +125,7 @@ fn run_probes(comm: &Comm, store: &Store, settings: &CalibrationSettings, starte
     for probe in PROBES.iter().filter(|p| !p.hot_target || ranks >= 3) {
         let ids = probe_ids(probe, rank, ranks, &store.index.first_ids(), &mut rng);
         let plan = BatchPlan::new(&store.index, rank, &ids)?;
-        let shape = exchange_shape(&plan.remote, ranks, settings.limits.max_message);
+        let shape = exchange_shape(&plan.remote, ranks, settings.store.limits.max_message);
         let mine = features::encode(&plan, &shape, rank, settings.matrix_max_ranks);
         let agreed = comm.allreduce_max(&mine)?;
         let f: StepFeatures = features::decode(&agreed, ranks, settings.matrix_max_ranks);
@@ -136,7 +135,7 @@ fn run_probes(comm: &Comm, store: &Store, settings: &CalibrationSettings, starte
             comm,
             store,
             plan: &plan,
-            limits: settings.limits,
+            limits: settings.store.limits,
             buffers: &buffers,
             collective_rounds: f.rounds as u64,
             requests_to_me: requests_to_me.as_deref(),

@@ -60,7 +60,8 @@ fn init_from(comm: Result<MPI_Comm>, out: *mut *mut mdl_loader) -> Result<()> {
 /// `MDL_CALIBRATION=on|off|<file>`, `MDL_CALIBRATION_SECONDS` (0..60),
 /// `MDL_PROBE_INTERVAL`, `MDL_HYSTERESIS` ([0, 1)), `MDL_MATRIX_MAX_RANKS` (0..64),
 /// `MDL_WARMUP_GETS` (0..65536), `MDL_TIMEOUT` (seconds a collective may wait before
-/// MDL_ERR_TIMEOUT, 0 = never, the default); `MDL_LOG=error|warn|info|debug|trace`
+/// MDL_ERR_TIMEOUT, 0 = never, the default), `MDL_SHARED_INDEX=on|off` (the global
+/// index once per node in shared memory, or per rank); `MDL_LOG=error|warn|info|debug|trace`
 /// (logging to stderr, not agreed). The README documents each.
 ///
 /// What cannot be agreed: MPI_COMM_NULL or an invalid handle on one rank returns an

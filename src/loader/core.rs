@@ -17,7 +17,7 @@ use crate::mpi::{self, Comm, GetLimits, WaitPolicy};
 use crate::node;
 use crate::plan::BatchPlan;
 use crate::stats::Stats;
-use crate::store::{ShardView, Store};
+use crate::store::{ShardView, Store, StoreSettings};
 use mpi_sys::MPI_Comm;
 use std::cell::RefCell;
 use std::sync::Arc;
@@ -170,7 +170,7 @@ impl Core {
         agree_identical(&self.comm, checks, &file_settings)?;
         let shard = shard.expect("agreed that every rank's shard is valid");
         let started = mpi::wtime();
-        let store = Store::register(&self.comm, &shard, self.limits(), self.config.warm_up_gets)?;
+        let store = Store::register(&self.comm, &shard, &self.store_settings())?;
         log::info!(
             "rank {}: registered {} samples ({} bytes) of {} in {:.3} s",
             self.comm.rank(),
@@ -189,8 +189,7 @@ impl Core {
                 &CalibrationSettings {
                     budget_seconds: self.config.calibration_seconds,
                     matrix_max_ranks: self.config.matrix_max_ranks,
-                    limits: self.limits(),
-                    warm_up_gets: self.config.warm_up_gets,
+                    store: self.store_settings(),
                 },
             )?,
         };
@@ -200,6 +199,10 @@ impl Core {
         );
         self.publish();
         Ok(())
+    }
+
+    fn store_settings(&self) -> StoreSettings {
+        StoreSettings { limits: self.limits(), warm_up_gets: self.config.warm_up_gets, shared_index: self.config.shared_index }
     }
 
     fn limits(&self) -> GetLimits {

@@ -60,6 +60,16 @@ pub(crate) fn check_allocatable(bytes: usize) -> Result<()> {
     probe.try_reserve_exact(bytes).map_err(|_| Error::no_memory(bytes as u64))
 }
 
+/// How a store is built and read (from the agreed configuration).
+#[derive(Clone, Copy, Debug)]
+pub struct StoreSettings {
+    pub limits: GetLimits,
+    /// `MDL_WARMUP_GETS` (see [`warm_up`]).
+    pub warm_up_gets: u64,
+    /// `MDL_SHARED_INDEX`: one index per node, or one per rank.
+    pub shared_index: bool,
+}
+
 /// The registered store: this rank's window and the global index.
 pub struct Store {
     pub window: Window,
@@ -72,13 +82,18 @@ impl Store {
     /// [`warm_up`]). The shard was checked and agreed on by all ranks; everything that
     /// can still fail on one rank (the index's memory, MPI's count limits, the window's
     /// memory) is checked and agreed on before the ranks exchange anything.
-    pub fn register(comm: &Comm, shard: &ShardView, limits: GetLimits, warm_up_gets: u64) -> Result<Store> {
+    pub fn register(comm: &Comm, shard: &ShardView, settings: &StoreSettings) -> Result<Store> {
         let per_rank = comm.allgather(shard.num_samples())?;
         agree_on_checks(comm, check_allocatable(shard.data.len()))?;
-        let index = GlobalIndex::from_starts(&per_rank, node_index::build(comm, shard, &per_rank)?);
+        let starts = if settings.shared_index {
+            node_index::build(comm, shard, &per_rank)?
+        } else {
+            Starts::Private(node_index::gather_private(comm, shard, &per_rank)?)
+        };
+        let index = GlobalIndex::from_starts(&per_rank, starts);
         let window = Window::allocate(comm, shard.data)?;
         let store = Store { window, index: Arc::new(index) };
-        let warmed = warm_up(&store, comm.rank(), limits, warm_up_gets);
+        let warmed = warm_up(&store, comm.rank(), settings.limits, settings.warm_up_gets);
         // Every rank stays inside MPI until all have warmed up (over transports where a
         // get needs its target's progress, no rank waits for one that has left), and a
         // failure anywhere fails registration everywhere, freeing the window.

@@ -116,7 +116,7 @@ fn fill(comm: &Comm, node: &Comm, shard: &ShardView, per_rank: &[u64], shared: &
 
 /// Collective: this rank's own copy of the prefix sums, gathered with one
 /// `MPI_Allgatherv` into the copy's memory and summed in place.
-fn gather_private(comm: &Comm, shard: &ShardView, per_rank: &[u64]) -> Result<Vec<u64>> {
+pub fn gather_private(comm: &Comm, shard: &ShardView, per_rank: &[u64]) -> Result<Vec<u64>> {
     let prepared = (|| {
         let entries = total_entries(per_rank)?;
         let layout = GathervLayout::new(per_rank).map_err(|err| {

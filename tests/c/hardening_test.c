@@ -467,6 +467,7 @@ static void settings_cases(void)
     case_setting_differs("MDL_MAX_GETS_IN_FLIGHT", "4096", "1000");
     case_setting_differs("MDL_BACKEND", "onesided", "collective");
     case_setting_differs("MDL_TIMEOUT", "0", "30");
+    case_setting_differs("MDL_SHARED_INDEX", "on", "off");
     case_setting_differs("MDL_WAIT", "spin", "yield");
 
     /* An invalid value on one rank (the others leave it unset). */
@@ -480,6 +481,7 @@ static void settings_cases(void)
     case_setting_invalid("MDL_PROBE_INTERVAL", "banana");
     case_setting_invalid("MDL_BACKEND", "fast");
     case_setting_invalid("MDL_TIMEOUT", "soon");
+    case_setting_invalid("MDL_SHARED_INDEX", "maybe");
     case_setting_invalid("MDL_WAIT", "banana");
 }
 
