@@ -72,7 +72,10 @@ class MDLError(RuntimeError):
 
 def status_string(status: int) -> str:
     """The library's static text for a status code."""
-    text = _lib.load_library().mdl_status_string(int(status))
+    code = _integer(status, "status")
+    if not -(2**31) <= code < 2**31:  # c_int would wrap it onto a real status
+        return "unknown status"
+    text = _lib.load_library().mdl_status_string(code)
     return text.decode() if text else ""
 
 
@@ -320,6 +323,15 @@ class Loader:
     too. Methods marked collective must be called by every rank, in the same order; if
     one rank passes a bad argument every rank raises (that rank its own error, the others
     :class:`MDLError` with ``Status.ERR_REMOTE``), nobody hangs.
+
+    Arguments are checked exactly before they reach ctypes (which would wrap an integer
+    modulo 2^64 without a word): a non-integer is TypeError, an integer out of range
+    ValueError, or MDLError(ERR_OUT_OF_RANGE) for a sample id. In a collective call
+    (the constructor's backend, register_shard, fetch, epoch, seek) the binding then still
+    calls the library, with an argument the library refuses, so that the call fails on
+    every rank: this rank raises the TypeError/ValueError, the others MDLError(ERR_REMOTE).
+    What cannot be agreed: a closed loader on one rank, or a communicator that is not one
+    (these raise on that rank alone, as in the C API, docs/hardening.md 5).
     """
 
     def __init__(self, comm: Any = None, *, backend: Union[str, int, Backend, None] = None):

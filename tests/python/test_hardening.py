@@ -419,3 +419,11 @@ def test_library_messages_reach_the_exceptions(comm, loader):
 
 def test_verdicts_agree(comm):
     assert all_ranks(comm, True)
+
+
+def test_status_string_never_wraps():
+    assert mdloader.status_string(Status.ERR_OUT_OF_RANGE) == mdloader.status_string(3) != "unknown status"
+    assert mdloader.status_string(2**32 + 3) == "unknown status"  # c_int would make it 3
+    assert mdloader.status_string(-(2**40)) == "unknown status"
+    with pytest.raises(TypeError):
+        mdloader.status_string(3.0)
