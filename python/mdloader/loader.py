@@ -510,17 +510,15 @@ class Loader:
         h = self._handle()
         try:
             idv, problem = _id_array(ids)
-            buf = None if out is None else _out_bytes(out)
+            # (allocations too: a MemoryError here must not leave the other ranks waiting)
+            buf = np.empty(self._batch_bytes(idv), dtype=np.uint8) if out is None else _out_bytes(out)
+            offs = np.empty(idv.size + 1, dtype=np.uint64)
         except Exception as err:
             # Fail on every rank together: n = 1 with no ids is refused by the library.
             self._lib.mdl_fetch_batch(h, None, 1, None, 0, None)
             _note(err, _FAILED_EVERYWHERE)
             raise
         n = idv.size
-        own = buf is None
-        if own:
-            buf = np.empty(self._batch_bytes(idv), dtype=np.uint8)
-        offs = np.empty(n + 1, dtype=np.uint64)
         status = self._lib.mdl_fetch_batch(h, _ptr(idv), n, _ptr(buf), buf.size, offs.ctypes.data)
         if status != 0:
             _check(status, problem if status == Status.ERR_OUT_OF_RANGE else "")
