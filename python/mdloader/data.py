@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterator, Optional
 
 import numpy as np
 
-from .loader import Batch, Loader
+from .loader import Batch, Loader, _id_array, _integer, _uint
 
 __all__ = ["DistributedSampler", "DataLoader", "BatchIterator"]
 
@@ -48,13 +48,15 @@ class DistributedSampler:
         seed: int = 0,
         drop_last: bool = False,
     ):
+        num_replicas = _uint(num_replicas, "num_replicas", lo=1)
+        rank = _integer(rank, "rank")
         if not 0 <= rank < num_replicas:
             raise ValueError(f"rank {rank} is not in [0, {num_replicas})")
-        self.total = int(num_samples)
-        self.num_replicas = int(num_replicas)
-        self.rank = int(rank)
+        self.total = _uint(num_samples, "num_samples")
+        self.num_replicas = num_replicas
+        self.rank = rank
         self.shuffle = shuffle
-        self.seed = int(seed)
+        self.seed = _uint(seed, "seed")  # numpy's PCG64 takes non-negative seeds; so does the library
         self.drop_last = drop_last
         self.epoch = 0
         if drop_last:
@@ -63,7 +65,7 @@ class DistributedSampler:
             self.per_rank = math.ceil(self.total / self.num_replicas) if self.total else 0
 
     def set_epoch(self, epoch: int) -> None:
-        self.epoch = int(epoch)
+        self.epoch = _uint(epoch, "epoch")
 
     def __len__(self) -> int:
         return self.per_rank
@@ -123,8 +125,10 @@ class DataLoader:
         sampler: str = "python",
         prefetch: int = 0,
     ):
-        if batch_size < 1:
-            raise ValueError("batch_size must be >= 1")
+        # Checked here, where the loader is built (a local call), not at the first
+        # collective fetch, where one rank raising alone would leave the others waiting.
+        batch_size = _uint(batch_size, "batch_size", lo=1)
+        prefetch = _uint(prefetch, "prefetch", hi=2**32 - 1)
         if sampler not in ("python", "library"):
             raise ValueError(f"sampler must be 'python' or 'library', not {sampler!r}")
         if sampler == "library" and (num_replicas is not None or rank is not None):
@@ -132,11 +136,11 @@ class DataLoader:
         if prefetch and sampler != "library":
             raise ValueError("prefetch needs sampler='library'")
         self.sampler_kind = sampler
-        self.prefetch = int(prefetch)
+        self.prefetch = prefetch
         self.shuffle = shuffle
-        self.seed = int(seed)
+        self.seed = _uint(seed, "seed")
         self.loader = loader
-        self.batch_size = int(batch_size)
+        self.batch_size = batch_size
         self.drop_last = drop_last
         self.collate_fn = collate_fn
         self.reuse_buffer = reuse_buffer
@@ -167,12 +171,11 @@ class DataLoader:
             return
         ids = self.sampler.indices()
         steps = len(self)
-        sizes = self.loader.sample_sizes() if self.reuse_buffer else None
         for step in range(steps):
             chunk = ids[step * self.batch_size : (step + 1) * self.batch_size]
             out = None
-            if sizes is not None:
-                need = int(sizes[chunk].sum())
+            if self.reuse_buffer:
+                need = self.loader._batch_bytes(_id_array(chunk)[0])
                 if self._buffer is None or self._buffer.size < need:
                     self._buffer = np.empty(max(need, 1), dtype=np.uint8)
                 out = self._buffer

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import enum
 import json
+import operator
 import warnings
 from collections.abc import Sequence
 from typing import Any, Iterable, Iterator, Union
@@ -45,7 +46,10 @@ class Backend(enum.IntEnum):
                 return cls[value.strip().upper().replace("-", "")]
             except KeyError:
                 raise ValueError(f"unknown backend {value!r}: expected auto, onesided or collective") from None
-        return cls(int(value))
+        try:
+            return cls(_integer(value, "backend"))
+        except TypeError as err:
+            raise ValueError(str(err)) from None
 
 
 class MDLError(RuntimeError):
@@ -68,7 +72,10 @@ class MDLError(RuntimeError):
 
 def status_string(status: int) -> str:
     """The library's static text for a status code."""
-    text = _lib.load_library().mdl_status_string(int(status))
+    code = _integer(status, "status")
+    if not -(2**31) <= code < 2**31:  # c_int would wrap it onto a real status
+        return "unknown status"
+    text = _lib.load_library().mdl_status_string(code)
     return text.decode() if text else ""
 
 
@@ -82,9 +89,136 @@ def last_error() -> str:
 
 
 def _check(status: int, prefix: str = "") -> None:
+    """Raises MDLError for a failed call, with the library's own message (mdl_last_error)."""
     if status != 0:
-        message = last_error()
+        message = last_error() or status_string(status)
         raise MDLError(status, prefix + message if prefix else message)
+
+
+# -- integers crossing ctypes ----------------------------------------------------------
+# ctypes converts a Python int to c_uint64 / c_uint32 modulo 2^64 / 2^32 without a word:
+# sample_size(2**64) would ask for sample 0, set_prefetch(-1) for 2^32 - 1 batches.
+# Every integer is therefore checked exactly here before it reaches the library.
+
+U64_MAX = 2**64 - 1
+U32_MAX = 2**32 - 1
+# An id no loader has (ids are < num_samples <= 2^64 - 1): a collective call passes it in
+# place of an id that cannot be represented, so that the library refuses the call on
+# every rank (this rank MDL_ERR_OUT_OF_RANGE, the others MDL_ERR_REMOTE) instead of this
+# rank raising alone and leaving the others waiting in the collective.
+_NO_SUCH_ID = U64_MAX
+
+
+def _integer(value: Any, what: str) -> int:
+    """value as a Python int, exactly. TypeError for anything that is not an integer:
+    floats (even 2.0), bools, strings, None."""
+    if isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{what} must be an integer, not a bool ({value!r})")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f"{what} must be an integer, got {type(value).__name__} {value!r}") from None
+
+
+def _uint(value: Any, what: str, lo: int = 0, hi: int = U64_MAX) -> int:
+    """An integer in lo .. hi (TypeError for a non-integer, ValueError out of range)."""
+    v = _integer(value, what)
+    if not lo <= v <= hi:
+        raise ValueError(f"{what} = {v} is out of range ({lo} .. {hi})")
+    return v
+
+
+def _note(err: BaseException, text: str) -> None:
+    if hasattr(err, "add_note"):  # Python 3.11+
+        err.add_note(text)
+
+
+_FAILED_EVERYWHERE = (
+    "(the library was called with an argument it refuses, so that this collective call failed on "
+    "every rank: the others raise MDLError with Status.ERR_REMOTE instead of waiting)"
+)
+
+
+def _id_array(ids: Any) -> tuple[np.ndarray, str]:
+    """ids (any integer sequence or array, or a range) as a contiguous uint64 array with
+    the same values. An integer that cannot be an id (negative, >= 2^64) becomes
+    _NO_SUCH_ID, and the second value says which it was (for the error message); the
+    library then refuses the fetch on every rank. TypeError for anything not an integer
+    (floats, bools, strings), even when numpy would convert it."""
+    if isinstance(ids, range) and ids and -(2**63) <= min(ids[0], ids[-1]) and max(ids[0], ids[-1]) < 2**63:
+        arr = np.arange(ids.start, ids.stop, ids.step, dtype=np.int64)
+    else:
+        arr = np.asarray(ids)
+    arr = arr.reshape(-1)
+    if arr.size == 0:
+        return np.zeros(0, dtype=np.uint64), ""
+    kind = arr.dtype.kind
+    if kind == "u":
+        return np.ascontiguousarray(arr, dtype=np.uint64), ""
+    if kind == "i":
+        bad = arr < 0
+        idv = arr.astype(np.uint64)  # wraps the negatives: replaced just below
+        if not bad.any():
+            return idv, ""
+        idv[bad] = _NO_SUCH_ID
+        return idv, f"id {int(arr[bad][0])} is negative (ids are 0-based); "
+    if kind == "O" or (kind == "f" and not isinstance(ids, np.ndarray)):
+        # Python ints beyond int64, or a list numpy turned into floats ([-1, 2**63] is
+        # float64): check the original objects one by one.
+        objs = np.asarray(ids, dtype=object).reshape(-1) if not isinstance(ids, np.ndarray) else arr
+        idv = np.empty(objs.size, dtype=np.uint64)
+        problem = ""
+        for k, x in enumerate(objs.tolist()):
+            v = _integer(x, f"ids[{k}]")
+            if 0 <= v <= U64_MAX:
+                idv[k] = v
+            else:
+                idv[k] = _NO_SUCH_ID
+                if not problem:
+                    problem = (f"id {v} is negative (ids are 0-based); " if v < 0
+                               else f"id {v} does not fit in 64 bits; ")
+        return idv, problem
+    raise TypeError(f"ids must be integers, got an array of dtype {arr.dtype}")
+
+
+def _out_bytes(out: Any) -> np.ndarray:
+    """The caller's out buffer as a flat uint8 array over the *same* memory (never a
+    copy: the library must write into out itself). TypeError for a buffer that cannot
+    be written in place: read-only, not C-contiguous (a strided view), holding Python
+    objects."""
+    if isinstance(out, np.ndarray):
+        a = out.view(np.ndarray)  # np.matrix and other subclasses: the same memory, plain indexing
+        if a.dtype.hasobject:
+            raise TypeError(f"out must hold plain data, not Python objects (dtype {a.dtype})")
+        if not a.flags.c_contiguous:
+            raise TypeError(
+                "out must be C-contiguous: a strided view (e.g. buf[::2], a column, a transpose) cannot "
+                "be filled in place; pass a contiguous array (np.ascontiguousarray makes a copy, which "
+                "would then not be out)"
+            )
+        if not a.flags.writeable:
+            raise TypeError("out must be writable (this array is read-only)")
+        buf = a.reshape(-1).view(np.uint8)
+    else:
+        try:
+            m = memoryview(out)
+        except TypeError:
+            raise TypeError(
+                f"out must be a writable, C-contiguous buffer (numpy array, bytearray, ...), "
+                f"not {type(out).__name__}"
+            ) from None
+        if m.readonly:
+            raise TypeError(f"out must be writable ({type(out).__name__} is read-only)")
+        if not m.c_contiguous:
+            raise TypeError("out must be C-contiguous: a strided memoryview cannot be filled in place")
+        try:
+            m = m.cast("B")
+        except TypeError as err:
+            raise TypeError(f"out cannot be used as raw bytes: {err}") from None
+        buf = np.frombuffer(m, dtype=np.uint8)
+    if buf.size and not buf.flags.writeable:
+        raise TypeError("out must be writable")
+    return buf
 
 
 def _ptr(a: np.ndarray | None) -> int | None:
@@ -189,6 +323,15 @@ class Loader:
     too. Methods marked collective must be called by every rank, in the same order; if
     one rank passes a bad argument every rank raises (that rank its own error, the others
     :class:`MDLError` with ``Status.ERR_REMOTE``), nobody hangs.
+
+    Arguments are checked exactly before they reach ctypes (which would wrap an integer
+    modulo 2^64 without a word): a non-integer is TypeError, an integer out of range
+    ValueError, or MDLError(ERR_OUT_OF_RANGE) for a sample id. In a collective call
+    (the constructor's backend, register_shard, fetch, epoch, seek) the binding then still
+    calls the library, with an argument the library refuses, so that the call fails on
+    every rank: this rank raises the TypeError/ValueError, the others MDLError(ERR_REMOTE).
+    What cannot be agreed: a closed loader on one rank, or a communicator that is not one
+    (these raise on that rank alone, as in the C API, docs/hardening.md 5).
     """
 
     def __init__(self, comm: Any = None, *, backend: Union[str, int, Backend, None] = None):
@@ -204,13 +347,20 @@ class Loader:
         self._lib = _lib.load_library()
         _check_same_mpi(MPI)
         self._h = ctypes.c_void_p()
-        _check(self._lib.mdl_init_f(comm.py2f(), ctypes.byref(self._h)))
-        self._sizes: np.ndarray | None = None
-        self._first_ids: np.ndarray | None = None
+        self._first_id = 0  # this rank's first global id, and its number of samples
         self._n_local = 0
+        self._max_size = 0  # the largest sample on any rank (sizes fetch buffers; see fetch)
         self._epoch_steps: int | None = None  # steps of the built-in epoch in progress
-        if backend is not None:
-            self.set_backend(backend)
+        try:
+            initial = None if backend is None else Backend.parse(backend)
+        except ValueError as err:
+            # Collective: a NULL out-pointer makes mdl_init fail on every rank.
+            self._lib.mdl_init_f(comm.py2f(), None)
+            _note(err, _FAILED_EVERYWHERE)
+            raise MDLError(Status.ERR_INVALID_ARG, str(err)) from err
+        _check(self._lib.mdl_init_f(comm.py2f(), ctypes.byref(self._h)))
+        if initial is not None:
+            _check(self._lib.mdl_set_backend(self._h, int(initial)))
 
     # -- life cycle ---------------------------------------------------------------------
     def close(self) -> None:
@@ -256,20 +406,19 @@ class Loader:
         except Exception as err:
             # Fail on every rank together: n_samples = 1 with no offsets is refused.
             self._lib.mdl_register_shard(h, None, None, 1)
-            raise err
+            _note(err, _FAILED_EVERYWHERE)
+            raise
         n = max(offs.size - 1, 0)
         _check(self._lib.mdl_register_shard(h, _ptr(buf), _ptr(offs), n))
-        # Every sample's size, on every rank (for sizing fetch buffers without asking
-        # the library per id): one Allgatherv on the caller's communicator.
-        from mpi4py import MPI
-
-        local = np.diff(offs).astype(np.uint64) if offs.size else np.zeros(0, dtype=np.uint64)
-        counts = np.array(self.comm.allgather(int(local.size)), dtype=np.int64)
-        sizes = np.empty(int(counts.sum()), dtype=np.uint64)
-        self.comm.Allgatherv([local, MPI.UINT64_T], [sizes, (counts, None), MPI.UINT64_T])
-        self._sizes = sizes
-        self._first_ids = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
-        self._n_local = int(local.size)
+        # The binding keeps no per-sample data (the library's index has every size; a
+        # copy here would double that memory on every rank): only this rank's first id
+        # and count (local_ids) and the largest sample anywhere, which bounds a batch's
+        # bytes without asking the library per id (fetch). One allgather of P pairs.
+        local_max = int(np.diff(offs).max()) if n else 0
+        pairs = self.comm.allgather((n, local_max))
+        self._first_id = sum(count for count, _ in pairs[: self.rank])
+        self._n_local = n
+        self._max_size = max(m for _, m in pairs)
 
     @property
     def num_samples(self) -> int:
@@ -284,66 +433,98 @@ class Loader:
     @property
     def local_ids(self) -> range:
         """The global ids of this rank's own shard."""
-        if self._first_ids is None:
-            return range(0)
-        first = int(self._first_ids[self.rank])
-        return range(first, first + self._n_local)
+        return range(self._first_id, self._first_id + self._n_local)
 
     def sample_size(self, sample_id: int) -> int:
-        """Size in bytes of a sample. Local, no communication."""
+        """Size in bytes of a sample. Local, no communication.
+
+        TypeError for a non-integer id (floats included); MDLError(ERR_OUT_OF_RANGE) for
+        an id outside 0 .. num_samples - 1 (ids beyond 64 bits and negative ones too:
+        they are never passed to the library, where ctypes would wrap them)."""
+        sid = _integer(sample_id, "sample id")
+        h = self._handle()
+        if not 0 <= sid <= U64_MAX:
+            kind = "negative (ids are 0-based)" if sid < 0 else "beyond 64 bits"
+            raise MDLError(Status.ERR_OUT_OF_RANGE, f"sample id {sid} is out of range: {kind}")
         out = ctypes.c_uint64()
-        if sample_id < 0:
-            raise MDLError(Status.ERR_OUT_OF_RANGE, f"sample id {sample_id} is negative")
-        _check(self._lib.mdl_sample_size(self._handle(), int(sample_id), ctypes.byref(out)))
+        _check(self._lib.mdl_sample_size(h, sid, ctypes.byref(out)))
         return out.value
 
-    def sample_sizes(self) -> np.ndarray:
-        """Size in bytes of every sample (uint64, indexed by global id; a read-only view)."""
-        if self._sizes is None:
-            self._handle()
-            raise MDLError(Status.ERR_STATE, "no shard registered yet (call register_shard first)")
-        v = self._sizes.view()
-        v.flags.writeable = False
-        return v
+    def sample_sizes(self, ids: Iterable[int] | np.ndarray | None = None) -> np.ndarray:
+        """Sizes in bytes of the samples ``ids`` (default: every sample, by global id) as
+        uint64. Local. Asks the library one id at a time (about a microsecond each): the
+        binding keeps no copy of the library's index."""
+        h = self._handle()
+        if ids is None:
+            idv, problem = np.arange(self.num_samples, dtype=np.uint64), ""
+        else:
+            idv, problem = _id_array(ids)
+        if problem:
+            raise MDLError(Status.ERR_OUT_OF_RANGE, problem.rstrip("; "))
+        sizes = np.empty(idv.size, dtype=np.uint64)
+        fn, out = self._lib.mdl_sample_size, ctypes.c_uint64()
+        ref = ctypes.byref(out)
+        for k, sid in enumerate(idv.tolist()):
+            _check(fn(h, sid, ref))
+            sizes[k] = out.value
+        return sizes
+
+    # Above this many bytes, a batch's buffer is sized exactly (per id) rather than by
+    # n * the largest sample: the per-id cost (~1-2 us) is then small beside the bytes moved.
+    _BOUND_LIMIT = 64 << 20
+
+    def _batch_bytes(self, idv: np.ndarray) -> int:
+        """At least the bytes of the samples idv (uint64 ids), without per-sample state:
+        n * the largest sample, or the exact sum (per id) when that bound is large. Ids
+        out of range count 0 (the library refuses them in the fetch)."""
+        bound = idv.size * self._max_size
+        if bound <= self._BOUND_LIMIT:
+            return bound
+        n = self.num_samples
+        fn, out = self._lib.mdl_sample_size, ctypes.c_uint64()
+        ref, h, total = ctypes.byref(out), self._handle(), 0
+        for sid in idv.tolist():
+            if sid < n and fn(h, sid, ref) == 0:
+                total += out.value
+        return total
 
     def fetch(self, ids: Iterable[int] | np.ndarray, out: np.ndarray | bytearray | None = None) -> Batch:
         """Collective. Fetches the samples ``ids`` (global, 0-based; may repeat, may be
         empty, differ per rank) and returns a :class:`Batch` of zero-copy views.
 
-        out: optional buffer to fetch into (a uint8 numpy array or bytearray of at least
-        the batch's size), to reuse memory across steps; by default a new one is allocated.
-        A too-small ``out`` raises MDLError(ERR_BUFFER_TOO_SMALL).
+        ids: integers only (a float, even 2.0, is TypeError); an id outside
+        0 .. num_samples - 1 (negative and beyond 64 bits included) is
+        MDLError(ERR_OUT_OF_RANGE) here and MDLError(ERR_REMOTE) on the other ranks.
+
+        out: optional buffer to fetch into, to reuse memory across steps: a writable,
+        C-contiguous numpy array (any plain dtype; the samples are written as raw bytes
+        from its start) or bytearray, or any writable contiguous buffer. The batch's views
+        share its memory. A strided view, a read-only or an object buffer is TypeError (it
+        cannot be written in place). A too-small ``out`` raises
+        MDLError(ERR_BUFFER_TOO_SMALL) (nothing is written beyond it). By default a new
+        buffer is allocated (sized by the largest sample, or exactly for batches over 64 MiB).
+
+        Any argument refused on one rank makes the call fail on every rank (the others
+        raise MDLError(ERR_REMOTE)), so that no rank waits for another.
         """
         h = self._handle()
         try:
-            arr = np.asarray(ids if not isinstance(ids, range) else np.arange(ids.start, ids.stop, ids.step))
-            if arr.ndim != 1:
-                arr = arr.reshape(-1)
-            if arr.size and arr.dtype.kind not in "iu":
-                raise TypeError(f"ids must be integers, got dtype {arr.dtype}")
-            negative = bool(arr.size and arr.dtype.kind == "i" and arr.min() < 0)
-            if negative:
-                arr = np.where(arr < 0, -1, arr)  # -1 -> 2**64 - 1: the library refuses it on every rank
-            idv = np.ascontiguousarray(arr.astype(np.int64, copy=False)).view(np.uint64)
-            n = idv.size
-            if out is None:
-                total = 0
-                if n and self._sizes is not None:
-                    valid = idv[idv < self._sizes.size]
-                    total = int(self._sizes[valid].sum())
-                buf = np.empty(total, dtype=np.uint8)
-            else:
-                buf = _as_bytes(out)
-                if not buf.flags.writeable:
-                    raise TypeError("out must be a writable buffer")
+            idv, problem = _id_array(ids)
+            # (allocations too: a MemoryError here must not leave the other ranks waiting)
+            buf = np.empty(self._batch_bytes(idv), dtype=np.uint8) if out is None else _out_bytes(out)
+            offs = np.empty(idv.size + 1, dtype=np.uint64)
         except Exception as err:
-            self._lib.mdl_fetch_batch(h, None, 1, None, 0, None)  # fail on every rank together
-            raise err
-        offs = np.empty(n + 1, dtype=np.uint64)
+            # Fail on every rank together: n = 1 with no ids is refused by the library.
+            self._lib.mdl_fetch_batch(h, None, 1, None, 0, None)
+            _note(err, _FAILED_EVERYWHERE)
+            raise
+        n = idv.size
         status = self._lib.mdl_fetch_batch(h, _ptr(idv), n, _ptr(buf), buf.size, offs.ctypes.data)
         if status != 0:
-            prefix = "a sample id is negative (ids are 0-based); " if negative else ""
-            _check(status, prefix)
+            _check(status, problem if status == Status.ERR_OUT_OF_RANGE else "")
+        # A buffer of our own was sized by the largest sample: the batch keeps its unused
+        # tail (at most n * the largest sample, and 64 MiB; pages never written are not
+        # resident). Shrinking it (realloc, mremap) measured slower per step under Open MPI.
         return Batch(idv, buf[: int(offs[-1])], offs)
 
     def set_backend(self, backend: Union[str, int, Backend]) -> None:
@@ -404,8 +585,22 @@ class Loader:
         """
         begin = self._sampler_fn("mdl_epoch_begin")
         h = self._handle()
-        _check(begin(h, int(seed), int(epoch), int(batch_size), int(bool(shuffle)), int(bool(drop_last))))
-        self._epoch_steps = self.epoch_steps(batch_size, drop_last)
+        try:
+            args = (
+                _uint(seed, "seed"),
+                _uint(epoch, "epoch"),
+                _uint(batch_size, "batch_size", lo=1),
+                int(bool(shuffle)),
+                int(bool(drop_last)),
+            )
+            start_step = _uint(start_step, "start_step")
+        except Exception as err:
+            # Collective: batch_size 0 makes mdl_epoch_begin fail on every rank.
+            begin(h, 0, 0, 0, 0, 0)
+            _note(err, _FAILED_EVERYWHERE)
+            raise
+        _check(begin(h, *args))
+        self._epoch_steps = self.epoch_steps(args[2], bool(args[4]))
         if start_step:
             self.seek(start_step)
         next_batch = self._lib.mdl_next_batch
@@ -451,19 +646,42 @@ class Loader:
 
     def epoch_steps(self, batch_size: int, drop_last: bool = False) -> int:
         """Steps of a built-in sampler epoch on every rank (the same everywhere)."""
+        batch_size = _uint(batch_size, "batch_size", lo=1)
         total, ranks = self.num_samples, self.size
         per_rank = total // ranks if drop_last else -(-total // ranks)
-        return -(-per_rank // int(batch_size))
+        return -(-per_rank // batch_size)
 
     def seek(self, step: int) -> None:
         """Collective. The next batch of the current built-in epoch is step ``step``
-        (0-based), exactly as an uninterrupted run (resuming from a checkpoint)."""
-        _check(self._sampler_fn("mdl_epoch_seek")(self._handle(), int(step)))
+        (0-based), exactly as an uninterrupted run (resuming from a checkpoint).
+
+        A step that is not a non-negative integer raises here (TypeError, ValueError) and
+        fails the call on every other rank too (MDLError(ERR_REMOTE)); the epoch stays
+        where it was."""
+        seek, h = self._sampler_fn("mdl_epoch_seek"), self._handle()
+        try:
+            step = _uint(step, "step")
+        except Exception as err:
+            # Collective: a step past any epoch's end makes mdl_epoch_seek fail on every rank.
+            seek(h, U64_MAX)
+            _note(err, _FAILED_EVERYWHERE)
+            raise
+        _check(seek(h, step))
 
     def set_prefetch(self, depth: int) -> None:
         """Batches the built-in sampler fetches ahead on a library thread (0: none).
-        Local, the same on every rank; needs MPI_THREAD_MULTIPLE (mpi4py's default)."""
-        _check(self._sampler_fn("mdl_set_prefetch")(self._handle(), int(depth)))
+        Local, the same on every rank; needs MPI_THREAD_MULTIPLE (mpi4py's default).
+
+        TypeError for a non-integer, ValueError for a negative depth (before calling the
+        library); a depth beyond the library's limit (MDL_MAX_PREFETCH, 64) is
+        MDLError(ERR_INVALID_ARG)."""
+        fn, h = self._sampler_fn("mdl_set_prefetch"), self._handle()
+        d = _integer(depth, "prefetch depth")
+        if d < 0:
+            raise ValueError(f"prefetch depth = {d} is negative (0 is no prefetch)")
+        if d > U32_MAX:  # ctypes would wrap it; the library refuses anything above 64 anyway
+            raise MDLError(Status.ERR_INVALID_ARG, f"mdl_set_prefetch: depth {d} is beyond the library's limit (64)")
+        _check(fn(h, d))
 
     def batches(self, batch_size: int, **kwargs) -> "Any":
         """A :class:`mdloader.DataLoader` over this loader (see there for the arguments)."""
