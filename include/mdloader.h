@@ -214,7 +214,8 @@ enum mdl_status mdl_set_backend(struct mdl_loader *h, mdl_backend b);
  * drop_last != 0; rank r takes positions r, r + P, r + 2P, ... of the order. Batches
  * hold batch_size samples (the last one may hold fewer), so every rank has the same
  * number of steps. All arguments must be the same on every rank (checked). Stops any
- * epoch in progress. mdl_fetch_batch is refused until this epoch ends.
+ * epoch in progress; a refused begin (a bad or differing argument on any rank) leaves
+ * that epoch where it was. mdl_fetch_batch is refused until this epoch ends.
  */
 enum mdl_status mdl_epoch_begin(struct mdl_loader *h,
                                 uint64_t seed,

@@ -30,6 +30,7 @@ class Status(enum.IntEnum):
     ERR_NO_MEMORY = 7
     ERR_PANIC = 8
     ERR_REMOTE = 9
+    ERR_TIMEOUT = 10
 
 
 class Backend(enum.IntEnum):

@@ -37,6 +37,14 @@ pub struct Loader {
     told_no_thread_multiple: bool,
 }
 
+/// Where an epoch stood when a begin or seek stopped it.
+#[derive(Clone, Copy)]
+struct Interrupted {
+    args: EpochArgs,
+    step: u64,
+    depth: u32,
+}
+
 /// The sampler's arguments, kept so that a seek can restart the epoch.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct EpochArgs {
@@ -110,33 +118,56 @@ impl Loader {
 
     /// Collective: start an epoch of the built-in sampler.
     pub fn epoch_begin(&mut self, args: EpochArgs) -> Result<()> {
-        self.stop_epoch()?;
-        self.start_epoch(args, 0)
+        let interrupted = self.interrupt_epoch()?;
+        let begun = self.start_epoch(args, 0);
+        if begun.is_err() {
+            self.resume(interrupted)?;
+        }
+        begun
     }
 
     /// Collective: restart the current epoch at `step`. A refused seek leaves the epoch
     /// where it was.
     pub fn epoch_seek(&mut self, step: u64) -> Result<()> {
         let args = self.current_args;
-        let resume = self.epoch.as_ref().filter(|run| run.is_active()).map(EpochRun::position);
-        self.stop_epoch()?;
+        let interrupted = self.interrupt_epoch()?;
         let Some(args) = args else {
             // Agree anyway so that no rank is left behind (all ranks see no epoch).
             let core = self.core.lock();
             return agree_identical(core.comm(), Err(Error::state("no epoch to seek in (call mdl_epoch_begin first)")), &[]);
         };
         let sought = self.start_epoch(args, step);
-        if let (Err(_), Some((at, depth))) = (&sought, resume) {
-            // Every rank refused the same seek (it was agreed on), so every rank resumes
-            // at the same step, with or without prefetch as agreed again here.
-            let epoch = Self::epoch_of(&self.core.lock(), args)?;
-            let run = EpochRun::prepare(&self.core, epoch, at, depth);
-            let core = self.core.lock();
-            let spawned = agree_settings(core.comm(), Ok(()), &[Self::spawn_failure(&run)]);
-            drop(core);
-            self.epoch = Some(run.release(spawned.map_or(true, |v| v[0] != 0)));
+        if sought.is_err() {
+            self.resume(interrupted)?;
         }
         sought
+    }
+
+    /// Stop the epoch in progress (its prefetch thread uses the communicator, which the
+    /// next agreement needs), remembering where it stood.
+    fn interrupt_epoch(&mut self) -> Result<Option<Interrupted>> {
+        // An epoch that has ended stays ended: it is resumed past its last step.
+        let position = self.epoch.as_ref().map(|run| match run.is_active() {
+            true => run.position(),
+            false => (u64::MAX, 0),
+        });
+        let interrupted = self.current_args.zip(position).map(|(args, (step, depth))| Interrupted { args, step, depth });
+        self.stop_epoch()?;
+        Ok(interrupted)
+    }
+
+    /// Collective: after a refused begin or seek, resume the interrupted epoch where it
+    /// stood. Every rank refused the same call (it was agreed on), so every rank resumes
+    /// at the same step, with or without prefetch as agreed again here.
+    fn resume(&mut self, interrupted: Option<Interrupted>) -> Result<()> {
+        let Some(Interrupted { args, step, depth }) = interrupted else { return Ok(()) };
+        let epoch = Self::epoch_of(&self.core.lock(), args)?;
+        let run = EpochRun::prepare(&self.core, epoch, step, depth);
+        let core = self.core.lock();
+        let spawned = agree_settings(core.comm(), Ok(()), &[Self::spawn_failure(&run)]);
+        drop(core);
+        self.epoch = Some(run.release(spawned.map_or(true, |v| v[0] != 0)));
+        Ok(())
     }
 
     /// Whether this rank could not start its prefetch thread: if any rank could not,

@@ -219,6 +219,16 @@ int main(int argc, char **argv)
         snprintf(what, sizeof what, "a refused seek (past the end) leaves the epoch in place (prefetch %u)", depth);
         check(st == MDL_ERR_INVALID_ARG && drained == MDL_OK && after.hash == whole.hash && after.steps == whole.steps,
               what);
+
+        /* A refused begin (batch size 0 on the last rank) leaves the epoch where it was. */
+        run_result kept = {0, 0, 0, 1, NULL};
+        mdl_epoch_begin(h, 5, 1, 10, 1, 0);
+        for (uint64_t s = 0; s < skip; s++)
+            mdl_next_batch(h, &ids, &d, &offs, &n);
+        st = mdl_epoch_begin(h, 6, 0, g_rank == g_size - 1 ? 0 : 10, 1, 0);
+        drained = drain(h, &kept);
+        snprintf(what, sizeof what, "a refused mdl_epoch_begin leaves the epoch in place (prefetch %u)", depth);
+        check(st != MDL_OK && drained == MDL_OK && kept.hash == whole.hash && kept.steps == whole.steps, what);
     }
 
     /* Misuse, each failing on every rank without a hang, and the loader usable after. */
@@ -238,6 +248,10 @@ int main(int argc, char **argv)
     st = mdl_epoch_seek(h, 1u << 30);
     check(st == MDL_ERR_INVALID_ARG || (g_size > 1 && st == MDL_ERR_STATE), "seek past the end: refused on every rank");
     check(mdl_epoch_begin(h, 1, 1, 0, 1, 0) == MDL_ERR_INVALID_ARG, "batch_size 0: MDL_ERR_INVALID_ARG");
+    /* Refused begins and seeks leave the epoch in progress (at one rank the batch-9 one)
+       where it was: finish it before the next. */
+    run_result leftover = {0, 0, 0, 1, NULL};
+    check(drain(h, &leftover) == MDL_OK, "the epoch left in place by refused calls ends normally");
     run_result again = run_epoch(h, MDL_BACKEND_AUTO, 1, 1, 2, 32, 1, 1, NULL);
     check(again.bytes_ok && same_on_all_ranks(again.steps), "a new epoch works after the errors");
     /* Finalize with an epoch in flight: the prefetch thread stops cleanly. */

@@ -347,13 +347,9 @@ def test_set_prefetch_checks_the_depth(comm, loader):
     assert info.value.status == Status.ERR_INVALID_ARG
     loader.set_prefetch(64)
     loader.set_prefetch(0)
-    try:
-        loader.set_prefetch(65)
-    except MDLError as err:
-        assert err.status == Status.ERR_INVALID_ARG and "mdl_set_prefetch" in str(err)
-    else:
-        loader.set_prefetch(0)
-        pytest.xfail("the library accepts a prefetch depth above MDL_MAX_PREFETCH (64) (issue #9)")
+    with pytest.raises(MDLError) as info:
+        loader.set_prefetch(65)  # above MDL_MAX_PREFETCH: the library refuses it
+    assert info.value.status == Status.ERR_INVALID_ARG and "mdl_set_prefetch" in str(info.value)
 
 
 def test_bad_backend_at_init_fails_on_every_rank(comm):
@@ -413,8 +409,7 @@ def test_library_messages_reach_the_exceptions(comm, loader):
                              MDLError, Status.ERR_OUT_OF_RANGE)
         # docs/hardening.md 1: the others' message names the failing rank *and its status*.
         named = all(comm.allgather(comm.rank == comm.size - 1 or "MDL_ERR_OUT_OF_RANGE" in err.message))
-        if not named:
-            pytest.xfail(f"ERR_REMOTE message does not name the failing rank's status yet: {err.message!r}")
+        assert named, f"ERR_REMOTE message does not name the failing rank's status: {err.message!r}"
 
 
 def test_verdicts_agree(comm):
