@@ -9,9 +9,11 @@
  *    communicator, in the same order. A bad argument on one rank makes every rank
  *    return an error (that rank its own code, the others MDL_ERR_REMOTE): no hang.
  *  - (NULL, 0) is a valid empty array.
- *  - A handle may move between threads; a call on a handle while another thread
- *    is inside a call on it returns MDL_ERR_STATE (the local calls
- *    mdl_num_samples, mdl_sample_size and mdl_stats_json never wait).
+ *  - A handle may move between threads; calls on it from two threads are
+ *    serialised (a collective call waits; mdl_set_backend and mdl_set_prefetch
+ *    return MDL_ERR_STATE instead). The local queries mdl_num_samples,
+ *    mdl_sample_size and mdl_stats_json never wait. Buffers passed to one call
+ *    (ids, out, out_offsets, data, offsets) must not overlap.
  *  - Settings (MDL_* environment variables) are agreed at mdl_init: a value that
  *    differs between ranks is MDL_ERR_INVALID_ARG on every rank.
  */
@@ -111,8 +113,8 @@ typedef enum mdl_backend {
 } mdl_backend;
 
 /**
- * Opaque loader handle. It may be moved between threads; calls that change it from two
- * threads at once are refused (MDL_ERR_STATE).
+ * Opaque loader handle. It may be moved between threads; calls on it from two threads
+ * are serialised (see the header's conventions).
  */
 typedef struct mdl_loader mdl_loader;
 
@@ -265,7 +267,8 @@ enum mdl_status mdl_finalize(struct mdl_loader **h);
 
 /**
  * This rank's statistics as a JSON object, NUL-terminated and truncated to len; returns
- * the full length (without the NUL), or 0 when h is NULL. Local. Keys: "rank", "ranks",
+ * the full length (without the NUL), or 0 when h is NULL or MPI is finalised. Local;
+ * it answers on a loader that failed with MDL_ERR_PANIC or MDL_ERR_TIMEOUT too. Keys: "rank", "ranks",
  * "backend" (in force), "steps", "onesided" and "collective" (each: "steps",
  * "seconds" this rank spent, "predicted_seconds" and "measured_slowest_seconds" of the
  * slowest rank), "samples", "bytes_local", "bytes_remote" (this rank's), "decisions",
@@ -275,7 +278,9 @@ enum mdl_status mdl_finalize(struct mdl_loader **h);
  * MDL_CALIBRATION=<file> to skip measuring. Never waits on other ranks, even while a
  * prefetch thread is inside a step (mdl_num_samples and mdl_sample_size neither).
  */
-size_t mdl_stats_json(const struct mdl_loader *h, char *buf, size_t len);
+size_t mdl_stats_json(const struct mdl_loader *h,
+                      char *buf,
+                      size_t len);
 
 /**
  * Static text for a status code ("unknown status" for a value outside the enum).

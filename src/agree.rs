@@ -107,17 +107,29 @@ pub enum Combine {
 #[derive(Clone, Copy)]
 pub struct Setting<'a> {
     pub name: &'a str,
+    /// Compared bit for bit.
     pub value: u64,
+    /// The value as a number to show (and, for [`Combine::Max`], to combine).
+    pub shown: f64,
     pub combine: Combine,
     /// How to show a value in the message when ranks differ.
-    pub show: fn(u64) -> String,
+    pub show: fn(f64) -> String,
 }
 
 impl<'a> Setting<'a> {
+    /// An integer that must be identical on every rank.
     pub fn identical(name: &'a str, value: u64) -> Setting<'a> {
-        Setting { name, value, combine: Combine::Identical, show: |v| v.to_string() }
+        Setting { name, value, shown: value as f64, combine: Combine::Identical, show: |v| (v as u64).to_string() }
     }
-    pub fn shown_as(self, show: fn(u64) -> String) -> Setting<'a> {
+    /// A number that must be identical on every rank, bit for bit.
+    pub fn float(name: &'a str, value: f64) -> Setting<'a> {
+        Setting { name, value: value.to_bits(), shown: value, combine: Combine::Identical, show: |v| v.to_string() }
+    }
+    /// A small integer (below 2^53) whose largest value over the ranks every rank takes.
+    pub fn max(name: &'a str, value: u64) -> Setting<'a> {
+        Setting { combine: Combine::Max, ..Setting::identical(name, value) }
+    }
+    pub fn shown_as(self, show: fn(f64) -> String) -> Setting<'a> {
         Setting { show, ..self }
     }
 }
@@ -129,13 +141,13 @@ impl<'a> Setting<'a> {
 pub fn agree_settings(comm: &Comm, checks: Result<()>, settings: &[Setting]) -> Result<Vec<u64>> {
     let error = checks.err();
     // Each value as two 32-bit halves (exact in f64) to detect any difference, plus the
-    // value rounded to f64 to show the smallest and largest (exact below 2^53, close
-    // enough above); with negations, so that the maximum also yields the minimum.
+    // number to show the smallest and largest; with negations, so that the maximum
+    // also yields the minimum.
     const PER_SETTING: usize = 6;
     let mut maxima = Vec::with_capacity(settings.len() * PER_SETTING);
     for s in settings {
-        let (hi, lo, rounded) = ((s.value >> 32) as f64, (s.value & 0xFFFF_FFFF) as f64, s.value as f64);
-        maxima.extend_from_slice(&[hi, lo, -hi, -lo, rounded, -rounded]);
+        let (hi, lo) = ((s.value >> 32) as f64, (s.value & 0xFFFF_FFFF) as f64);
+        maxima.extend_from_slice(&[hi, lo, -hi, -lo, s.shown, -s.shown]);
     }
     let proposal = Proposal { error: error.clone(), backend: Backend::Auto, maxima };
     let agreed = agree(comm, &proposal)?;
@@ -143,11 +155,11 @@ pub fn agree_settings(comm: &Comm, checks: Result<()>, settings: &[Setting]) -> 
     let mut values = Vec::with_capacity(settings.len());
     let mut differing = Vec::new();
     for (s, m) in settings.iter().zip(agreed.maxima.chunks_exact(PER_SETTING)) {
-        let (largest, smallest) = (m[4] as u64, (-m[5]) as u64);
+        let (largest, smallest) = (m[4], -m[5]);
         if s.combine == Combine::Identical && (m[0] != -m[2] || m[1] != -m[3]) {
             differing.push(format!("{} differs across ranks ({} on some, {} on others)", s.name, (s.show)(smallest), (s.show)(largest)));
         }
-        values.push(if s.combine == Combine::Max { largest } else { s.value });
+        values.push(if s.combine == Combine::Max { largest as u64 } else { s.value });
     }
     if differing.is_empty() { Ok(values) } else { Err(Error::invalid(differing.join("; "))) }
 }

@@ -120,6 +120,8 @@ pub(crate) const GETS_IN_FLIGHT_LIMIT: u64 = 1 << 20;
 pub(crate) const PROBE_INTERVAL_LIMIT: u64 = 1 << 32;
 pub(crate) const CALIBRATION_SECONDS_LIMIT: f64 = 60.0;
 pub(crate) const TIMEOUT_LIMIT: f64 = 1e6;
+/// A shorter timeout would fail healthy collectives.
+pub(crate) const TIMEOUT_MIN: f64 = 0.001;
 
 impl Default for Config {
     fn default() -> Config {
@@ -142,9 +144,9 @@ impl Default for Config {
 
 /// An environment variable parsed as T and checked, or `default` when unset.
 fn env_or<T: FromStr>(name: &str, default: T, valid: impl Fn(&T) -> bool, expected: &str) -> Result<T> {
-    match std::env::var(name) {
-        Err(_) => Ok(default),
-        Ok(text) => text
+    match env_text(name)? {
+        None => Ok(default),
+        Some(text) => text
             .trim()
             .parse::<T>()
             .ok()
@@ -153,31 +155,51 @@ fn env_or<T: FromStr>(name: &str, default: T, valid: impl Fn(&T) -> bool, expect
     }
 }
 
+/// An environment variable's text, None when unset; a value that is not UTF-8 is an
+/// error (not "unset", which would silently take the default).
+fn env_text(name: &str) -> Result<Option<String>> {
+    match std::env::var_os(name) {
+        None => Ok(None),
+        Some(os) => os
+            .into_string()
+            .map(Some)
+            .map_err(|raw| Error::invalid(format!("{name}={}: not valid UTF-8", raw.to_string_lossy()))),
+    }
+}
+
+/// A keyword variable (case-insensitive): the index of its value in `words`, or
+/// `default` when unset or empty.
+fn env_word(name: &str, words: &[&str], default: usize) -> Result<usize> {
+    let Some(text) = env_text(name)? else { return Ok(default) };
+    let word = text.trim().to_ascii_lowercase();
+    if word.is_empty() {
+        return Ok(default);
+    }
+    words
+        .iter()
+        .position(|w| *w == word)
+        .ok_or_else(|| Error::invalid(format!("{name}={text}: expected {}", words.join(", "))))
+}
+
 impl Config {
     pub fn from_env() -> Result<Config> {
         let default = Config::default();
-        let backend = match std::env::var("MDL_BACKEND") {
-            Ok(text) => Backend::parse(&text).ok_or_else(|| {
+        let backend = match env_text("MDL_BACKEND")? {
+            Some(text) => Backend::parse(&text).ok_or_else(|| {
                 Error::invalid(format!("MDL_BACKEND={text}: expected auto, onesided or collective"))
             })?,
-            Err(_) => default.backend,
+            None => default.backend,
         };
-        let calibration = match std::env::var("MDL_CALIBRATION").as_deref().map(str::trim) {
-            Err(_) | Ok("on") | Ok("") => Calibration::Measure,
-            Ok("off") => Calibration::Off,
-            Ok(path) => Calibration::File(PathBuf::from(path)),
+        let calibration = match env_text("MDL_CALIBRATION")? {
+            None => Calibration::Measure,
+            Some(text) => match text.trim().to_ascii_lowercase().as_str() {
+                "on" | "" => Calibration::Measure,
+                "off" => Calibration::Off,
+                _ => Calibration::File(PathBuf::from(text.trim())),
+            },
         };
-        let shared_index = match std::env::var("MDL_SHARED_INDEX").as_deref().map(str::trim) {
-            Err(_) | Ok("on") => true,
-            Ok("off") => false,
-            Ok(other) => return Err(Error::invalid(format!("MDL_SHARED_INDEX={other}: expected on or off"))),
-        };
-        let wait = match std::env::var("MDL_WAIT").as_deref().map(str::trim) {
-            Err(_) | Ok("auto") => Wait::Auto,
-            Ok("spin") => Wait::Spin,
-            Ok("yield") => Wait::Yield,
-            Ok(other) => return Err(Error::invalid(format!("MDL_WAIT={other}: expected auto, spin or yield"))),
-        };
+        let shared_index = env_word("MDL_SHARED_INDEX", &["off", "on"], 1)? == 1;
+        let wait = [Wait::Auto, Wait::Spin, Wait::Yield][env_word("MDL_WAIT", &["auto", "spin", "yield"], 0)?];
         Ok(Config {
             wait,
             backend,
@@ -223,9 +245,10 @@ impl Config {
             timeout_seconds: env_or(
                 "MDL_TIMEOUT",
                 default.timeout_seconds,
-                |s: &f64| (0.0..=TIMEOUT_LIMIT).contains(s),
-                &format!("seconds in 0..={TIMEOUT_LIMIT} (0: no timeout)"),
-            )?,
+                |s: &f64| *s == 0.0 || (TIMEOUT_MIN..=TIMEOUT_LIMIT).contains(s),
+                &format!("0 (no timeout) or seconds in {TIMEOUT_MIN}..={TIMEOUT_LIMIT}"),
+            )?
+            .abs(), // -0 is 0
         })
     }
 
@@ -233,7 +256,6 @@ impl Config {
     /// identical on every rank, bit for bit. (A calibration file's parameters are
     /// agreed at registration, where the file is read.)
     pub fn settings(&self) -> Vec<Setting<'static>> {
-        let float = |name, v: f64| Setting::identical(name, v.to_bits()).shown_as(|b| f64::from_bits(b).to_string());
         let calibration = match self.calibration {
             Calibration::Measure => 0,
             Calibration::Off => 1,
@@ -242,18 +264,18 @@ impl Config {
         vec![
             Setting::identical("MDL_BACKEND", self.backend as u64)
                 .shown_as(|c| Backend::from_code(c as i64).map_or("?", Backend::name).to_string()),
-            Setting::identical("MDL_WAIT", self.wait as u64).shown_as(|c| Wait::name_of(c).to_string()),
+            Setting::identical("MDL_WAIT", self.wait as u64).shown_as(|c| Wait::name_of(c as u64).to_string()),
             Setting::identical("MDL_MAX_MESSAGE_BYTES", self.max_message_bytes),
             Setting::identical("MDL_MAX_GETS_IN_FLIGHT", self.max_gets_in_flight),
             Setting::identical("MDL_CALIBRATION", calibration)
                 .shown_as(|c| ["on", "off", "a file"].get(c as usize).unwrap_or(&"?").to_string()),
-            float("MDL_CALIBRATION_SECONDS", self.calibration_seconds),
+            Setting::float("MDL_CALIBRATION_SECONDS", self.calibration_seconds),
             Setting::identical("MDL_PROBE_INTERVAL", self.probe_interval),
-            float("MDL_HYSTERESIS", self.hysteresis),
+            Setting::float("MDL_HYSTERESIS", self.hysteresis),
             Setting::identical("MDL_MATRIX_MAX_RANKS", self.matrix_max_ranks as u64),
             Setting::identical("MDL_WARMUP_GETS", self.warm_up_gets),
-            float("MDL_TIMEOUT", self.timeout_seconds),
-            Setting::identical("MDL_SHARED_INDEX", self.shared_index as u64).shown_as(|v| ["off", "on"][v.min(1) as usize].to_string()),
+            Setting::float("MDL_TIMEOUT", self.timeout_seconds),
+            Setting::identical("MDL_SHARED_INDEX", self.shared_index as u64).shown_as(|v| ["off", "on"][(v as usize).min(1)].to_string()),
         ]
     }
 }

@@ -41,12 +41,16 @@ pub struct BatchPlan {
 }
 
 impl BatchPlan {
+    /// The plan of fetching `ids` on rank `my_rank`. Its memory (about 40 bytes per id)
+    /// is allocated fallibly: a batch too large for this rank is `MDL_ERR_NO_MEMORY`
+    /// before any rank communicates, never an abort.
     pub fn new(index: &GlobalIndex, my_rank: usize, ids: &[u64]) -> Result<BatchPlan> {
         let ranks = index.num_ranks();
-        let mut out_offsets = Vec::with_capacity(ids.len() + 1);
+        let mut out_offsets = with_room(ids.len() + 1)?;
         let mut local = Vec::new();
         let mut in_request_order = Vec::new();
-        let mut bytes_per_owner = vec![0u64; ranks];
+        let mut bytes_per_owner = with_room(ranks)?;
+        bytes_per_owner.resize(ranks, 0u64);
         let mut at = 0u64;
         out_offsets.push(at);
         for (k, &id) in ids.iter().enumerate() {
@@ -57,8 +61,10 @@ impl BatchPlan {
                 )
             })?;
             if loc.len > 0 && loc.owner == my_rank {
+                grow(&mut local, ids.len() / ranks.max(1) + 16)?;
                 local.push(LocalCopy { src_offset: loc.offset, dest_offset: at, len: loc.len });
             } else if loc.len > 0 {
+                grow(&mut in_request_order, ids.len())?;
                 bytes_per_owner[loc.owner] += loc.len;
                 in_request_order.push(RemoteSample {
                     id,
@@ -71,9 +77,11 @@ impl BatchPlan {
             at += loc.len;
             out_offsets.push(at);
         }
-        let gets = coalesce(&in_request_order);
+        let gets = coalesce(&in_request_order)?;
         let mut remote = in_request_order;
-        remote.sort_by_key(|s| s.owner); // stable: keeps request order within an owner
+        // By owner, request order within an owner (the output offset grows with it):
+        // an unstable sort on that pair needs no buffer, unlike a stable sort.
+        remote.sort_unstable_by_key(|s| (s.owner, s.dest_offset));
         Ok(BatchPlan { out_offsets, local, remote, bytes_per_owner, gets })
     }
 
@@ -91,8 +99,24 @@ impl BatchPlan {
     }
 }
 
-fn coalesce(in_request_order: &[RemoteSample]) -> Vec<Get> {
-    let mut gets: Vec<Get> = Vec::with_capacity(in_request_order.len());
+/// An empty vector with room for `len` elements, or `MDL_ERR_NO_MEMORY`.
+fn with_room<T>(len: usize) -> Result<Vec<T>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(len).map_err(|_| Error::no_memory((len * size_of::<T>()) as u64))?;
+    Ok(v)
+}
+
+/// Make room for one more element, reserving for up to `at_most` at the first call.
+fn grow<T>(v: &mut Vec<T>, at_most: usize) -> Result<()> {
+    if v.len() == v.capacity() {
+        let more = if v.is_empty() { at_most.max(1) } else { v.len() };
+        v.try_reserve(more).map_err(|_| Error::no_memory((more * size_of::<T>()) as u64))?;
+    }
+    Ok(())
+}
+
+fn coalesce(in_request_order: &[RemoteSample]) -> Result<Vec<Get>> {
+    let mut gets: Vec<Get> = with_room(in_request_order.len())?;
     for s in in_request_order {
         if let Some(last) = gets.last_mut() {
             let adjacent = last.target == s.owner
@@ -110,7 +134,7 @@ fn coalesce(in_request_order: &[RemoteSample]) -> Vec<Get> {
             len: s.len,
         });
     }
-    gets
+    Ok(gets)
 }
 
 #[cfg(test)]

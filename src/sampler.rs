@@ -174,13 +174,23 @@ impl Epoch {
         ids.extend((first..end).map(|k| self.perm.at((rank as u64 + k * self.ranks) % self.n)));
     }
 
+    /// Build, if not yet built, where the ids in `owned` (this rank's samples) sit in
+    /// the epoch: 8 bytes per owned sample, allocated fallibly. Called before a step's
+    /// agreement, so that running out of memory fails every rank together.
+    pub fn prepare_owned(&self, owned: Range<u64>) -> Result<()> {
+        if self.inverse.get().is_none() {
+            let _ = self.inverse.set(self.invert(owned)?);
+        }
+        Ok(())
+    }
+
     /// Which of the ids in `owned` (one owner's samples) each rank takes at `step`:
     /// `by_rank[q]` receives rank q's, in the order of q's batch. O(those samples),
-    /// after an O(owned) inversion at the first call of the epoch (`owned` must be the
-    /// same at every call).
+    /// after the O(owned) inversion of [`Epoch::prepare_owned`] (built here if it was
+    /// not prepared; `owned` must be the same at every call).
     pub fn owned_in_batches(&self, step: u64, owned: Range<u64>, by_rank: &mut [Vec<u64>]) {
         by_rank.iter_mut().for_each(Vec::clear);
-        let inverse = self.inverse.get_or_init(|| self.invert(owned.clone()));
+        let inverse = self.inverse.get_or_init(|| self.invert(owned.clone()).expect("the inversion fits in memory"));
         debug_assert_eq!(inverse.owned, owned, "one owner per epoch");
         let Some(range) = inverse.step_starts.get(step as usize..step as usize + 2) else { return };
         for &i in &inverse.positions[range[0]..range[1]] {
@@ -190,9 +200,14 @@ impl Epoch {
 
     /// Positions (in the padded split order) of every id in `owned`, sorted by step,
     /// then rank, then place in the batch.
-    fn invert(&self, owned: Range<u64>) -> OwnedPositions {
+    fn invert(&self, owned: Range<u64>) -> Result<OwnedPositions> {
         let total = self.per_rank * self.ranks;
-        let mut positions = Vec::with_capacity((owned.end - owned.start) as usize);
+        // Each id appears total / n times, and once more for the first total % n
+        // positions of the order (the padding wraps around).
+        let owned_count = owned.end - owned.start;
+        let bound = owned_count * (total / self.n.max(1)) + owned_count.min(total % self.n.max(1));
+        let mut positions = Vec::new();
+        positions.try_reserve_exact(bound as usize).map_err(|_| Error::no_memory(bound * 8))?;
         for id in owned.clone() {
             // Position i takes perm(i mod N): an id appears at p, p + N, ... below the
             // padded total (or not at all past a dropped tail).
@@ -206,11 +221,12 @@ impl Epoch {
         let step_of = |i: u64| (i / ranks) / batch;
         positions.sort_unstable_by_key(|&i| (step_of(i), i % ranks, (i / ranks) % batch));
         let steps = self.steps() as usize;
-        let mut step_starts = Vec::with_capacity(steps + 1);
+        let mut step_starts = Vec::new();
+        step_starts.try_reserve_exact(steps + 1).map_err(|_| Error::no_memory(8 * (steps as u64 + 1)))?;
         for s in 0..=steps as u64 {
             step_starts.push(positions.partition_point(|&i| step_of(i) < s));
         }
-        OwnedPositions { owned, positions, step_starts }
+        Ok(OwnedPositions { owned, positions, step_starts })
     }
 }
 

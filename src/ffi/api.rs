@@ -2,7 +2,7 @@
 //! documentation is these comments, which cbindgen copies into `include/mdloader.h`.
 
 use super::args::{self, slice, slice_mut};
-use super::handle::{with_loader, with_published};
+use super::handle::{Call, with_loader, with_published};
 use super::{boundary, init_logging, with_last_error};
 use crate::config::Backend;
 use crate::error::{Error, Result, mdl_status};
@@ -99,7 +99,7 @@ pub extern "C" fn mdl_register_shard(
     n_samples: u64,
 ) -> mdl_status {
     boundary("mdl_register_shard", || {
-        with_loader(h, |loader| {
+        with_loader(h, Call::Collective, |loader| {
             let shard = (|| {
                 let n_offsets = match n_samples {
                     0 if offsets.is_null() => 0,
@@ -107,6 +107,7 @@ pub extern "C" fn mdl_register_shard(
                 };
                 // SAFETY: the caller passes n_samples + 1 offsets.
                 let offsets = unsafe { slice(offsets, n_offsets, "offsets") }?;
+                ShardView::check_offsets(offsets)?;
                 let bytes = args::len::<u8>(offsets.last().copied().unwrap_or(0), "offsets[n_samples]")?;
                 // SAFETY: the caller passes offsets[n_samples] bytes of data.
                 let data = unsafe { slice(data as *const u8, bytes, "data") }?;
@@ -159,7 +160,7 @@ pub extern "C" fn mdl_fetch_batch(
     out_offsets: *mut u64,
 ) -> mdl_status {
     boundary("mdl_fetch_batch", || {
-        with_loader(h, |loader| {
+        with_loader(h, Call::Collective, |loader| {
             let fetch = (|| {
                 let n_offsets = args::count_plus_one::<u64>(n as u64, "n")?;
                 let out_len = args::len::<u8>(out_cap, "out_cap")?;
@@ -185,7 +186,7 @@ pub extern "C" fn mdl_fetch_batch(
 #[unsafe(no_mangle)]
 pub extern "C" fn mdl_set_backend(h: *mut mdl_loader, b: MdlBackendArg) -> mdl_status {
     boundary("mdl_set_backend", || {
-        with_loader(h, |loader| {
+        with_loader(h, Call::LocalSetter, |loader| {
             let backend = Backend::from_code(b as i64)
                 .ok_or_else(|| Error::invalid(format!("{b} is not an mdl_backend value")))?;
             loader.set_backend(backend)
@@ -215,7 +216,7 @@ pub extern "C" fn mdl_epoch_begin(
 ) -> mdl_status {
     boundary("mdl_epoch_begin", || {
         let args = EpochArgs { seed, epoch, batch_size, shuffle: shuffle != 0, drop_last: drop_last != 0 };
-        with_loader(h, |loader| loader.epoch_begin(args))
+        with_loader(h, Call::Collective, |loader| loader.epoch_begin(args))
     })
 }
 
@@ -234,7 +235,7 @@ pub extern "C" fn mdl_next_batch(
 ) -> mdl_status {
     boundary("mdl_next_batch", || {
         // The batch stays valid until the next call on h: the loader owns its buffers.
-        let (ids_ptr, data_ptr, offsets_ptr, count) = with_loader(h, |loader| {
+        let (ids_ptr, data_ptr, offsets_ptr, count) = with_loader(h, Call::Collective, |loader| {
             Ok(match loader.next_batch()? {
                 Some(b) => (b.ids.as_ptr(), b.data.as_ptr() as *const c_void, b.offsets.as_ptr(), b.ids.len()),
                 None => (std::ptr::null(), std::ptr::null(), std::ptr::null(), 0),
@@ -256,7 +257,7 @@ pub extern "C" fn mdl_next_batch(
 /// an uninterrupted run would have. The same step on every rank (checked).
 #[unsafe(no_mangle)]
 pub extern "C" fn mdl_epoch_seek(h: *mut mdl_loader, step: u64) -> mdl_status {
-    boundary("mdl_epoch_seek", || with_loader(h, |loader| loader.epoch_seek(step)))
+    boundary("mdl_epoch_seek", || with_loader(h, Call::Collective, |loader| loader.epoch_seek(step)))
 }
 
 /// Batches fetched ahead while the caller computes (0 = none, the default; at most
@@ -268,7 +269,7 @@ pub extern "C" fn mdl_epoch_seek(h: *mut mdl_loader, step: u64) -> mdl_status {
 /// refused (MDL_ERR_STATE).
 #[unsafe(no_mangle)]
 pub extern "C" fn mdl_set_prefetch(h: *mut mdl_loader, depth: u32) -> mdl_status {
-    boundary("mdl_set_prefetch", || with_loader(h, |loader| loader.set_prefetch(depth)))
+    boundary("mdl_set_prefetch", || with_loader(h, Call::LocalSetter, |loader| loader.set_prefetch(depth)))
 }
 
 /// Collective. Frees everything and sets *h = NULL. NULL or *h == NULL is a no-op.
@@ -291,7 +292,8 @@ pub extern "C" fn mdl_finalize(h: *mut *mut mdl_loader) -> mdl_status {
 }
 
 /// This rank's statistics as a JSON object, NUL-terminated and truncated to len; returns
-/// the full length (without the NUL), or 0 when h is NULL. Local. Keys: "rank", "ranks",
+/// the full length (without the NUL), or 0 when h is NULL or MPI is finalised. Local;
+/// it answers on a loader that failed with MDL_ERR_PANIC or MDL_ERR_TIMEOUT too. Keys: "rank", "ranks",
 /// "backend" (in force), "steps", "onesided" and "collective" (each: "steps",
 /// "seconds" this rank spent, "predicted_seconds" and "measured_slowest_seconds" of the
 /// slowest rank), "samples", "bytes_local", "bytes_remote" (this rank's), "decisions",

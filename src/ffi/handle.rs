@@ -1,9 +1,11 @@
 //! The handle behind `mdl_loader *`: how a C pointer reaches the loader safely.
 //!
-//! - **Threads.** Calls that change the loader take its lock with `try_lock`: a second
-//!   thread calling while one is inside gets `MDL_ERR_STATE` at once, never undefined
-//!   behaviour (two `&mut` to one loader) and never a deadlock. The local calls read
-//!   [`Published`] and never take that lock, so they never wait on other ranks.
+//! - **Threads.** Calls that change the loader take its lock, so two threads never hold
+//!   two `&mut` to one loader. A collective call waits for the lock: refusing it on one
+//!   rank alone would leave the other ranks waiting in the collective. The local
+//!   setters (`mdl_set_backend`, `mdl_set_prefetch`) refuse with `MDL_ERR_STATE`
+//!   instead of waiting behind a collective. The local queries read [`Published`] and
+//!   never take the lock, so they never wait on other ranks.
 //! - **Poison.** A panic caught inside a call, or a collective that timed out, leaves
 //!   the loader half way through a step: every later call is refused, and finalize
 //!   frees the memory only (a collective free could hang on the ranks that moved on).
@@ -18,8 +20,8 @@ use parking_lot::Mutex;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::sync::Arc;
 
-/// Opaque loader handle. It may be moved between threads; calls that change it from two
-/// threads at once are refused (MDL_ERR_STATE).
+/// Opaque loader handle. It may be moved between threads; calls on it from two threads
+/// are serialised (see the header's conventions).
 #[allow(non_camel_case_types)]
 pub struct mdl_loader {
     inner: Arc<Handle>,
@@ -87,12 +89,25 @@ fn refused(handle: &Handle) -> Result<()> {
     Ok(())
 }
 
+/// What a call does with the loader, which decides how it takes the lock.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Call {
+    /// Every rank makes it: waits while another thread of this rank is inside a call.
+    Collective,
+    /// This rank alone changes a setting: refused while another thread is inside.
+    LocalSetter,
+}
+
 /// Run `body` on the loader behind `h` (a call that may change it or communicate).
-pub fn with_loader<R>(h: *const mdl_loader, body: impl FnOnce(&mut Loader) -> Result<R>) -> Result<R> {
+pub fn with_loader<R>(h: *const mdl_loader, call: Call, body: impl FnOnce(&mut Loader) -> Result<R>) -> Result<R> {
     let handle = handle_of(h)?;
     refused(handle)?;
-    let Some(mut guard) = handle.loader.try_lock() else {
-        return Err(Error::state("the loader is in use by another thread (one call at a time per loader)"));
+    let guard = match call {
+        Call::Collective => Some(handle.loader.lock()),
+        Call::LocalSetter => handle.loader.try_lock(),
+    };
+    let Some(mut guard) = guard else {
+        return Err(Error::state("another thread is inside a call on this loader; settings change between calls"));
     };
     let loader = guard.as_mut().ok_or_else(|| Error::state("the loader was closed at MPI_Finalize"))?;
     match catch_unwind(AssertUnwindSafe(|| body(loader))) {
@@ -116,11 +131,10 @@ pub fn with_loader<R>(h: *const mdl_loader, body: impl FnOnce(&mut Loader) -> Re
     }
 }
 
-/// Run a local query on what the loader publishes: never waits on other ranks.
+/// Run a local query on what the loader publishes: never waits on other ranks. It
+/// still answers on a poisoned loader (its statistics tell what happened).
 pub fn with_published<R>(h: *const mdl_loader, query: impl FnOnce(&Published) -> Result<R>) -> Result<R> {
-    let handle = handle_of(h)?;
-    refused(handle)?;
-    query(&handle.published)
+    query(&handle_of(h)?.published)
 }
 
 /// The `MPI_Finalize` hook: finalize every open loader, in creation order.

@@ -6,7 +6,7 @@
 //! communicate. See `agree.rs`.
 
 use super::published::Published;
-use crate::agree::{Combine, Proposal, Setting, agree, agree_identical, agree_settings};
+use crate::agree::{Proposal, Setting, agree, agree_identical, agree_on_checks, agree_settings};
 use crate::config::{Backend, Calibration as CalibrationMode, Config, Wait};
 use crate::engine::{ExchangeBuffers, ExchangeShape, KnownBatches, StepContext, exchange_shape, execute};
 use crate::error::{Error, Result, mdl_status};
@@ -132,7 +132,7 @@ impl Core {
             Wait::Auto => {
                 let ranks_here = comm.ranks_on_node(node::machine_key());
                 let oversubscribed = ranks_here.as_ref().map_or(false, |&n| n > node::online_cores());
-                let any = Setting { combine: Combine::Max, ..Setting::identical("oversubscribed node", oversubscribed as u64) };
+                let any = Setting::max("oversubscribed node", oversubscribed as u64);
                 agree_settings(comm, ranks_here.map(|_| ()), &[any])?[0] != 0
             }
         };
@@ -162,11 +162,8 @@ impl Core {
             Some(Ok(c)) => c.params,
             _ => CostParams::default(),
         };
-        let named: Vec<(String, u64)> = params.named().into_iter().map(|(n, v)| (format!("MDL_CALIBRATION file: \"{n}\""), v.to_bits())).collect();
-        let file_settings: Vec<Setting> = named
-            .iter()
-            .map(|(name, bits)| Setting::identical(name, *bits).shown_as(|b| f64::from_bits(b).to_string()))
-            .collect();
+        let named: Vec<(String, f64)> = params.named().into_iter().map(|(n, v)| (format!("MDL_CALIBRATION file: \"{n}\""), v)).collect();
+        let file_settings: Vec<Setting> = named.iter().map(|(name, v)| Setting::float(name, *v)).collect();
         agree_identical(&self.comm, checks, &file_settings)?;
         let shard = shard.expect("agreed that every rank's shard is valid");
         let started = mpi::wtime();
@@ -233,6 +230,13 @@ impl Core {
 
     pub fn num_samples(&self) -> Result<u64> {
         Ok(self.store()?.index.num_samples())
+    }
+
+    /// This rank's global ids, when the collective engine may run (not forced one-sided).
+    pub fn owned_ids(&self) -> Option<std::ops::Range<u64>> {
+        let first = self.store.as_ref()?.index.first_ids();
+        let me = self.comm.rank();
+        (self.backend != Backend::OneSided).then(|| first[me]..first[me + 1])
     }
 
     /// Size of sample `id`, which must be in range (the sampler's ids are).
@@ -372,8 +376,15 @@ impl Core {
         }
     }
 
-    /// Collective: free the window and the communicator.
+    /// Collective: free the window and the communicator. The ranks first agree that all
+    /// of them are finalizing: the frees are blocking MPI calls, which `MDL_TIMEOUT`
+    /// cannot interrupt, while the agreement's wait can give up (then nothing is freed).
     pub fn finalize(self) -> Result<()> {
+        if let Err(err) = agree_on_checks(&self.comm, Ok(())) {
+            log::warn!("finalize could not agree with the other ranks ({}): MPI objects are not freed", err.message);
+            std::mem::forget(self); // MPI may still use its buffers
+            return Err(err);
+        }
         let Core { comm, store, stats, published, .. } = self;
         published.clear_index();
         log::info!("rank {}: finalize after {}", comm.rank(), stats.summary());

@@ -35,7 +35,7 @@ pub struct Batch {
 fn fetch_into(core: &mut Core, epoch: &Epoch, step: u64, batch: &mut Batch) -> Result<()> {
     epoch.batch_into(step, core.rank(), &mut batch.ids);
     let known = SamplerStep { epoch, step };
-    let sized = size_buffers(core, batch);
+    let sized = prepare_collective(core, epoch).and_then(|()| size_buffers(core, batch));
     let args = sized.map(|needed| FetchArgs {
         ids: &batch.ids,
         out: &mut batch.data[..needed],
@@ -58,6 +58,15 @@ impl KnownBatches for SamplerStep<'_> {
 
     fn owned_in_batches(&self, owned: Range<u64>, by_rank: &mut [Vec<u64>]) {
         self.epoch.owned_in_batches(self.step, owned, by_rank);
+    }
+}
+
+/// Where this rank's samples sit in the epoch, for the collective engine's owners:
+/// built (fallibly) before the step's agreement, unless the one-sided engine is forced.
+fn prepare_collective(core: &Core, epoch: &Epoch) -> Result<()> {
+    match core.owned_ids() {
+        Some(owned) => epoch.prepare_owned(owned),
+        None => Ok(()),
     }
 }
 

@@ -10,7 +10,7 @@ pub use epoch::Batch;
 pub use published::Published;
 
 use self::core::Core;
-use crate::agree::{Combine, Setting, agree_identical, agree_settings};
+use crate::agree::{Setting, agree_identical, agree_settings};
 use crate::config::Backend;
 use crate::error::{Error, Result};
 use crate::mpi;
@@ -173,7 +173,7 @@ impl Loader {
     /// Whether this rank could not start its prefetch thread: if any rank could not,
     /// every rank fetches inline, so that the ranks' collectives stay in step.
     fn spawn_failure(run: &EpochRun) -> Setting<'static> {
-        Setting { combine: Combine::Max, ..Setting::identical("prefetch thread not started", run.spawn_failed() as u64) }
+        Setting::max("prefetch thread not started", run.spawn_failed() as u64)
     }
 
     /// The sampler's epoch for `args` over this loader's samples and ranks.
@@ -197,7 +197,7 @@ impl Loader {
             (Ok(()), Ok(epoch)) => Some(EpochRun::prepare(&self.core, epoch, step, depth)),
             _ => None,
         };
-        let not_started = run.as_ref().map_or(Setting::identical("", 0), Self::spawn_failure);
+        let not_started = run.as_ref().map_or(Setting::max("prefetch thread not started", 0), Self::spawn_failure);
         let settings = [
             Setting::identical("seed", args.seed),
             Setting::identical("epoch", args.epoch),
@@ -206,7 +206,7 @@ impl Loader {
             Setting::identical("drop_last", args.drop_last as u64),
             Setting::identical("step", step),
             Setting::identical("prefetch depth", depth as u64),
-            Setting { combine: Combine::Max, ..not_started },
+            not_started,
         ];
         let core = self.core.lock();
         let agreed = agree_settings(core.comm(), checks, &settings);

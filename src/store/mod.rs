@@ -29,6 +29,13 @@ pub struct ShardView<'a> {
 impl<'a> ShardView<'a> {
     /// Check the offsets: n + 1 entries starting at 0 and never decreasing.
     pub fn new(data: &'a [u8], offsets: &'a [u64]) -> Result<ShardView<'a>> {
+        Self::check_offsets(offsets)?;
+        Ok(ShardView { data, offsets })
+    }
+
+    /// Offsets must start at 0 and never decrease (checked before the data they
+    /// describe is looked at, so that a bad offset is named as such).
+    pub fn check_offsets(offsets: &[u64]) -> Result<()> {
         if offsets.first().is_some_and(|&first| first != 0) {
             return Err(Error::invalid(format!("offsets[0] is {}, must be 0", offsets[0])));
         }
@@ -40,7 +47,7 @@ impl<'a> ShardView<'a> {
                 offsets[i + 1]
             )));
         }
-        Ok(ShardView { data, offsets })
+        Ok(())
     }
 
     pub fn num_samples(&self) -> u64 {
