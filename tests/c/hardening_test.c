@@ -1129,6 +1129,63 @@ static void case_two_threads(void)
     case_end(name, &r);
 }
 
+/* A local setter on another thread of rank 0 (the same backend every rank has) while
+   every rank fetches: the fetches wait for the setter instead of failing on rank 0
+   alone, which would leave the other ranks waiting in the fetch's collective. */
+static volatile int g_setter_stop;
+
+static void *setter_thread(void *arg)
+{
+    mdl_loader *h = arg;
+    while (!g_setter_stop)
+        mdl_set_backend(h, MDL_BACKEND_AUTO);
+    return NULL;
+}
+
+static void case_setter_racing_fetches(void)
+{
+    const char *name = "threads/a local setter on another thread never fails a collective fetch on one rank";
+    if (!selected(name))
+        return;
+    if (g_provided < MPI_THREAD_MULTIPLE) {
+        case_skip(name, "MPI_THREAD_MULTIPLE not provided");
+        return;
+    }
+    cres r;
+    case_begin(name, &r);
+    world w;
+    int ok = open_world(&w, g_seed + 95) == 0;
+    EXPECT(&r, ok, "mdl_init/register failed");
+    if (ok) {
+        pthread_t t;
+        g_setter_stop = 0;
+        if (g_rank == 0)
+            pthread_create(&t, NULL, setter_thread, w.h);
+        tc_rng rng = tc_rng_make(g_seed + 95, (uint64_t)g_rank);
+        uint64_t ids[8], offs[9];
+        uint8_t *buf = malloc(8 * 3000 + 1);
+        int failed = 0;
+        for (int it = 0; it < 500 && !failed; it++) {
+            size_t n = 1 + (size_t)tc_below(&rng, 8);
+            for (size_t i = 0; i < n; i++)
+                ids[i] = tc_below(&rng, tc_total(&w.ds));
+            mdl_status st = mdl_fetch_batch(w.h, ids, n, buf, tc_batch_bytes(&w.ds, ids, n), offs);
+            if (st != MDL_OK) {
+                NOTE(&r, "fetch %d returned %s", it, sname(st));
+                failed = 1;
+            }
+        }
+        free(buf);
+        g_setter_stop = 1;
+        if (g_rank == 0)
+            pthread_join(t, NULL);
+        if (!failed)
+            recovery_fetch(&w, &r, "a racing setter");
+    }
+    close_world(&w, &r);
+    case_end(name, &r);
+}
+
 /* Rank 0's prefetch thread is made to wait inside a step (the last rank's main thread
    sleeps, so its prefetch thread stops once its queue is full): the local calls on rank
    0 must return at once meanwhile. */
@@ -1384,6 +1441,7 @@ int main(int argc, char **argv)
     case_onesided_many(5000, "1",
                        "onesided/MDL_MAX_GETS_IN_FLIGHT=1 on every rank: 5,000 ids one-sided -> byte-exact");
     case_two_threads();
+    case_setter_racing_fetches();
     case_local_calls_while_prefetching();
     /* Last: these can hang (settings not yet agreed) or abort (invalid handles). */
     settings_cases();
