@@ -22,7 +22,9 @@ FAILED_SUITES=()
 tally() {
     local suite=$1 log=$2 rc=$3 p f
     p=$(grep -Eo '(^|result: [a-zA-Z]+\. )[0-9]+ passed' "$log" | grep -Eo '[0-9]+ passed' | awk '{s+=$1} END {print s+0}')
-    f=$(grep -Eo '[0-9]+ failed' "$log" | awk '{s+=$1} END {print s+0}')
+    # Only the runners' own closing lines count: a failing case's log, shown indented,
+    # may hold the closing lines of the program it ran.
+    f=$(grep -E '^[0-9]+ passed, [0-9]+ failed|^test result:' "$log" | grep -Eo '[0-9]+ failed' | awk '{s+=$1} END {print s+0}')
     if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
         f=1 # the suite failed before it could count (build error, crash)
     fi

@@ -277,11 +277,13 @@ static int same_everywhere(uint64_t v)
 typedef struct world {
     mdl_loader *h;
     tc_dataset ds;
+    int had_epoch; /* an epoch was begun on h (each epoch case ends its epoch) */
 } world;
 
 static int open_world(world *w, uint64_t seed)
 {
     w->h = NULL;
+    w->had_epoch = 0;
     if (tc_dataset_init(&w->ds, g_size, g_base, seed, 1) != 0)
         return -1;
     if (mdl_init(MPI_COMM_WORLD, &w->h) != MDL_OK)
@@ -808,15 +810,22 @@ static void op_epoch(fcase *c, world *w)
     mdl_status st = mdl_epoch_begin(w->h, a_seed, a_epoch, a_bs, a_shuffle, a_drop);
     int begun = check_collective(c, "mdl_epoch_begin", st, e);
     if (!begun) {
-        /* No epoch runs now: next_batch refused locally on every rank. */
+        /* A refused begin leaves the epoch before it as it was: the previous case's,
+           ended (next_batch gives n == 0 on every rank), or none (refused locally). */
         const uint64_t *ids, *offs;
         const void *data;
-        size_t n;
-        check_collective(c, "mdl_next_batch without an epoch", mdl_next_batch(w->h, &ids, &data, &offs, &n),
-                         ex_all(MDL_ERR_STATE));
+        size_t n = 1;
+        mdl_status next = mdl_next_batch(w->h, &ids, &data, &offs, &n);
+        if (w->had_epoch) {
+            check_collective(c, "mdl_next_batch after a refused begin (previous epoch ended)", next, ex_ok());
+            EXPECT(c, next != MDL_OK || n == 0, "the previous, ended epoch gave a batch of %zu", n);
+        } else {
+            check_collective(c, "mdl_next_batch without an epoch", next, ex_all(MDL_ERR_STATE));
+        }
         fuzz_fetch_once(c, w, -1, NULL);
         return;
     }
+    w->had_epoch = 1;
     if (g_size == 1 && v == EV_BS_MAX && c->me) {
         /* At one rank the hostile batch size is simply the batch size. */
         x.batch = UINT64_MAX;
