@@ -33,8 +33,10 @@ pub struct BatchPlan {
     /// Non-empty remote samples, grouped by owner in rank order, request order within
     /// an owner (the order the collective engine exchanges them in).
     pub remote: Vec<RemoteSample>,
-    /// Per owner rank: how many bytes of `remote` it serves.
-    pub bytes_per_owner: Vec<u64>,
+    /// Bytes of `remote`, all owners together.
+    pub remote_bytes: u64,
+    /// Ranks of the communicator.
+    pub ranks: usize,
     /// The one-sided engine's reads: remote samples in request order, runs that are
     /// adjacent both in the owner's window and in the output merged into one get.
     pub gets: Vec<Get>,
@@ -49,8 +51,8 @@ impl BatchPlan {
         let mut out_offsets = with_room(ids.len() + 1)?;
         let mut local = Vec::new();
         let mut in_request_order = Vec::new();
-        let mut bytes_per_owner = with_room(ranks)?;
-        bytes_per_owner.resize(ranks, 0u64);
+        // No per-owner array: an O(P) array per step is what grows with the ranks.
+        let mut remote_bytes = 0u64;
         let mut at = 0u64;
         out_offsets.push(at);
         for (k, &id) in ids.iter().enumerate() {
@@ -65,7 +67,7 @@ impl BatchPlan {
                 local.push(LocalCopy { src_offset: loc.offset, dest_offset: at, len: loc.len });
             } else if loc.len > 0 {
                 grow(&mut in_request_order, ids.len())?;
-                bytes_per_owner[loc.owner] += loc.len;
+                remote_bytes += loc.len;
                 in_request_order.push(RemoteSample {
                     id,
                     owner: loc.owner,
@@ -82,7 +84,7 @@ impl BatchPlan {
         // By owner, request order within an owner (the output offset grows with it):
         // an unstable sort on that pair needs no buffer, unlike a stable sort.
         remote.sort_unstable_by_key(|s| (s.owner, s.dest_offset));
-        Ok(BatchPlan { out_offsets, local, remote, bytes_per_owner, gets })
+        Ok(BatchPlan { out_offsets, local, remote, remote_bytes, ranks, gets })
     }
 
     /// Bytes of the whole batch, local and remote.
@@ -91,7 +93,17 @@ impl BatchPlan {
     }
 
     pub fn remote_bytes(&self) -> u64 {
-        self.bytes_per_owner.iter().sum()
+        self.remote_bytes
+    }
+
+    /// Per owner rank: how many bytes of `remote` it serves (O(P): for the agreement's
+    /// request matrix, carried only up to `MDL_MATRIX_MAX_RANKS` ranks).
+    pub fn bytes_per_owner(&self) -> Vec<u64> {
+        let mut bytes = vec![0u64; self.ranks];
+        for s in &self.remote {
+            bytes[s.owner] += s.len;
+        }
+        bytes
     }
 
     pub fn local_bytes(&self) -> u64 {
@@ -151,7 +163,7 @@ mod tests {
         let plan = BatchPlan::new(&index(), 0, &[5, 1, 2, 4, 5]).unwrap();
         assert_eq!(plan.out_offsets, vec![0, 5, 7, 7, 11, 16]);
         assert_eq!(plan.local, vec![LocalCopy { src_offset: 1, dest_offset: 5, len: 2 }]);
-        assert_eq!(plan.bytes_per_owner, vec![0, 14]);
+        assert_eq!(plan.bytes_per_owner(), vec![0, 14]);
         assert_eq!(plan.remote.iter().map(|s| s.id).collect::<Vec<_>>(), vec![5, 4, 5]);
         assert_eq!(plan.total_bytes(), 16);
         assert_eq!(plan.remote_bytes() + plan.local_bytes(), 16);
@@ -176,7 +188,7 @@ mod tests {
     fn groups_remote_samples_by_owner_keeping_request_order() {
         let plan = BatchPlan::new(&index(), 1, &[3, 4, 0, 1, 5]).unwrap();
         assert_eq!(plan.remote.iter().map(|s| s.id).collect::<Vec<_>>(), vec![3, 0, 1]);
-        assert_eq!(plan.bytes_per_owner, vec![6, 0]);
+        assert_eq!(plan.bytes_per_owner(), vec![6, 0]);
         assert_eq!(plan.local.len(), 2);
     }
 

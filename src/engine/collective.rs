@@ -68,22 +68,31 @@ fn cut_into_rounds(lens: impl Iterator<Item = u64>, budget: u64) -> Vec<Range<us
 pub struct ExchangeShape {
     /// Exchange rounds this rank needs.
     pub rounds: u64,
-    /// Per owner rank: how many samples this rank asks it for in the exchange (over
-    /// all rounds; samples too large for a round are read with gets instead).
-    pub requests_per_owner: Vec<u64>,
+    /// The most bytes one sample may have to travel in the exchange (larger ones are
+    /// read with gets): `max_message_bytes / ranks`.
+    pub budget: u64,
+}
+
+impl ExchangeShape {
+    /// Per owner rank: how many samples this rank asks it for in the exchange, over all
+    /// rounds (O(P): for the agreement's request matrix, carried only up to
+    /// `MDL_MATRIX_MAX_RANKS` ranks).
+    pub fn requests_per_owner(&self, remote: &[RemoteSample], ranks: usize) -> Vec<u64> {
+        let mut requests = vec![0u64; ranks];
+        for s in remote.iter().filter(|s| s.len <= self.budget) {
+            requests[s.owner] += 1;
+        }
+        requests
+    }
 }
 
 /// The shape of the exchange for `remote` (on the fetch path: no copy of the samples,
-/// unlike [`Rounds::of`]).
+/// unlike [`Rounds::of`], and nothing of size P).
 pub fn exchange_shape(remote: &[RemoteSample], ranks: usize, max_message_bytes: u64) -> ExchangeShape {
     let budget = max_message_bytes / ranks as u64;
-    let exchanged = || remote.iter().filter(|s| s.len <= budget);
-    let mut requests_per_owner = vec![0u64; ranks];
-    for s in exchanged() {
-        requests_per_owner[s.owner] += 1;
-    }
-    let rounds = cut_into_rounds(exchanged().map(|s| s.len), budget).len() as u64;
-    ExchangeShape { rounds, requests_per_owner }
+    let exchanged = remote.iter().filter(|s| s.len <= budget).map(|s| s.len);
+    let rounds = cut_into_rounds(exchanged, budget).len() as u64;
+    ExchangeShape { rounds, budget }
 }
 
 impl Engine for Collective {

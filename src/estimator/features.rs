@@ -29,7 +29,7 @@ pub fn encoded_len(ranks: usize, matrix_max_ranks: usize) -> usize {
 
 /// This rank's contribution for `plan`, whose collective exchange has `shape`.
 pub fn encode(plan: &BatchPlan, shape: &ExchangeShape, rank: usize, matrix_max_ranks: usize) -> Vec<f64> {
-    let ranks = plan.bytes_per_owner.len();
+    let ranks = plan.ranks;
     let mut values = vec![0.0; encoded_len(ranks, matrix_max_ranks)];
     values[0] = plan.gets.len() as f64;
     values[1] = plan.remote.len() as f64;
@@ -38,9 +38,10 @@ pub fn encode(plan: &BatchPlan, shape: &ExchangeShape, rank: usize, matrix_max_r
     if has_matrix(ranks, matrix_max_ranks) {
         let row = FIXED + rank * ranks;
         let requests_row = row + ranks * ranks;
+        let (bytes, requests) = (plan.bytes_per_owner(), shape.requests_per_owner(&plan.remote, ranks));
         for owner in 0..ranks {
-            values[row + owner] = plan.bytes_per_owner[owner] as f64;
-            values[requests_row + owner] = shape.requests_per_owner[owner] as f64;
+            values[row + owner] = bytes[owner] as f64;
+            values[requests_row + owner] = requests[owner] as f64;
         }
     }
     values

@@ -2,7 +2,7 @@
 //! documentation is these comments, which cbindgen copies into `include/mdloader.h`.
 
 use super::args::{self, slice, slice_mut};
-use super::handle::{Call, with_loader, with_published};
+use super::handle::{Call, install_finalize_hook, with_loader, with_published};
 use super::{boundary, init_logging, with_last_error};
 use crate::config::Backend;
 use crate::error::{Error, Result, mdl_status};
@@ -40,9 +40,9 @@ pub type MdlStatusArg = c_int;
 
 fn init_from(comm: Result<MPI_Comm>, out: *mut *mut mdl_loader) -> Result<()> {
     init_logging();
-    let handle_out = if out.is_null() { Err(Error::null_arg("out")) } else { Ok(()) };
-    let loader = Loader::init(comm?, handle_out)?;
-    let handle = Box::into_raw(mdl_loader::open(loader)?);
+    let local_checks = if out.is_null() { Err(Error::null_arg("out")) } else { install_finalize_hook() };
+    let loader = Loader::init(comm?, local_checks)?;
+    let handle = Box::into_raw(mdl_loader::open(loader));
     // SAFETY: checked non-NULL above (and agreed on by all ranks).
     unsafe { *out = handle };
     Ok(())

@@ -38,16 +38,16 @@ struct Handle {
 static OPEN: Mutex<Vec<Arc<Handle>>> = Mutex::new(Vec::new());
 
 impl mdl_loader {
-    /// A handle for a new loader, registered for the `MPI_Finalize` hook.
-    pub fn open(loader: Loader) -> Result<Box<mdl_loader>> {
-        mpi::at_finalize(close_all_at_mpi_finalize)?;
+    /// A handle for a new loader, registered for the `MPI_Finalize` hook (installed by
+    /// [`install_finalize_hook`] before the loader's collective creation).
+    pub fn open(loader: Loader) -> Box<mdl_loader> {
         let inner = Arc::new(Handle {
             published: loader.published().clone(),
             loader: Mutex::new(Some(loader)),
             poison: Mutex::new(None),
         });
         OPEN.lock().push(inner.clone());
-        Ok(Box::new(mdl_loader { inner }))
+        Box::new(mdl_loader { inner })
     }
 
     /// Collective: finalize the loader and free the handle. A poisoned loader, or one
@@ -135,6 +135,15 @@ pub fn with_loader<R>(h: *const mdl_loader, call: Call, body: impl FnOnce(&mut L
 /// still answers on a poisoned loader (its statistics tell what happened).
 pub fn with_published<R>(h: *const mdl_loader, query: impl FnOnce(&Published) -> Result<R>) -> Result<R> {
     query(&handle_of(h)?.published)
+}
+
+/// Make `MPI_Finalize` close the loaders left open (once per process). Local; its
+/// failure goes into `mdl_init`'s agreement.
+pub fn install_finalize_hook() -> Result<()> {
+    if !mpi::is_usable() {
+        return Ok(()); // mdl_init fails on that anyway, with a clearer message
+    }
+    mpi::at_finalize(close_all_at_mpi_finalize)
 }
 
 /// The `MPI_Finalize` hook: finalize every open loader, in creation order.
