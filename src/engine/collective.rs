@@ -99,7 +99,7 @@ impl Engine for Collective {
     fn fetch(&self, step: &StepContext, out: &mut [u8]) -> Result<()> {
         let ranks = step.comm.size();
         let mine = Rounds::of(&step.plan.remote, ranks, step.limits.max_message);
-        let known = match step.known_batches {
+        let mut known = match step.known_batches {
             Some(known) if step.collective_rounds <= 1 => Some(vec![asked_in_one_round(step, known)]),
             Some(known) => Some(requests_of_others(step, known)?),
             None => None,
@@ -109,8 +109,9 @@ impl Engine for Collective {
         let counts = step.requests_to_me.filter(|_| step.collective_rounds == 1);
         for round in 0..step.collective_rounds as usize {
             let range = mine.rounds.get(round).cloned().unwrap_or(0..0);
-            let asked = match &known {
-                Some(k) => Requests::Ids(k.get(round).cloned().unwrap_or_else(|| vec![Vec::new(); ranks])),
+            let asked = match &mut known {
+                // Each round's lists are used once: taken, not copied.
+                Some(k) => Requests::Ids(k.get_mut(round).map(std::mem::take).unwrap_or_else(|| vec![Vec::new(); ranks])),
                 None => counts.map_or(Requests::Unknown, Requests::Counts),
             };
             exchange(step, &mine.exchanged[range], asked, out)?;

@@ -194,6 +194,7 @@ impl Core {
             self.calibration.params,
             Settings { probe_interval: self.config.probe_interval, hysteresis: self.config.hysteresis },
         );
+        self.published.set_calibration(&self.calibration);
         self.publish();
         Ok(())
     }
@@ -209,7 +210,7 @@ impl Core {
     /// Hand the statistics to local calls (`mdl_stats_json`), which do not take the
     /// step lock.
     fn publish(&self) {
-        self.published.set_stats(&self.stats, self.backend, self.estimator.counters(), &self.calibration);
+        self.published.set_stats(&self.stats, self.backend, self.estimator.counters());
     }
 
     pub fn published(&self) -> &Arc<Published> {

@@ -49,14 +49,17 @@ impl Published {
         *self.index.lock() = None;
     }
 
-    pub fn set_stats(&self, stats: &Stats, backend: Backend, counters: EstimatorCounters, calibration: &Calibration) {
+    /// After every step: a copy of a few counters.
+    pub fn set_stats(&self, stats: &Stats, backend: Backend, counters: EstimatorCounters) {
         let mut view = self.stats.lock();
         view.stats.clone_from(stats);
         view.backend = backend;
         view.counters = counters;
-        if view.calibration != *calibration {
-            view.calibration = calibration.clone();
-        }
+    }
+
+    /// At registration, where the cost model's parameters are settled.
+    pub fn set_calibration(&self, calibration: &Calibration) {
+        self.stats.lock().calibration = calibration.clone();
     }
 
     fn with_index<R>(&self, query: impl FnOnce(&GlobalIndex) -> Result<R>) -> Result<R> {

@@ -106,14 +106,7 @@ impl SharedArray {
 
     /// Collective over the node: free the window. Skipped when MPI is finalised.
     pub fn free(mut self) -> Result<()> {
-        if !super::is_usable() {
-            return Ok(());
-        }
-        // SAFETY: the window this value owns, locked at allocation; not used afterwards.
-        unsafe {
-            check(ffi::MPI_Win_unlock_all(self.raw), "MPI_Win_unlock_all")?;
-            check(ffi::MPI_Win_free(&mut self.raw), "MPI_Win_free")
-        }
+        super::window::free_locked(&mut self.raw)
     }
 }
 

@@ -182,14 +182,20 @@ impl Window {
 
     /// Collective: close the epoch and free the window. Skipped when MPI is finalised.
     pub fn free(mut self) -> Result<()> {
-        if !super::is_usable() {
-            return Ok(());
-        }
-        // SAFETY: raw is the window this value owns, inside the epoch opened at creation;
-        // it is not used afterwards.
-        unsafe {
-            check(ffi::MPI_Win_unlock_all(self.raw), "MPI_Win_unlock_all")?;
-            check(ffi::MPI_Win_free(&mut self.raw), "MPI_Win_free")
-        }
+        free_locked(&mut self.raw)
+    }
+}
+
+/// Collective: close the access epoch opened at a window's creation and free it (the
+/// shard's window and the node-shared index alike). Skipped when MPI is finalised.
+pub(super) fn free_locked(raw: &mut ffi::MPI_Win) -> Result<()> {
+    if !super::is_usable() {
+        return Ok(());
+    }
+    // SAFETY: raw is a window its owner locked with MPI_Win_lock_all at creation and
+    // does not use afterwards.
+    unsafe {
+        check(ffi::MPI_Win_unlock_all(*raw), "MPI_Win_unlock_all")?;
+        check(ffi::MPI_Win_free(raw), "MPI_Win_free")
     }
 }
