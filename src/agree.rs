@@ -9,7 +9,7 @@
 
 use crate::config::Backend;
 use crate::error::{Error, Result, mdl_status};
-use crate::mpi::Comm;
+use crate::mpi::{Comm, Reduction};
 
 /// This rank's contribution.
 #[derive(Clone, Debug)]
@@ -36,6 +36,25 @@ const HEADER: usize = 3;
 const STATUS_SLOTS: u64 = 16;
 
 pub fn agree(comm: &Comm, proposal: &Proposal) -> Result<Agreed> {
+    decode(&comm.allreduce_max(&encode(comm, proposal)?)?)
+}
+
+/// An agreement started ahead of its use: the ranks go on while it completes.
+pub struct AgreementUnderWay(Reduction);
+
+/// Start an agreement without waiting for it (collective: every rank starts its
+/// agreements, and its other collectives on `comm`, in the same order).
+pub fn start_agreement(comm: &Comm, proposal: &Proposal) -> Result<AgreementUnderWay> {
+    Ok(AgreementUnderWay(comm.start_allreduce_max(encode(comm, proposal)?)?))
+}
+
+impl AgreementUnderWay {
+    pub fn finish(self) -> Result<Agreed> {
+        decode(&self.0.finish()?)
+    }
+}
+
+fn encode(comm: &Comm, proposal: &Proposal) -> Result<Vec<f64>> {
     let mut values = Vec::new();
     values.try_reserve_exact(HEADER + proposal.maxima.len()).map_err(|_| Error::no_memory(8 * proposal.maxima.len() as u64))?;
     values.push(match &proposal.error {
@@ -45,7 +64,10 @@ pub fn agree(comm: &Comm, proposal: &Proposal) -> Result<Agreed> {
     values.push(proposal.backend as i64 as f64);
     values.push(-(proposal.backend as i64 as f64));
     values.extend_from_slice(&proposal.maxima);
-    let combined = comm.allreduce_max(&values)?;
+    Ok(values)
+}
+
+fn decode(combined: &[f64]) -> Result<Agreed> {
     // Every rank sends a valid backend; anything else means the ranks are in different
     // calls (a mismatch MPI does not detect).
     let backend = |v: f64| {

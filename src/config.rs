@@ -111,6 +111,10 @@ pub struct Config {
     /// (default on), or a copy per rank (off: where shared memory is small, such as a
     /// container's 64 MB /dev/shm).
     pub shared_index: bool,
+    /// `MDL_AGREEMENT_LAG`: the sampler agrees on each step this many steps before it
+    /// runs, with a nonblocking reduction that completes while the steps in between
+    /// run (default 2; 0: each step waits for its own agreement).
+    pub agreement_lag: u64,
 }
 
 /// Upper bounds of the knobs that size messages, work or memory per step.
@@ -120,6 +124,8 @@ pub(crate) const GETS_IN_FLIGHT_LIMIT: u64 = 1 << 20;
 pub(crate) const PROBE_INTERVAL_LIMIT: u64 = 1 << 32;
 pub(crate) const CALIBRATION_SECONDS_LIMIT: f64 = 60.0;
 pub(crate) const TIMEOUT_LIMIT: f64 = 1e6;
+/// Each step agreed ahead holds a batch buffer.
+pub(crate) const AGREEMENT_LAG_LIMIT: u64 = 64;
 /// A shorter timeout would fail healthy collectives.
 pub(crate) const TIMEOUT_MIN: f64 = 0.001;
 
@@ -138,6 +144,7 @@ impl Default for Config {
             max_gets_in_flight: 4096,
             timeout_seconds: 0.0,
             shared_index: true,
+            agreement_lag: 2,
         }
     }
 }
@@ -204,6 +211,12 @@ impl Config {
             wait,
             backend,
             shared_index,
+            agreement_lag: env_or(
+                "MDL_AGREEMENT_LAG",
+                default.agreement_lag,
+                |n| *n <= AGREEMENT_LAG_LIMIT,
+                &format!("a number of steps in 0..={AGREEMENT_LAG_LIMIT}"),
+            )?,
             max_message_bytes: env_or(
                 "MDL_MAX_MESSAGE_BYTES",
                 default.max_message_bytes,
@@ -275,6 +288,7 @@ impl Config {
             Setting::identical("MDL_MATRIX_MAX_RANKS", self.matrix_max_ranks as u64),
             Setting::identical("MDL_WARMUP_GETS", self.warm_up_gets),
             Setting::float("MDL_TIMEOUT", self.timeout_seconds),
+            Setting::identical("MDL_AGREEMENT_LAG", self.agreement_lag),
             Setting::identical("MDL_SHARED_INDEX", self.shared_index as u64).shown_as(|v| ["off", "on"][(v as usize).min(1)].to_string()),
         ]
     }

@@ -190,11 +190,17 @@ impl Epoch {
     /// not prepared; `owned` must be the same at every call).
     pub fn owned_in_batches(&self, step: u64, owned: Range<u64>, by_rank: &mut [Vec<u64>]) {
         by_rank.iter_mut().for_each(Vec::clear);
+        self.for_each_owned(step, owned, |rank, id| by_rank[rank].push(id));
+    }
+
+    /// Call `visit(rank, id)` for every id of `owned` in step `step`'s batches, by rank
+    /// and then in batch order: O(those ids).
+    pub fn for_each_owned(&self, step: u64, owned: Range<u64>, mut visit: impl FnMut(usize, u64)) {
         let inverse = self.inverse.get_or_init(|| self.invert(owned.clone()).expect("the inversion fits in memory"));
         debug_assert_eq!(inverse.owned, owned, "one owner per epoch");
         let Some(range) = inverse.step_starts.get(step as usize..step as usize + 2) else { return };
         for &i in &inverse.positions[range[0]..range[1]] {
-            by_rank[(i % self.ranks) as usize].push(self.perm.at(i % self.n));
+            visit((i % self.ranks) as usize, self.perm.at(i % self.n));
         }
     }
 

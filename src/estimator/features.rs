@@ -67,6 +67,21 @@ pub fn requests_to(values: &[f64], ranks: usize, matrix_max_ranks: usize, owner:
     })
 }
 
+/// A sampler step's contribution, `[G, S, B, R, IN]`: with every batch known, each
+/// rank works out the bytes it serves itself (`served`, from the epoch's inversion),
+/// so no matrix is needed at any number of ranks. O(1) values.
+pub fn encode_known(plan: &BatchPlan, shape: &ExchangeShape, served: u64) -> Vec<f64> {
+    vec![plan.gets.len() as f64, plan.remote.len() as f64, plan.remote_bytes() as f64, shape.rounds as f64, served as f64]
+}
+
+/// The features of a sampler step from the combined [`encode_known`] contributions.
+pub fn decode_known(values: &[f64]) -> StepFeatures {
+    StepFeatures { gets: values[0], samples: values[1], bytes: values[2], rounds: values[3], served: values[4] }
+}
+
+/// Number of values of [`encode_known`].
+pub const KNOWN_LEN: usize = FIXED + 1;
+
 #[cfg(test)]
 mod tests {
     use super::*;

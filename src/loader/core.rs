@@ -6,7 +6,7 @@
 //! communicate. See `agree.rs`.
 
 use super::published::Published;
-use crate::agree::{Proposal, Setting, agree, agree_identical, agree_on_checks, agree_settings};
+use crate::agree::{Agreed, AgreementUnderWay, Proposal, Setting, agree, agree_identical, agree_on_checks, agree_settings, start_agreement};
 use crate::config::{Backend, Calibration as CalibrationMode, Config, Wait};
 use crate::engine::{ExchangeBuffers, ExchangeShape, KnownBatches, StepContext, exchange_shape, execute};
 use crate::error::{Error, Result, mdl_status};
@@ -49,6 +49,21 @@ pub struct Core {
     pending: Option<PendingMeasurement>,
     /// Samples fetched on this rank since the last summary line in the log.
     samples_since_summary: u64,
+}
+
+/// A sampler step planned ahead, whose agreement is under way (see `loader::pipeline`).
+pub struct StepAhead {
+    /// The plan, or this rank's reason to fail the step (agreed with the others).
+    prepared: Result<PlannedStep>,
+    /// The earlier step whose slowest-rank time this agreement brings.
+    measured: Option<PendingMeasurement>,
+    agreement: AgreementUnderWay,
+}
+
+/// A step's plan, independent of the buffer it will fill.
+struct PlannedStep {
+    plan: BatchPlan,
+    shape: ExchangeShape,
 }
 
 /// A fetch that passed its local checks, ready to run once the ranks agree.
@@ -213,6 +228,11 @@ impl Core {
         self.published.set_stats(&self.stats, self.backend, self.estimator.counters());
     }
 
+    /// `MDL_AGREEMENT_LAG`, agreed at init.
+    pub fn agreement_lag(&self) -> u64 {
+        self.config.agreement_lag
+    }
+
     pub fn published(&self) -> &Arc<Published> {
         &self.published
     }
@@ -256,21 +276,58 @@ impl Core {
         let ranks = self.comm.size();
         let matrix_max_ranks = self.config.matrix_max_ranks;
         let mut maxima = vec![0.0; FEATURES + features::encoded_len(ranks, matrix_max_ranks)];
-        maxima[PREVIOUS_STEP_SECONDS] = self.pending.as_ref().map_or(0.0, |p| p.seconds);
+        let measured = self.pending.take();
+        maxima[PREVIOUS_STEP_SECONDS] = measured.as_ref().map_or(0.0, |p| p.seconds);
         if let Ok(p) = &prepared {
             let mine = features::encode(&p.plan, &p.shape, self.comm.rank(), matrix_max_ranks);
             maxima[FEATURES..].copy_from_slice(&mine);
         }
         let error = prepared.as_ref().err().cloned();
         let agreed = agree(&self.comm, &Proposal { error: error.clone(), backend: self.backend, maxima })?;
-        // Every rank has the same pending step (all ran it), so all learn the same.
-        if let Some(previous) = self.pending.take() {
-            let slowest = agreed.maxima[PREVIOUS_STEP_SECONDS];
+        self.learn(measured, agreed.maxima[PREVIOUS_STEP_SECONDS]);
+        agreed.outcome(error)?;
+        Self::refuse_differing_backends(&agreed)?;
+        let prepared = prepared.expect("agreed that every rank prepared its fetch");
+        let step_features = features::decode(&agreed.maxima[FEATURES..], ranks, matrix_max_ranks);
+        let requests_to_me = features::requests_to(&agreed.maxima[FEATURES..], ranks, matrix_max_ranks, self.rank());
+        let decision = self.estimator.decide(&step_features, self.backend);
+        Self::log_decision(&step_features, &decision);
+        self.run(&decision, prepared, step_features, requests_to_me.as_deref())
+    }
+
+    /// Local part of a fetch: plan it, lay out the output, check the capacity.
+    fn prepare<'a>(&self, args: FetchArgs<'a>) -> Result<PreparedFetch<'a>> {
+        let PlannedStep { plan, shape } = self.plan_step(args.ids)?;
+        // Filled even when the buffer is too small: out_offsets[n] tells the size needed.
+        args.out_offsets.copy_from_slice(&plan.out_offsets);
+        fits(&plan, args.out.len())?;
+        Ok(PreparedFetch { plan, out: args.out, shape, known_batches: args.known_batches })
+    }
+
+    /// Plan a fetch of `ids` and reserve what its exchange needs.
+    fn plan_step(&self, ids: &[u64]) -> Result<PlannedStep> {
+        let store = self.store()?;
+        let plan = BatchPlan::new(&store.index, self.comm.rank(), ids)?;
+        let ranks = self.comm.size();
+        let shape = exchange_shape(&plan.remote, ranks, self.config.max_message_bytes);
+        // A round of the collective engine receives at most this; reserved now, before
+        // the agreement, so that running out of memory fails every rank together.
+        let round_bytes = plan.remote_bytes().min(self.config.max_message_bytes / ranks as u64);
+        self.buffers.borrow_mut().reserve_received(round_bytes)?;
+        Ok(PlannedStep { plan, shape })
+    }
+
+    /// Learn an earlier step's time, the slowest rank's as agreed. Every rank has the
+    /// same earlier step (all ran it), so all learn the same.
+    fn learn(&mut self, measured: Option<PendingMeasurement>, slowest: f64) {
+        if let Some(previous) = measured {
             log::trace!("measured {} {:.1} us (slowest rank)", previous.engine.name(), slowest * 1e6);
             self.estimator.observe(previous.engine, &previous.features, slowest);
             self.stats.engine_mut(previous.engine).measured_slowest_seconds += slowest;
         }
-        agreed.outcome(error)?;
+    }
+
+    fn refuse_differing_backends(agreed: &Agreed) -> Result<()> {
         if agreed.backends_differ() {
             return Err(Error::invalid(format!(
                 "the backend is set differently across ranks ({} and {}); call mdl_set_backend \
@@ -279,43 +336,85 @@ impl Core {
                 agreed.backend_max.name()
             )));
         }
-        let prepared = prepared.expect("agreed that every rank prepared its fetch");
-        let step_features = features::decode(&agreed.maxima[FEATURES..], ranks, matrix_max_ranks);
-        let requests_to_me = features::requests_to(&agreed.maxima[FEATURES..], ranks, matrix_max_ranks, self.rank());
-        let decision = self.estimator.decide(&step_features, self.backend);
+        Ok(())
+    }
+
+    fn log_decision(features: &StepFeatures, decision: &Decision) {
         log::trace!(
             "{:?}: predicted one-sided {:.1} us, collective {:.1} us -> {}{}",
-            step_features,
+            features,
             decision.predicted_onesided * 1e6,
             decision.predicted_collective * 1e6,
             decision.engine.name(),
             if decision.probe { " (probe)" } else { "" }
         );
-        self.run(&decision, prepared, step_features, requests_to_me.as_deref())
     }
 
-    /// Local part of a fetch: plan it, lay out the output, check the capacity.
-    fn prepare<'a>(&self, args: FetchArgs<'a>) -> Result<PreparedFetch<'a>> {
-        let store = self.store()?;
-        let plan = BatchPlan::new(&store.index, self.comm.rank(), args.ids)?;
-        args.out_offsets.copy_from_slice(&plan.out_offsets);
-        if plan.total_bytes() > args.out.len() as u64 {
-            return Err(Error::new(
-                mdl_status::MDL_ERR_BUFFER_TOO_SMALL,
-                format!(
-                    "the batch needs {} bytes, out_cap is {} (out_offsets[n] holds the size needed)",
-                    plan.total_bytes(),
-                    args.out.len()
-                ),
-            ));
+    /// Collective (nonblocking): plan a step whose every batch is `known` (the
+    /// sampler's), for an output buffer of `out_len` bytes (or the reason it has none),
+    /// and start its agreement. [`Core::finish_known_step`] runs it, steps later: no
+    /// rank waits for the others in between. Every input of the decision rides this
+    /// agreement: each rank's features, including the bytes it serves (worked out from
+    /// the known batches, so O(1) values at any number of ranks), and the time of the
+    /// last step it ran.
+    pub fn start_known_step(&mut self, ids: &[u64], out_len: Result<usize>, known: &dyn KnownBatches) -> Result<StepAhead> {
+        let prepared = out_len.and_then(|len| self.plan_step(ids).and_then(|p| fits(&p.plan, len).map(|()| p)));
+        let measured = self.pending.take();
+        let mut maxima = vec![0.0; FEATURES + features::KNOWN_LEN];
+        maxima[PREVIOUS_STEP_SECONDS] = measured.as_ref().map_or(0.0, |p| p.seconds);
+        if let Ok(p) = &prepared {
+            let served = self.served_bytes(known, &p.plan);
+            maxima[FEATURES..].copy_from_slice(&features::encode_known(&p.plan, &p.shape, served));
         }
-        let ranks = self.comm.size();
-        let shape = exchange_shape(&plan.remote, ranks, self.config.max_message_bytes);
-        // A round of the collective engine receives at most this; reserved now, before
-        // the agreement, so that running out of memory fails every rank together.
-        let round_bytes = plan.remote_bytes().min(self.config.max_message_bytes / ranks as u64);
-        self.buffers.borrow_mut().reserve_received(round_bytes)?;
-        Ok(PreparedFetch { plan, out: args.out, shape, known_batches: args.known_batches })
+        let error = prepared.as_ref().err().cloned();
+        let agreement = start_agreement(&self.comm, &Proposal { error, backend: self.backend, maxima })?;
+        Ok(StepAhead { prepared, measured, agreement })
+    }
+
+    /// Bytes this rank serves to the others in a step whose batches are `known`. When
+    /// the one-sided engine is forced, the engine needs no estimate: the rank's own
+    /// remote bytes stand in (as without the request matrix).
+    fn served_bytes(&self, known: &dyn KnownBatches, plan: &BatchPlan) -> u64 {
+        let (Some(owned), Ok(store)) = (self.owned_ids(), self.store()) else { return plan.remote_bytes() };
+        let me = self.rank();
+        let mut served = 0;
+        known.for_each_owned(owned, &mut |rank, id| {
+            if rank != me {
+                served += store.index.len_of(id).unwrap_or(0);
+            }
+        });
+        served
+    }
+
+    /// Collective: wait for the agreement of a step started by
+    /// [`Core::start_known_step`], then run it into `out` and `out_offsets`.
+    pub fn finish_known_step(
+        &mut self,
+        ahead: StepAhead,
+        out: &mut [u8],
+        out_offsets: &mut [u64],
+        known: &dyn KnownBatches,
+    ) -> Result<()> {
+        let StepAhead { prepared, measured, agreement } = ahead;
+        let agreed = agreement.finish()?;
+        self.learn(measured, agreed.maxima[PREVIOUS_STEP_SECONDS]);
+        agreed.outcome(prepared.as_ref().err().cloned())?;
+        Self::refuse_differing_backends(&agreed)?;
+        let PlannedStep { plan, shape } = prepared.expect("agreed that every rank planned its step");
+        let step_features = features::decode_known(&agreed.maxima[FEATURES..]);
+        let decision = self.estimator.decide(&step_features, agreed.backend_max);
+        Self::log_decision(&step_features, &decision);
+        out_offsets.copy_from_slice(&plan.out_offsets);
+        let prepared = PreparedFetch { plan, out, shape, known_batches: Some(known) };
+        self.run(&decision, prepared, step_features, None)
+    }
+
+    /// Collective: complete the agreement of a step that will not run (its epoch
+    /// stopped first, on every rank alike), keeping what it measured.
+    pub fn abandon_known_step(&mut self, ahead: StepAhead) -> Result<()> {
+        let agreed = ahead.agreement.finish()?;
+        self.learn(ahead.measured, agreed.maxima[PREVIOUS_STEP_SECONDS]);
+        Ok(())
     }
 
     fn run(
@@ -393,4 +492,19 @@ impl Core {
         let freed_comm = comm.free();
         freed_store.and(freed_comm)
     }
+}
+
+/// Whether a batch planned as `plan` fits an output buffer of `out_len` bytes.
+fn fits(plan: &BatchPlan, out_len: usize) -> Result<()> {
+    if plan.total_bytes() > out_len as u64 {
+        return Err(Error::new(
+            mdl_status::MDL_ERR_BUFFER_TOO_SMALL,
+            format!(
+                "the batch needs {} bytes, out_cap is {} (out_offsets[n] holds the size needed)",
+                plan.total_bytes(),
+                out_len
+            ),
+        ));
+    }
+    Ok(())
 }

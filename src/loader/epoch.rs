@@ -9,7 +9,8 @@
 //! thread finishes exactly the same steps before it exits, and no rank is left waiting
 //! in a fetch that another rank's thread skipped.
 
-use super::core::{Core, FetchArgs};
+use super::core::Core;
+use super::pipeline::Pipeline;
 use crate::engine::KnownBatches;
 use std::ops::Range;
 use crate::error::{Error, Result, mdl_status};
@@ -29,26 +30,10 @@ pub struct Batch {
     pub offsets: Vec<u64>,
 }
 
-/// Fill `batch` with this rank's samples of `step` (collective). Every rank's batch is
-/// known, so the collective engine needs no request round. A local failure (the
-/// buffer's memory) goes into the step's agreement, so that every rank fails together.
-fn fetch_into(core: &mut Core, epoch: &Epoch, step: u64, batch: &mut Batch) -> Result<()> {
-    epoch.batch_into(step, core.rank(), &mut batch.ids);
-    let known = SamplerStep { epoch, step };
-    let sized = prepare_collective(core, epoch).and_then(|()| size_buffers(core, batch));
-    let args = sized.map(|needed| FetchArgs {
-        ids: &batch.ids,
-        out: &mut batch.data[..needed],
-        out_offsets: &mut batch.offsets,
-        known_batches: Some(&known),
-    });
-    core.fetch_batch(args)
-}
-
 /// One step of an epoch, whose batches every rank knows.
-struct SamplerStep<'a> {
-    epoch: &'a Epoch,
-    step: u64,
+pub(super) struct SamplerStep<'a> {
+    pub epoch: &'a Epoch,
+    pub step: u64,
 }
 
 impl KnownBatches for SamplerStep<'_> {
@@ -59,40 +44,16 @@ impl KnownBatches for SamplerStep<'_> {
     fn owned_in_batches(&self, owned: Range<u64>, by_rank: &mut [Vec<u64>]) {
         self.epoch.owned_in_batches(self.step, owned, by_rank);
     }
-}
 
-/// Where this rank's samples sit in the epoch, for the collective engine's owners:
-/// built (fallibly) before the step's agreement, unless the one-sided engine is forced.
-fn prepare_collective(core: &Core, epoch: &Epoch) -> Result<()> {
-    match core.owned_ids() {
-        Some(owned) => epoch.prepare_owned(owned),
-        None => Ok(()),
+    fn for_each_owned(&self, owned: Range<u64>, visit: &mut dyn FnMut(usize, u64)) {
+        self.epoch.for_each_owned(self.step, owned, visit);
     }
-}
-
-/// Grow the batch's buffers for its ids; returns the bytes its samples take.
-fn size_buffers(core: &Core, batch: &mut Batch) -> Result<usize> {
-    let mut needed = 0u64;
-    for &id in &batch.ids {
-        needed = needed.checked_add(core.sample_len(id)?).ok_or_else(|| Error::no_memory(u64::MAX))?;
-    }
-    let needed = usize::try_from(needed).map_err(|_| Error::no_memory(needed))?;
-    if batch.data.len() < needed {
-        batch.data.try_reserve(needed - batch.data.len()).map_err(|_| Error::no_memory(needed as u64))?;
-        batch.data.resize(needed, 0);
-    }
-    let offsets = batch.ids.len() + 1;
-    if batch.offsets.len() < offsets {
-        batch.offsets.try_reserve(offsets - batch.offsets.len()).map_err(|_| Error::no_memory(8 * offsets as u64))?;
-    }
-    batch.offsets.resize(offsets, 0);
-    Ok(needed)
 }
 
 /// Where an epoch's batches come from.
 enum Source {
-    /// Fetched on the caller's thread at each call.
-    Inline(Batch),
+    /// Fetched on the caller's thread at each call; the batch the caller holds.
+    Inline(Pipeline, Option<Batch>),
     Prefetch(Prefetcher),
     /// The prefetch thread could not be started (until the ranks agree what to do).
     NotStarted,
@@ -101,6 +62,8 @@ enum Source {
 pub struct EpochRun {
     epoch: Arc<Epoch>,
     depth: u32,
+    /// `MDL_AGREEMENT_LAG`, read when the epoch was prepared.
+    lag: u64,
     /// The step the next call returns.
     next_step: u64,
     source: Source,
@@ -114,10 +77,11 @@ impl EpochRun {
     pub fn prepare(core: &Arc<Mutex<Core>>, epoch: Epoch, step: u64, depth: u32) -> EpochRun {
         let epoch = Arc::new(epoch);
         let finished = step >= epoch.steps();
+        let lag = core.lock().agreement_lag();
         let source = if depth == 0 || finished {
-            Source::Inline(Batch::default())
+            Source::Inline(Pipeline::new(step, lag), None)
         } else {
-            match Prefetcher::spawn(core.clone(), epoch.clone(), step, depth) {
+            match Prefetcher::spawn(core.clone(), epoch.clone(), step, depth, lag) {
                 Ok(prefetcher) => Source::Prefetch(prefetcher),
                 Err(err) => {
                     log::warn!("could not start the prefetch thread ({err}); fetching without prefetch");
@@ -125,7 +89,7 @@ impl EpochRun {
                 }
             }
         };
-        EpochRun { epoch, depth, next_step: step, source, finished }
+        EpochRun { epoch, depth, lag, next_step: step, source, finished }
     }
 
     /// Whether this rank's prefetch thread could not be started.
@@ -141,13 +105,14 @@ impl EpochRun {
             Source::Prefetch(prefetcher) if inline => {
                 // It has not fetched anything yet: it was held back.
                 let _ = prefetcher.stop();
-                Source::Inline(Batch::default())
+                Source::Inline(Pipeline::new(self.next_step, self.lag), None)
             }
             Source::Prefetch(prefetcher) => {
                 prefetcher.release();
                 Source::Prefetch(prefetcher)
             }
-            Source::NotStarted | Source::Inline(_) => Source::Inline(Batch::default()),
+            Source::NotStarted => Source::Inline(Pipeline::new(self.next_step, self.lag), None),
+            inline @ Source::Inline(..) => inline,
         };
         self
     }
@@ -167,10 +132,6 @@ impl EpochRun {
         !self.finished
     }
 
-    pub fn is_prefetching(&self) -> bool {
-        matches!(self.source, Source::Prefetch(_)) && !self.finished
-    }
-
     /// Collective: the next batch, or None at the end of the epoch (on every rank at once).
     pub fn next(&mut self, core: &Arc<Mutex<Core>>) -> Result<Option<&Batch>> {
         if self.finished || self.next_step >= self.epoch.steps() {
@@ -180,8 +141,13 @@ impl EpochRun {
         let step = self.next_step;
         self.next_step += 1;
         let result = match &mut self.source {
-            Source::Inline(batch) => {
-                fetch_into(&mut core.lock(), &self.epoch, step, batch).map(|()| &*batch)
+            Source::Inline(pipeline, current) => {
+                if let Some(done) = current.take() {
+                    pipeline.give_back(done);
+                }
+                let (batch, result) = pipeline.run(&mut core.lock(), &self.epoch, step);
+                let batch = current.insert(batch);
+                result.map(|()| &*batch)
             }
             Source::Prefetch(prefetcher) => prefetcher.next(),
             Source::NotStarted => unreachable!("released epochs have a source"),
@@ -193,12 +159,14 @@ impl EpochRun {
         result.map(Some)
     }
 
-    /// Stop the prefetch thread, if any, after the steps every rank's thread may have
-    /// started (see the module documentation).
-    pub fn stop(self) -> Result<()> {
+    /// Collective: stop the prefetch thread, if any, after the steps every rank's
+    /// thread may have started (see the module documentation), and complete the
+    /// agreements of steps started ahead that will not run.
+    pub fn stop(self, core: &Arc<Mutex<Core>>) -> Result<()> {
         match self.source {
             Source::Prefetch(prefetcher) => prefetcher.stop(),
-            Source::Inline(_) | Source::NotStarted => Ok(()),
+            Source::Inline(mut pipeline, _) => pipeline.drain(&mut core.lock()),
+            Source::NotStarted => Ok(()),
         }
     }
 }
@@ -223,21 +191,23 @@ struct Prefetcher {
 
 impl Prefetcher {
     /// Start the thread, held back until [`Prefetcher::release`].
-    fn spawn(core: Arc<Mutex<Core>>, epoch: Arc<Epoch>, first_step: u64, depth: u32) -> std::io::Result<Prefetcher> {
+    fn spawn(core: Arc<Mutex<Core>>, epoch: Arc<Epoch>, first_step: u64, depth: u32, lag: u64) -> std::io::Result<Prefetcher> {
         let progress =
             Arc::new((Mutex::new(Progress { released: false, requested: 0, stopping: false }), Condvar::new()));
         let (ready_tx, ready) = unbounded();
         let (free, free_rx) = unbounded();
-        for _ in 0..=depth {
-            free.send(Batch::default()).expect("the receiver is alive");
-        }
         let shared = progress.clone();
         let worker = std::thread::Builder::new()
             .name("mdloader-prefetch".into())
             .spawn(move || {
                 crate::mpi::mark_background_thread();
                 let run = AssertUnwindSafe(|| {
-                    prefetch_loop(&core, &epoch, first_step, depth as u64, &shared, &ready_tx, &free_rx)
+                    let mut pipeline = Pipeline::new(first_step, lag);
+                    prefetch_loop(&core, &epoch, first_step, depth as u64, &shared, &ready_tx, &free_rx, &mut pipeline);
+                    // Stopped, failed or at the end: the same step on every rank.
+                    if let Err(err) = pipeline.drain(&mut core.lock()) {
+                        let _ = ready_tx.send((Batch::default(), Err(err)));
+                    }
                 });
                 if catch_unwind(run).is_err() {
                     let error = Error::new(mdl_status::MDL_ERR_PANIC, "the prefetch thread panicked");
@@ -295,6 +265,7 @@ impl Prefetcher {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 fn prefetch_loop(
     core: &Mutex<Core>,
     epoch: &Epoch,
@@ -303,13 +274,15 @@ fn prefetch_loop(
     progress: &(Mutex<Progress>, Condvar),
     ready: &Sender<(Batch, Result<()>)>,
     free: &Receiver<Batch>,
+    pipeline: &mut Pipeline,
 ) {
     for step in first_step..epoch.steps() {
         {
             let (lock, wake) = progress;
             let mut p = lock.lock();
             // Step first_step + i may run once the epoch is released and the caller asked
-            // for i - depth + 1 batches.
+            // for i - depth + 1 batches. At most depth + 1 batches are then out (with the
+            // caller or ready), plus the pipeline's.
             while !p.released || step - first_step >= p.requested + depth {
                 if p.stopping {
                     return;
@@ -317,8 +290,10 @@ fn prefetch_loop(
                 wake.wait(&mut p);
             }
         }
-        let Ok(mut batch) = free.recv() else { return };
-        let result = fetch_into(&mut core.lock(), epoch, step, &mut batch);
+        while let Ok(done) = free.try_recv() {
+            pipeline.give_back(done);
+        }
+        let (batch, result) = pipeline.run(&mut core.lock(), epoch, step);
         let failed = result.is_err();
         if ready.send((batch, result)).is_err() || failed {
             return;

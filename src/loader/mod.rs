@@ -3,6 +3,7 @@
 
 mod core;
 mod epoch;
+mod pipeline;
 mod published;
 
 pub use self::core::FetchArgs;
@@ -85,10 +86,10 @@ impl Loader {
     }
 
     pub fn set_backend(&mut self, backend: Backend) -> Result<()> {
-        if self.epoch.as_ref().is_some_and(EpochRun::is_prefetching) {
+        if self.epoch.as_ref().is_some_and(EpochRun::is_active) {
             return Err(Error::state(
-                "the backend cannot change while an epoch prefetches (ranks would switch at different steps); \
-                 set it before mdl_epoch_begin",
+                "the backend cannot change during an epoch (its steps are agreed ahead, and a prefetch \
+                 thread may be running them); set it before mdl_epoch_begin or after the epoch's last batch",
             ));
         }
         self.core.lock().set_backend(backend);
@@ -214,7 +215,7 @@ impl Loader {
         let agreed = match agreed {
             Ok(agreed) => agreed,
             Err(err) => {
-                run.map_or(Ok(()), EpochRun::stop)?;
+                run.map_or(Ok(()), |run| run.stop(&self.core))?;
                 return Err(err);
             }
         };
@@ -248,7 +249,7 @@ impl Loader {
     }
 
     fn stop_epoch(&mut self) -> Result<()> {
-        self.epoch.take().map_or(Ok(()), EpochRun::stop)
+        self.epoch.take().map_or(Ok(()), |run| run.stop(&self.core))
     }
 
     /// Collective.

@@ -8,12 +8,14 @@
 
 mod comm;
 mod lifecycle;
+mod reduction;
 mod shared;
 mod wait;
 mod window;
 
 pub use comm::{Comm, GathervLayout, timed_out};
 pub use lifecycle::at_finalize;
+pub use reduction::Reduction;
 pub use shared::SharedArray;
 pub use wait::{WaitPolicy, mark_background_thread};
 pub use window::{Get, GetLimits, Window};

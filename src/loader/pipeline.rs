@@ -1,0 +1,139 @@
+//! The sampler's steps, agreed ahead of their turn.
+//!
+//! Every rank knows every rank's batch of every step of an epoch, so a step can be
+//! planned, and its agreement (errors, estimator features, the last measured time)
+//! started, before the step runs. With a lag of L (`MDL_AGREEMENT_LAG`), running step
+//! s first starts the agreement of step s + L as a nonblocking reduction, then waits
+//! for step s's, which was started L steps earlier and has usually completed during
+//! the MPI calls of the steps in between. No step then waits for the slowest rank to
+//! arrive; a one-sided step makes no blocking collective call at all. With L = 0 every
+//! step waits for its own agreement, as `mdl_fetch_batch` does.
+//!
+//! Everything that may fail on one rank before the step's communication (planning,
+//! the output buffer's memory, the collective engine's receive buffer) is done when
+//! the agreement starts, so a failure still reaches every rank before any of them
+//! communicates for that step. Each started step holds the buffer it will fill.
+//!
+//! Every rank starts the same agreements in the same order: steps start in order,
+//! up to L past the step that runs, and the epoch stops at the same step everywhere
+//! (see `epoch`), after which the agreements of the steps that will not run are
+//! completed ([`Pipeline::drain`]).
+
+use super::core::{Core, StepAhead};
+use super::epoch::{Batch, SamplerStep};
+use crate::error::{Error, Result};
+use crate::sampler::Epoch;
+use std::collections::VecDeque;
+
+pub struct Pipeline {
+    lag: u64,
+    /// The next step whose agreement starts.
+    next_to_start: u64,
+    /// Steps whose agreements are under way, oldest first.
+    started: VecDeque<Started>,
+    /// Buffers not in use, kept for their capacity.
+    spare: Vec<Batch>,
+}
+
+struct Started {
+    step: u64,
+    batch: Batch,
+    /// Bytes of `batch.data` the step fills.
+    needed: usize,
+    ahead: StepAhead,
+}
+
+impl Pipeline {
+    pub fn new(first_step: u64, lag: u64) -> Pipeline {
+        Pipeline { lag, next_to_start: first_step, started: VecDeque::new(), spare: Vec::new() }
+    }
+
+    /// Keep a buffer the caller is done with, for a later step.
+    pub fn give_back(&mut self, batch: Batch) {
+        self.spare.push(batch);
+    }
+
+    /// Collective: run `step` (the step after the previous call's) and return the
+    /// batch it filled, after starting the agreements of the steps up to `step + lag`.
+    /// On failure every agreement under way is completed first.
+    pub fn run(&mut self, core: &mut Core, epoch: &Epoch, step: u64) -> (Batch, Result<()>) {
+        let last = step.saturating_add(self.lag).min(epoch.steps().saturating_sub(1));
+        while self.next_to_start <= last {
+            if let Err(err) = self.start(core, epoch, self.next_to_start) {
+                return (Batch::default(), Err(self.drained(core, err)));
+            }
+            self.next_to_start += 1;
+        }
+        let Some(Started { step: started, mut batch, needed, ahead }) = self.started.pop_front() else {
+            unreachable!("step {step} was started above");
+        };
+        debug_assert_eq!(started, step, "steps run in order");
+        let known = SamplerStep { epoch, step };
+        let result = core.finish_known_step(ahead, &mut batch.data[..needed], &mut batch.offsets, &known);
+        match result {
+            Ok(()) => (batch, Ok(())),
+            Err(err) => (batch, Err(self.drained(core, err))),
+        }
+    }
+
+    /// Plan `step` into a buffer of its own and start its agreement.
+    fn start(&mut self, core: &mut Core, epoch: &Epoch, step: u64) -> Result<()> {
+        let mut batch = self.spare.pop().unwrap_or_default();
+        epoch.batch_into(step, core.rank(), &mut batch.ids);
+        let sized = prepare_collective(core, epoch).and_then(|()| size_buffers(core, &mut batch));
+        let needed = *sized.as_ref().unwrap_or(&0);
+        let ahead = core.start_known_step(&batch.ids, sized, &SamplerStep { epoch, step })?;
+        self.started.push_back(Started { step, batch, needed, ahead });
+        Ok(())
+    }
+
+    /// Collective: complete the agreements of the steps that will not run, on every
+    /// rank at the same point of the epoch.
+    pub fn drain(&mut self, core: &mut Core) -> Result<()> {
+        let mut first_error = None;
+        while let Some(started) = self.started.pop_front() {
+            if let Err(err) = core.abandon_known_step(started.ahead) {
+                first_error.get_or_insert(err);
+            }
+            self.spare.push(started.batch);
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// `err`, after draining (a failure there is logged: `err` is the one to report).
+    fn drained(&mut self, core: &mut Core, err: Error) -> Error {
+        if let Err(also) = self.drain(core) {
+            log::warn!("after a failed step, completing the agreements under way failed too: {}", also.message);
+        }
+        err
+    }
+}
+
+/// Where this rank's samples sit in the epoch, for the collective engine's owners and
+/// the bytes this rank serves: built (fallibly) before the step's agreement, unless the
+/// one-sided engine is forced.
+fn prepare_collective(core: &Core, epoch: &Epoch) -> Result<()> {
+    match core.owned_ids() {
+        Some(owned) => epoch.prepare_owned(owned),
+        None => Ok(()),
+    }
+}
+
+/// Grow the batch's buffers for its ids; returns the bytes its samples take.
+fn size_buffers(core: &Core, batch: &mut Batch) -> Result<usize> {
+    let mut needed = 0u64;
+    for &id in &batch.ids {
+        needed = needed.checked_add(core.sample_len(id)?).ok_or_else(|| Error::no_memory(u64::MAX))?;
+    }
+    let needed = usize::try_from(needed).map_err(|_| Error::no_memory(needed))?;
+    if batch.data.len() < needed {
+        batch.data.try_reserve(needed - batch.data.len()).map_err(|_| Error::no_memory(needed as u64))?;
+        batch.data.resize(needed, 0);
+    }
+    let offsets = batch.ids.len() + 1;
+    if batch.offsets.len() < offsets {
+        batch.offsets.try_reserve(offsets - batch.offsets.len()).map_err(|_| Error::no_memory(8 * offsets as u64))?;
+    }
+    batch.offsets.resize(offsets, 0);
+    Ok(needed)
+}
