@@ -80,7 +80,7 @@ pub fn decode_known(values: &[f64]) -> StepFeatures {
 }
 
 /// Number of values of [`encode_known`].
-pub const KNOWN_LEN: usize = FIXED + 1;
+pub(crate) const KNOWN_LEN: usize = FIXED + 1;
 
 #[cfg(test)]
 mod tests {

@@ -45,11 +45,23 @@ impl Comm {
             )
         };
         check(rc, "MPI_Iallreduce")?;
-        Ok(Reduction { request, send, received, policy: *self.wait_policy() })
+        let mut reduction = Reduction { request, send, received, policy: *self.wait_policy() };
+        reduction.poke()?;
+        Ok(reduction)
     }
 }
 
 impl Reduction {
+    /// Test once, so that this rank's first messages leave now: MPICH issues a
+    /// schedule's sends only from its progress engine, and a rank that makes no MPI
+    /// call until its next step (it computes, or it is late) would otherwise hold the
+    /// other ranks' results back until then (tests/c/lag_test.c, MPICH 4.0, 2 ranks).
+    fn poke(&mut self) -> Result<()> {
+        let mut done = 0;
+        // SAFETY: the request is valid (or null); the status is ignored.
+        check(unsafe { ffi::MPI_Test(&mut self.request, &mut done, ffi::RSMPI_STATUS_IGNORE) }, "MPI_Test")
+    }
+
     /// Wait for the result (usually there already: it was started steps ago).
     pub fn finish(mut self) -> Result<Vec<f64>> {
         wait_all(&self.policy, std::slice::from_mut(&mut self.request))?;

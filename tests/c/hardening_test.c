@@ -468,6 +468,7 @@ static void settings_cases(void)
     case_setting_differs("MDL_BACKEND", "onesided", "collective");
     case_setting_differs("MDL_TIMEOUT", "0", "30");
     case_setting_differs("MDL_SHARED_INDEX", "on", "off");
+    case_setting_differs("MDL_AGREEMENT_LAG", "2", "0");
     case_setting_differs("MDL_WAIT", "spin", "yield");
 
     /* An invalid value on one rank (the others leave it unset). */
@@ -482,6 +483,8 @@ static void settings_cases(void)
     case_setting_invalid("MDL_BACKEND", "fast");
     case_setting_invalid("MDL_TIMEOUT", "soon");
     case_setting_invalid("MDL_SHARED_INDEX", "maybe");
+    case_setting_invalid("MDL_AGREEMENT_LAG", "65");
+    case_setting_invalid("MDL_AGREEMENT_LAG", "-1");
     case_setting_invalid("MDL_WAIT", "banana");
 }
 
