@@ -16,6 +16,7 @@ use crate::estimator::{Decision, Estimator, Settings, features};
 use crate::mpi::{self, Comm, GetLimits, WaitPolicy};
 use crate::node;
 use crate::plan::BatchPlan;
+use crate::sampler::Epoch;
 use crate::stats::Stats;
 use crate::store::{ShardView, Store, StoreSettings};
 use mpi_sys::MPI_Comm;
@@ -375,15 +376,15 @@ impl Core {
     /// the one-sided engine is forced, the engine needs no estimate: the rank's own
     /// remote bytes stand in (as without the request matrix).
     fn served_bytes(&self, known: &dyn KnownBatches, plan: &BatchPlan) -> u64 {
-        let (Some(owned), Ok(store)) = (self.owned_ids(), self.store()) else { return plan.remote_bytes() };
-        let me = self.rank();
-        let mut served = 0;
-        known.for_each_owned(owned, &mut |rank, id| {
-            if rank != me {
-                served += store.index.len_of(id).unwrap_or(0);
-            }
-        });
-        served
+        self.owned_ids().map_or(plan.remote_bytes(), |owned| known.served_bytes(owned))
+    }
+
+    /// Prepare `epoch` for the collective engine's owners and for the bytes this rank
+    /// serves: where its samples sit in the epoch, built (fallibly) once per epoch,
+    /// before a step's agreement. Nothing to do when the one-sided engine is forced.
+    pub fn prepare_epoch(&self, epoch: &Epoch) -> Result<()> {
+        let (Some(owned), Ok(store)) = (self.owned_ids(), self.store()) else { return Ok(()) };
+        epoch.prepare_owned(owned, self.rank(), &|id| store.index.len_of(id).unwrap_or(0))
     }
 
     /// Collective: wait for the agreement of a step started by

@@ -45,8 +45,8 @@ impl KnownBatches for SamplerStep<'_> {
         self.epoch.owned_in_batches(self.step, owned, by_rank);
     }
 
-    fn for_each_owned(&self, owned: Range<u64>, visit: &mut dyn FnMut(usize, u64)) {
-        self.epoch.for_each_owned(self.step, owned, visit);
+    fn served_bytes(&self, owned: Range<u64>) -> u64 {
+        self.epoch.served_bytes(self.step, owned)
     }
 }
 
