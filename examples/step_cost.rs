@@ -2,6 +2,7 @@
 //! one process playing rank 0 of P (no MPI; see `mdloader::step_cost`).
 //!
 //!   cargo run --release --example step_cost > benches/scale/step_cost.csv
+//!   cargo run --release --example step_cost -- 4096 256     # one point (P, B)
 //!
 //! CSV on stdout (ranks, batch, sampler_us, plan_us, served_us, agreement_us, asked_of_me_us,
 //! total_us, inversion_per_epoch_us, replan_all_us); a readable table on stderr.
@@ -9,8 +10,11 @@
 use mdloader::step_cost::measure;
 
 fn main() {
-    let ranks = [2usize, 8, 32, 128, 512, 2048, 4096, 16384];
-    let batches = [1u64, 16, 256, 1024];
+    let args: Vec<u64> = std::env::args().skip(1).map(|a| a.parse().expect("usage: step_cost [P B]")).collect();
+    let (ranks, batches) = match args[..] {
+        [p, b] => (vec![p as usize], vec![b]),
+        _ => (vec![2usize, 8, 32, 128, 512, 2048, 4096, 16384], vec![1u64, 16, 256, 1024]),
+    };
     println!("ranks,batch,sampler_us,plan_us,served_us,agreement_us,asked_of_me_us,total_us,inversion_per_epoch_us,replan_all_us");
     eprintln!(
         "{:>6} {:>6} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>12} {:>12}",
