@@ -187,6 +187,9 @@ for mpi in "${MPIS[@]}"; do
         else
             echo "(no Fortran module in this installation)"
         fi
+        pcversion=$(PKG_CONFIG_PATH=$prefix/lib/pkgconfig pkg-config --modversion mdloader)
+        [ "$pcversion" = "$version" ] && echo "ok   pkg-config --modversion $pcversion" ||
+            { echo "BAD pkg-config --modversion '$pcversion'"; ok=1; }
         ldd "$prefix/lib/libmdloader.so.$version" | grep -E "libmpi" || true
         (exit $ok)
     } >"$log" 2>&1 && pass "$mpi/install-layout" || fail "$mpi/install-layout" "$log"
@@ -231,16 +234,22 @@ for mpi in "${MPIS[@]}"; do
     if by_hand "$mpi" readme-pkgconfig-build "$rsrc/c" "$pc_line"; then
         readme_run "$mpi" 2 readme-pkgconfig-np2 "$rsrc/c/a.out"
     fi
-    if by_hand "$mpi" readme-fortran-by-hand-build "$rsrc/fortran" "$f_line"; then
-        readme_run "$mpi" 2 readme-fortran-by-hand-np2 "$rsrc/fortran/a.out"
+    kinds=(cxx)
+    if [ $fortran = 1 ]; then
+        kinds+=(fortran-cmake)
+        if by_hand "$mpi" readme-fortran-by-hand-build "$rsrc/fortran" "$f_line"; then
+            readme_run "$mpi" 2 readme-fortran-by-hand-np2 "$rsrc/fortran/a.out"
+        fi
+        # The Fortran module's messages count from 1, built by the same line.
+        mkdir -p "$rsrc/messages"
+        cp "$ROOT/tests/fortran/messages_test.f90" "$rsrc/messages/sim.f90"
+        if by_hand "$mpi" fortran-messages-build "$rsrc/messages" "$f_line"; then
+            run_mpi "$mpi" 2 fortran-messages-np2 "$rsrc/messages/a.out"
+        fi
+    else
+        echo "SKIP $mpi/readme-fortran-* (no Fortran module installed)"
     fi
-    # The Fortran module's messages count from 1, built by the same line.
-    mkdir -p "$rsrc/messages"
-    cp "$ROOT/tests/fortran/messages_test.f90" "$rsrc/messages/sim.f90"
-    if by_hand "$mpi" fortran-messages-build "$rsrc/messages" "$f_line"; then
-        run_mpi "$mpi" 2 fortran-messages-np2 "$rsrc/messages/a.out"
-    fi
-    for kind in cxx fortran-cmake; do
+    for kind in "${kinds[@]}"; do
         if step "$mpi/readme-$kind-configure" "$LOGDIR/cmake-$mpi-readme-$kind-configure.log" \
             cmake -S "$rsrc/$kind" -B "$rsrc/$kind/build" -DCMAKE_PREFIX_PATH="$prefix" "${mpiargs[@]}" &&
             step "$mpi/readme-$kind-build" "$LOGDIR/cmake-$mpi-readme-$kind-build.log" \
