@@ -311,10 +311,18 @@ contains
       integer(int64), intent(in) :: id
       integer(int64), intent(out) :: nbytes
       integer, intent(out), optional :: ierr
+      character(len=100) :: text
       integer(c_int64_t) :: value
       integer :: status
 
       value = 0
+      nbytes = 0
+      if (id < 0) then
+         ! The library would see 2^64 + id. A local call: nothing to agree with others.
+         write (text, '(a,i0,a)') 'mdl_sample_size: id = ', id, ' is out of range (ids are 0-based)'
+         call finish(MDL_ERR_OUT_OF_RANGE, ierr, MDL_ERR_OUT_OF_RANGE, trim(text))
+         return
+      end if
       status = c_mdl_sample_size(loader%handle, int(id, c_int64_t), value)
       nbytes = value
       call finish(status, ierr)

@@ -10,7 +10,7 @@ program messages_test
    type(mdl_loader) :: ld
    integer :: ierr, rank, failures, total_failures
    integer(int8) :: data(6) = [1_int8, 2_int8, 3_int8, 4_int8, 5_int8, 6_int8]
-   integer(int64) :: n_total, out_offsets(3)
+   integer(int64) :: n_total, nbytes, out_offsets(3)
    integer(int8) :: out(64), tiny(1)
 
    call MPI_Init(ierr)
@@ -28,6 +28,9 @@ program messages_test
    call mdl_register_shard(ld, data, [0_int64, 2_int64, 6_int64], ierr)
    call expect(ierr, -1, MDL_OK, '')
    call mdl_num_samples(ld, n_total)
+   ! A local call: only the calling rank fails.
+   call mdl_sample_size(ld, -1_int64, nbytes, ierr)
+   call expect(ierr, -1, MDL_ERR_OUT_OF_RANGE, 'id = -1 is out of range')
 
    ! The second id is past the end on rank 1.
    call mdl_fetch_batch(ld, merge([0_int64, n_total], [0_int64, 1_int64], rank == 1), out, out_offsets, ierr)
