@@ -129,15 +129,30 @@ pub struct Epoch {
     inverse: OnceLock<OwnedPositions>,
 }
 
-/// An owner's samples' positions in the epoch's split order, sorted by (step,
-/// requester, place in the requester's batch), with each step's range.
+/// An owner's samples' places in the epoch's batches, sorted by (step, requester,
+/// place in the requester's batch), with each step's range.
 #[derive(Debug)]
 struct OwnedPositions {
     owned: Range<u64>,
-    positions: Vec<u64>,
+    /// Per position, its requester and id ([`pack`]), in that order.
+    requests: Vec<u64>,
     step_starts: Vec<usize>,
     /// Per step: bytes of the owner's samples in the other ranks' batches.
     served: Vec<u64>,
+}
+
+/// A request of an owner's sample packs its requester and the sample's offset in the
+/// owner's range into 64 bits: 8 bytes per owned sample per epoch.
+const OFFSET_BITS: u32 = 40;
+const MAX_OWNED: u64 = 1 << OFFSET_BITS;
+const MAX_RANKS: u64 = 1 << (u64::BITS - OFFSET_BITS);
+
+fn pack(rank: usize, offset: u64) -> u64 {
+    ((rank as u64) << OFFSET_BITS) | offset
+}
+
+fn unpack(request: u64) -> (usize, u64) {
+    ((request >> OFFSET_BITS) as usize, request & (MAX_OWNED - 1))
 }
 
 impl Epoch {
@@ -202,25 +217,39 @@ impl Epoch {
     }
 
     /// Which of the ids in `owned` (one owner's samples) each rank takes at `step`:
-    /// `by_rank[q]` receives rank q's, in the order of q's batch. O(those samples),
+    /// `by_rank[q]` receives rank q's, in the order of q's batch (for the tests).
+    #[cfg(test)]
+    fn owned_in_batches(&self, step: u64, owned: Range<u64>, by_rank: &mut [Vec<u64>]) {
+        by_rank.iter_mut().for_each(Vec::clear);
+        self.for_each_request(step, owned, |rank, id| by_rank[rank].push(id));
+    }
+
+    /// `visit(rank, id)` for the ids of `owned` (one owner's samples) that each rank
+    /// takes at `step`, by rank and in the order of each rank's batch. O(those samples),
     /// after the O(owned) inversion of [`Epoch::prepare_owned`] (which must have been
     /// called, with the same `owned`).
-    pub fn owned_in_batches(&self, step: u64, owned: Range<u64>, by_rank: &mut [Vec<u64>]) {
-        by_rank.iter_mut().for_each(Vec::clear);
+    pub fn for_each_request(&self, step: u64, owned: Range<u64>, mut visit: impl FnMut(usize, u64)) {
         let inverse = self.inverse(&owned);
         let Some(range) = inverse.step_starts.get(step as usize..step as usize + 2) else { return };
-        for &i in &inverse.positions[range[0]..range[1]] {
-            by_rank[(i % self.ranks) as usize].push(self.perm.at(i % self.n));
+        for &request in &inverse.requests[range[0]..range[1]] {
+            let (rank, offset) = unpack(request);
+            visit(rank, owned.start + offset);
         }
     }
 
-    /// Positions (in the padded split order) of every id in `owned`, sorted by step,
-    /// then rank, then place in the batch.
+    /// Where every id in `owned` is requested (found through its positions in the
+    /// padded split order), sorted by step, then rank, then place in the batch, and the
+    /// bytes the owner serves per step.
     fn invert(&self, owned: Range<u64>, owner: usize, len_of: &dyn Fn(u64) -> u64) -> Result<OwnedPositions> {
         let total = self.per_rank * self.ranks;
         // Each id appears total / n times, and once more for the first total % n
         // positions of the order (the padding wraps around).
         let owned_count = owned.end - owned.start;
+        if owned_count > MAX_OWNED || self.ranks > MAX_RANKS {
+            return Err(Error::invalid(format!(
+                "the sampler handles at most {MAX_OWNED} samples per rank and {MAX_RANKS} ranks"
+            )));
+        }
         let bound = owned_count * (total / self.n.max(1)) + owned_count.min(total % self.n.max(1));
         let mut positions = Vec::new();
         positions.try_reserve_exact(bound as usize).map_err(|_| Error::no_memory(bound * 8))?;
@@ -249,7 +278,14 @@ impl Epoch {
         for s in 0..=steps as u64 {
             step_starts.push(positions.partition_point(|&i| step_of(i) < s));
         }
-        Ok(OwnedPositions { owned, positions, step_starts, served })
+        // Each position becomes its requester and id, in place: the steps then take no
+        // permutation (a few Feistel rounds per sample, more when they cycle-walk).
+        let mut requests = positions;
+        for entry in &mut requests {
+            let i = *entry;
+            *entry = pack((i % ranks) as usize, self.perm.at(i % self.n) - owned.start);
+        }
+        Ok(OwnedPositions { owned, requests, step_starts, served })
     }
 }
 

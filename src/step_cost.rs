@@ -53,7 +53,7 @@ pub fn measure(ranks: usize, rank: usize, batch: u64, per_rank: u64, max_steps: 
     let epoch = Epoch::new(n, ranks, 7, 0, batch, true, false).expect("a valid epoch");
     let steps = epoch.steps().min(max_steps).max(1);
     let owned = index.first_ids()[rank]..index.first_ids()[rank + 1];
-    let mut by_rank = vec![Vec::new(); ranks];
+    let mut asked = Vec::new();
     let started = Instant::now();
     epoch.prepare_owned(owned.clone(), rank, &|id| index.len_of(id).unwrap_or(0)).expect("the inversion fits in memory");
     let inversion_per_epoch = started.elapsed().as_secs_f64() * 1e6;
@@ -78,7 +78,19 @@ pub fn measure(ranks: usize, rank: usize, batch: u64, per_rank: u64, max_steps: 
             let mine = features::encode_known(&plan, &shape, served);
             std::hint::black_box(features::decode_known(&mine));
         });
-        time(&mut parts[4], &mut || epoch.owned_in_batches(step, owned.clone(), &mut by_rank));
+        time(&mut parts[4], &mut || {
+            // As the collective engine does: the ids asked of this rank, grouped by
+            // requester, and the P counts its MPI_Alltoallv needs.
+            asked.clear();
+            let mut counts = vec![0u64; ranks];
+            epoch.for_each_request(step, owned.clone(), |q, id| {
+                if q != rank {
+                    asked.push(id);
+                    counts[q] += 1;
+                }
+            });
+            std::hint::black_box(counts);
+        });
         if step < replan_steps {
             time(&mut parts[5], &mut || {
                 let mut theirs = Vec::new();
