@@ -12,6 +12,8 @@ pub struct EngineStats {
     pub seconds: f64,
     /// The estimator's predictions for those steps (slowest rank).
     pub predicted_seconds: f64,
+    /// What it predicted for the other engine in those steps: why this one ran.
+    pub predicted_other_seconds: f64,
     /// Measured step times of the slowest rank, as fed back to the estimator (known
     /// one step late, so the latest step is not yet included).
     pub measured_slowest_seconds: f64,
@@ -36,6 +38,48 @@ impl Stats {
 
     pub fn steps(&self) -> u64 {
         self.onesided.steps + self.collective.steps
+    }
+
+    /// What happened since `earlier` (a copy of these statistics taken then).
+    pub fn since(&self, earlier: &Stats) -> Stats {
+        let engine = |now: &EngineStats, then: &EngineStats| EngineStats {
+            steps: now.steps - then.steps,
+            seconds: now.seconds - then.seconds,
+            predicted_seconds: now.predicted_seconds - then.predicted_seconds,
+            predicted_other_seconds: now.predicted_other_seconds - then.predicted_other_seconds,
+            measured_slowest_seconds: now.measured_slowest_seconds - then.measured_slowest_seconds,
+        };
+        Stats {
+            onesided: engine(&self.onesided, &earlier.onesided),
+            collective: engine(&self.collective, &earlier.collective),
+            samples: self.samples - earlier.samples,
+            bytes_local: self.bytes_local - earlier.bytes_local,
+            bytes_remote: self.bytes_remote - earlier.bytes_remote,
+        }
+    }
+
+    /// Which engine ran the steps and why: per engine, its steps, the mean predicted
+    /// time per step of it and of the other engine, and the slowest rank's mean
+    /// measured time (of the steps measured so far).
+    pub fn engines_and_why(&self) -> String {
+        let engine = |name: &str, other: &str, e: &EngineStats| {
+            let per_step = |x: f64| x / e.steps.max(1) as f64 * 1e6;
+            format!(
+                "{name} {} (predicted {:.1} us a step against {:.1} us {other}; measured {:.1} us)",
+                e.steps,
+                per_step(e.predicted_seconds),
+                per_step(e.predicted_other_seconds),
+                per_step(e.measured_slowest_seconds)
+            )
+        };
+        let mut parts = Vec::new();
+        if self.onesided.steps > 0 {
+            parts.push(engine("one-sided", "collective", &self.onesided));
+        }
+        if self.collective.steps > 0 {
+            parts.push(engine("collective", "one-sided", &self.collective));
+        }
+        format!("{} steps: {}", self.steps(), if parts.is_empty() { "none".to_string() } else { parts.join(", ") })
     }
 
     /// One line for the log.

@@ -12,7 +12,7 @@ use crate::engine::{ExchangeBuffers, ExchangeShape, KnownBatches, StepContext, e
 use crate::error::{Error, Result, mdl_status};
 use crate::estimator::calibrate::{self, Calibration, CalibrationSettings};
 use crate::estimator::model::{CostParams, StepFeatures};
-use crate::estimator::{Decision, Estimator, Settings, features};
+use crate::estimator::{Decision, Estimator, EstimatorCounters, Settings, features};
 use crate::mpi::{self, Comm, GetLimits, WaitPolicy};
 use crate::node;
 use crate::plan::BatchPlan;
@@ -50,6 +50,8 @@ pub struct Core {
     pending: Option<PendingMeasurement>,
     /// Samples fetched on this rank since the last summary line in the log.
     samples_since_summary: u64,
+    /// The statistics and the estimator's counters at the last summary line.
+    summarised: (Stats, EstimatorCounters),
 }
 
 /// A sampler step planned ahead, whose agreement is under way (see `loader::pipeline`).
@@ -77,6 +79,8 @@ struct PreparedFetch<'a> {
 }
 
 struct PendingMeasurement {
+    /// The step's number on this loader (its estimator decisions so far), for the log.
+    step: u64,
     engine: Backend,
     features: StepFeatures,
     /// This rank's time; 0 when the step failed here.
@@ -104,7 +108,7 @@ impl Core {
         };
         comm.set_wait_policy(policy);
         log::debug!(
-            "rank {}/{}: backend {}, max message {} bytes, waits {}",
+            "loader rank {}/{}: backend {}, max message {} bytes, waits {}",
             comm.rank(),
             comm.size(),
             config.backend.name(),
@@ -124,6 +128,7 @@ impl Core {
             stats: Stats::default(),
             pending: None,
             samples_since_summary: 0,
+            summarised: Default::default(),
         })
     }
 
@@ -185,8 +190,7 @@ impl Core {
         let started = mpi::wtime();
         let store = Store::register(&self.comm, &shard, &self.store_settings())?;
         log::info!(
-            "rank {}: registered {} samples ({} bytes) of {} in {:.3} s",
-            self.comm.rank(),
+            "registered {} samples ({} bytes) of {} in {:.3} s",
             shard.num_samples(),
             shard.data.len(),
             store.index.num_samples(),
@@ -292,8 +296,10 @@ impl Core {
         let step_features = features::decode(&agreed.maxima[FEATURES..], ranks, matrix_max_ranks);
         let requests_to_me = features::requests_to(&agreed.maxima[FEATURES..], ranks, matrix_max_ranks, self.rank());
         let decision = self.estimator.decide(&step_features, self.backend);
-        Self::log_decision(&step_features, &decision);
-        self.run(&decision, prepared, step_features, requests_to_me.as_deref())
+        self.log_decision(&step_features, &decision);
+        let samples = self.run(&decision, prepared, step_features, requests_to_me.as_deref())?;
+        self.log_summary_every_epoch(samples);
+        Ok(())
     }
 
     /// Local part of a fetch: plan it, lay out the output, check the capacity.
@@ -322,7 +328,7 @@ impl Core {
     /// same earlier step (all ran it), so all learn the same.
     fn learn(&mut self, measured: Option<PendingMeasurement>, slowest: f64) {
         if let Some(previous) = measured {
-            log::trace!("measured {} {:.1} us (slowest rank)", previous.engine.name(), slowest * 1e6);
+            log::trace!("step {}: measured {} {:.1} us (slowest rank)", previous.step, previous.engine.name(), slowest * 1e6);
             self.estimator.observe(previous.engine, &previous.features, slowest);
             self.stats.engine_mut(previous.engine).measured_slowest_seconds += slowest;
         }
@@ -340,9 +346,10 @@ impl Core {
         Ok(())
     }
 
-    fn log_decision(features: &StepFeatures, decision: &Decision) {
+    fn log_decision(&self, features: &StepFeatures, decision: &Decision) {
         log::trace!(
-            "{:?}: predicted one-sided {:.1} us, collective {:.1} us -> {}{}",
+            "step {}: {:?}: predicted one-sided {:.1} us, collective {:.1} us -> {}{}",
+            self.estimator.counters().decisions,
             features,
             decision.predicted_onesided * 1e6,
             decision.predicted_collective * 1e6,
@@ -404,10 +411,10 @@ impl Core {
         let PlannedStep { plan, shape } = prepared.expect("agreed that every rank planned its step");
         let step_features = features::decode_known(&agreed.maxima[FEATURES..]);
         let decision = self.estimator.decide(&step_features, agreed.backend_max);
-        Self::log_decision(&step_features, &decision);
+        self.log_decision(&step_features, &decision);
         out_offsets.copy_from_slice(&plan.out_offsets);
         let prepared = PreparedFetch { plan, out, shape, known_batches: Some(known) };
-        self.run(&decision, prepared, step_features, None)
+        self.run(&decision, prepared, step_features, None).map(|_| ())
     }
 
     /// Collective: complete the agreement of a step that will not run (its epoch
@@ -418,13 +425,14 @@ impl Core {
         Ok(())
     }
 
+    /// Run a step with the engine decided; returns the samples fetched.
     fn run(
         &mut self,
         decision: &Decision,
         prepared: PreparedFetch,
         features: StepFeatures,
         requests_to_me: Option<&[u64]>,
-    ) -> Result<()> {
+    ) -> Result<u64> {
         let PreparedFetch { plan, out, known_batches, .. } = prepared;
         let store = self.store.as_ref().expect("prepared fetches have a store");
         let step = StepContext {
@@ -441,6 +449,7 @@ impl Core {
         let result = execute(&step, decision.engine, out);
         let seconds = mpi::wtime() - started;
         self.pending = Some(PendingMeasurement {
+            step: self.estimator.counters().decisions,
             engine: decision.engine,
             features,
             seconds: if result.is_ok() { seconds } else { 0.0 },
@@ -450,31 +459,41 @@ impl Core {
         engine_stats.steps += 1;
         engine_stats.seconds += seconds;
         engine_stats.predicted_seconds += decision.predicted(decision.engine);
+        engine_stats.predicted_other_seconds += decision.predicted(other_engine(decision.engine));
         let samples = plan.out_offsets.len() as u64 - 1;
         self.stats.samples += samples;
         self.stats.bytes_local += plan.local_bytes();
         self.stats.bytes_remote += plan.remote_bytes();
         self.publish();
-        self.log_summary_every_epoch(samples);
-        Ok(())
+        Ok(samples)
     }
 
-    /// An info line each time this rank has fetched about an epoch's worth of samples
-    /// (its share of the dataset).
+    /// After a `mdl_fetch_batch`: a summary line each time this rank has fetched about
+    /// an epoch's worth of samples (its share of the dataset).
     fn log_summary_every_epoch(&mut self, samples: u64) {
         let share = self.num_samples().unwrap_or(0) / self.comm.size() as u64;
         self.samples_since_summary += samples;
         if share > 0 && self.samples_since_summary >= share {
-            self.samples_since_summary = 0;
-            let c = self.estimator.counters();
+            self.log_summary("an epoch's worth of samples");
+        }
+    }
+
+    /// An info line, on the loader's rank 0 (every rank decides alike), of what ran
+    /// since the last one and why: the engines' steps, their predicted and measured
+    /// times per step, probes and switches.
+    pub fn log_summary(&mut self, what: &str) {
+        let (stats, counters) = (self.stats.since(&self.summarised.0), self.estimator.counters());
+        if self.comm.rank() == 0 {
+            let chosen_by = if self.backend == Backend::Auto { "AUTO" } else { "forced (mdl_set_backend or MDL_BACKEND)" };
             log::info!(
-                "rank {}: {}; {} probes, {} switches",
-                self.comm.rank(),
-                self.stats.summary(),
-                c.probes,
-                c.switches
+                "{what}, engine {chosen_by}: {}; {} probes, {} switches",
+                stats.engines_and_why(),
+                counters.probes - self.summarised.1.probes,
+                counters.switches - self.summarised.1.switches
             );
         }
+        self.summarised = (self.stats.clone(), counters);
+        self.samples_since_summary = 0;
     }
 
     /// Collective: free the window and the communicator. The ranks first agree that all
@@ -488,7 +507,7 @@ impl Core {
         }
         let Core { comm, store, stats, published, .. } = self;
         published.clear_index();
-        log::info!("rank {}: finalize after {}", comm.rank(), stats.summary());
+        log::info!("finalize after {}", stats.summary());
         let freed_store = store.map_or(Ok(()), Store::free);
         let freed_comm = comm.free();
         freed_store.and(freed_comm)
@@ -508,4 +527,8 @@ fn fits(plan: &BatchPlan, out_len: usize) -> Result<()> {
         ));
     }
     Ok(())
+}
+
+fn other_engine(engine: Backend) -> Backend {
+    if engine == Backend::Collective { Backend::OneSided } else { Backend::Collective }
 }
