@@ -144,6 +144,68 @@ impl Stats {
     }
 }
 
+/// The job's statistics (`mdl_stats_json_job`): this rank's numbers combined with
+/// every rank's. Steps and the slowest rank's times are the same on every rank; bytes,
+/// samples and seconds are summed (and the seconds' maximum kept).
+pub struct JobStats {
+    pub ranks: usize,
+    pub backend: Backend,
+    pub counters: EstimatorCounters,
+}
+
+impl Stats {
+    /// This rank's numbers that the job sums, in the order [`JobStats::to_json`] reads.
+    pub fn summed(&self) -> Vec<f64> {
+        vec![
+            self.samples as f64,
+            self.bytes_local as f64,
+            self.bytes_remote as f64,
+            self.onesided.seconds,
+            self.collective.seconds,
+        ]
+    }
+
+    /// This rank's numbers whose maximum over the job is kept.
+    pub fn maximised(&self) -> Vec<f64> {
+        vec![self.onesided.seconds, self.collective.seconds]
+    }
+}
+
+impl JobStats {
+    /// The JSON object, from `stats` (this rank's) and the job's sums and maxima of
+    /// [`Stats::summed`] and [`Stats::maximised`].
+    pub fn to_json(&self, stats: &Stats, sums: &[f64], maxima: &[f64]) -> String {
+        let ranks = self.ranks.max(1) as f64;
+        let engine = |e: &EngineStats, sum: f64, max: f64| {
+            format!(
+                "{{\"steps\": {}, \"seconds_max\": {}, \"seconds_mean\": {}, \"predicted_seconds\": {}, \
+                 \"measured_slowest_seconds\": {}}}",
+                e.steps,
+                number(max),
+                number(sum / ranks),
+                number(e.predicted_seconds),
+                number(e.measured_slowest_seconds)
+            )
+        };
+        format!(
+            "{{\"ranks\": {}, \"backend\": \"{}\", \"steps\": {}, \"onesided\": {}, \"collective\": {}, \
+             \"samples\": {}, \"bytes_local\": {}, \"bytes_remote\": {}, \"decisions\": {}, \"probes\": {}, \
+             \"switches\": {}}}",
+            self.ranks,
+            self.backend.name(),
+            stats.steps(),
+            engine(&stats.onesided, sums[3], maxima[0]),
+            engine(&stats.collective, sums[4], maxima[1]),
+            sums[0] as u64,
+            sums[1] as u64,
+            sums[2] as u64,
+            self.counters.decisions,
+            self.counters.probes,
+            self.counters.switches
+        )
+    }
+}
+
 /// A JSON number (JSON has no NaN or infinity).
 fn number(x: f64) -> String {
     if x.is_finite() { format!("{x:e}") } else { "null".to_string() }

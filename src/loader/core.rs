@@ -17,7 +17,7 @@ use crate::mpi::{self, Comm, GetLimits, WaitPolicy};
 use crate::node;
 use crate::plan::BatchPlan;
 use crate::sampler::Epoch;
-use crate::stats::Stats;
+use crate::stats::{JobStats, Stats};
 use crate::store::{ShardView, Store, StoreSettings};
 use mpi_sys::MPI_Comm;
 use std::cell::RefCell;
@@ -494,6 +494,17 @@ impl Core {
         }
         self.summarised = (self.stats.clone(), counters);
         self.samples_since_summary = 0;
+    }
+
+    /// Collective: the job's statistics as JSON (see `stats::JobStats`): every rank's
+    /// numbers summed or maximised, the same text on every rank. `checks` carries an
+    /// argument error found by the caller, so that every rank fails together.
+    pub fn job_stats_json(&self, checks: Result<()>) -> Result<String> {
+        agree_on_checks(&self.comm, checks)?;
+        let sums = self.comm.allreduce_sum(&self.stats.summed())?;
+        let maxima = self.comm.allreduce_max(&self.stats.maximised())?;
+        let job = JobStats { ranks: self.comm.size(), backend: self.backend, counters: self.estimator.counters() };
+        Ok(job.to_json(&self.stats, &sums, &maxima))
     }
 
     /// Collective: free the window and the communicator. The ranks first agree that all
