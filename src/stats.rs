@@ -15,8 +15,10 @@ pub struct EngineStats {
     /// What it predicted for the other engine in those steps: why this one ran.
     pub predicted_other_seconds: f64,
     /// Measured step times of the slowest rank, as fed back to the estimator (known
-    /// one step late, so the latest step is not yet included).
+    /// at the next agreement, so the latest steps are not yet included).
     pub measured_slowest_seconds: f64,
+    /// The steps `measured_slowest_seconds` covers.
+    pub measured_steps: u64,
 }
 
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -48,6 +50,7 @@ impl Stats {
             predicted_seconds: now.predicted_seconds - then.predicted_seconds,
             predicted_other_seconds: now.predicted_other_seconds - then.predicted_other_seconds,
             measured_slowest_seconds: now.measured_slowest_seconds - then.measured_slowest_seconds,
+            measured_steps: now.measured_steps - then.measured_steps,
         };
         Stats {
             onesided: engine(&self.onesided, &earlier.onesided),
@@ -64,12 +67,13 @@ impl Stats {
     pub fn engines_and_why(&self) -> String {
         let engine = |name: &str, other: &str, e: &EngineStats| {
             let per_step = |x: f64| x / e.steps.max(1) as f64 * 1e6;
+            let measured = e.measured_slowest_seconds / e.measured_steps.max(1) as f64 * 1e6;
             format!(
-                "{name} {} (predicted {:.1} us a step against {:.1} us {other}; measured {:.1} us)",
+                "{name} {} (predicted {:.1} us a step against {:.1} us {other}; measured {measured:.1} us over {} steps)",
                 e.steps,
                 per_step(e.predicted_seconds),
                 per_step(e.predicted_other_seconds),
-                per_step(e.measured_slowest_seconds)
+                e.measured_steps
             )
         };
         let mut parts = Vec::new();

@@ -161,11 +161,14 @@ for mpi in "${MPIS[@]}"; do
             run_case "$mpi" $np "lag_test-np$np-lag$lag" MDL_AGREEMENT_LAG=$lag "${progress[@]}" -- "$bin/lag_test"
         done
     done
+    # With MDL_TIMEOUT every wait is a test loop (blocking calls become nonblocking):
+    # still exactly one agreement per step.
+    run_case "$mpi" 3 "lag_test-np3-timeout" MDL_TIMEOUT=60 "${progress[@]}" -- "$bin/lag_test"
     run_case "$mpi" 2 "sampler_test-np2-lag0" MDL_AGREEMENT_LAG=0 -- "$bin/sampler_test"
     # The info log: one line per sampler epoch on rank 0 alone, saying which engine ran
     # and why; every line names its rank.
     log=$LOGDIR/$mpi-log_lines-np2.log
-    mdl_mpirun "$mpi" 2 "$log" MDL_LOG=info -- "$bin/lag_test"
+    mdl_mpirun "$mpi" 2 "$log" MDL_LOG=info "${progress[@]}" -- "$bin/lag_test"
     rc=$?
     epochs=$(grep -c '^\[mdloader INFO rank 0\] epoch, engine AUTO: .* steps: one-sided .*predicted .* us a step against .* collective; measured' "$log")
     elsewhere=$(grep -c '^\[mdloader INFO rank 1\] epoch' "$log")

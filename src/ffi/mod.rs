@@ -50,19 +50,24 @@ fn boundary(call: &str, body: impl FnOnce() -> Result<()>) -> mdl_status {
 }
 
 /// Set up logging once, from `MDL_LOG` (default: warnings), to stderr, each line
-/// prefixed with this process's rank in `MPI_COMM_WORLD` (read at the first `mdl_init`,
-/// after MPI is initialised). A host that installed its own `log` backend keeps it.
+/// prefixed with this process's rank in `MPI_COMM_WORLD` (not a loader's rank in its
+/// own communicator: one process, one prefix), read at the first `mdl_init` after MPI
+/// is initialised. A host that installed its own `log` backend keeps it.
 fn init_logging() {
     static ONCE: std::sync::Once = std::sync::Once::new();
-    static WORLD_RANK: OnceLock<Option<usize>> = OnceLock::new();
-    WORLD_RANK.get_or_init(crate::mpi::world_rank);
+    static WORLD_RANK: OnceLock<usize> = OnceLock::new();
+    // Known once MPI is initialised: an mdl_init before MPI_Init fails, and the next
+    // one sets it.
+    if let (None, Some(rank)) = (WORLD_RANK.get(), crate::mpi::world_rank()) {
+        let _ = WORLD_RANK.set(rank);
+    }
     ONCE.call_once(|| {
         let filter = std::env::var("MDL_LOG").unwrap_or_else(|_| "warn".to_string());
         let _ = env_logger::Builder::new()
             .parse_filters(&filter)
             .target(env_logger::Target::Stderr)
             .format(|out, record| {
-                let rank = WORLD_RANK.get().copied().flatten().map_or("?".to_string(), |r| r.to_string());
+                let rank = WORLD_RANK.get().map_or("?".to_string(), |r| r.to_string());
                 writeln!(out, "[mdloader {} rank {rank}] {}", record.level(), record.args())
             })
             .try_init();

@@ -47,7 +47,7 @@ pub struct Core {
     calibration: Calibration,
     stats: Stats,
     /// The previous step, whose slowest-rank time the next agreement brings.
-    pending: Option<PendingMeasurement>,
+    pending: Vec<PendingMeasurement>,
     /// Samples fetched on this rank since the last summary line in the log.
     samples_since_summary: u64,
     /// The statistics and the estimator's counters at the last summary line.
@@ -58,8 +58,8 @@ pub struct Core {
 pub struct StepAhead {
     /// The plan, or this rank's reason to fail the step (agreed with the others).
     prepared: Result<PlannedStep>,
-    /// The earlier step whose slowest-rank time this agreement brings.
-    measured: Option<PendingMeasurement>,
+    /// The earlier steps whose slowest-rank times this agreement brings.
+    measured: Vec<PendingMeasurement>,
     agreement: AgreementUnderWay,
 }
 
@@ -87,10 +87,16 @@ struct PendingMeasurement {
     seconds: f64,
 }
 
-/// Positions of the values each rank contributes to a fetch's agreement, before the
-/// step features (see `estimator::features`).
-const PREVIOUS_STEP_SECONDS: usize = 0;
-const FEATURES: usize = 1;
+/// The values each rank contributes to a step's agreement: the times of the steps it
+/// ran since the last agreement started (the same number on every rank, since all
+/// ran the same steps), then the step's features (see `estimator::features`).
+fn agreement_values(measured: &[PendingMeasurement], features_len: usize) -> Vec<f64> {
+    let mut values = vec![0.0; measured.len() + features_len];
+    for (value, m) in values.iter_mut().zip(measured) {
+        *value = m.seconds;
+    }
+    values
+}
 
 impl Core {
     /// Collective: duplicate `host`, read the configuration and agree on it (every
@@ -126,7 +132,7 @@ impl Core {
             estimator: Estimator::new(CostParams::default(), Settings { probe_interval: 0, hysteresis: 0.0 }),
             calibration: Calibration::default_params("default"),
             stats: Stats::default(),
-            pending: None,
+            pending: Vec::new(),
             samples_since_summary: 0,
             summarised: Default::default(),
         })
@@ -280,21 +286,21 @@ impl Core {
         let prepared = args.and_then(|args| self.prepare(args));
         let ranks = self.comm.size();
         let matrix_max_ranks = self.config.matrix_max_ranks;
-        let mut maxima = vec![0.0; FEATURES + features::encoded_len(ranks, matrix_max_ranks)];
-        let measured = self.pending.take();
-        maxima[PREVIOUS_STEP_SECONDS] = measured.as_ref().map_or(0.0, |p| p.seconds);
+        let measured = std::mem::take(&mut self.pending);
+        let at = measured.len();
+        let mut maxima = agreement_values(&measured, features::encoded_len(ranks, matrix_max_ranks));
         if let Ok(p) = &prepared {
             let mine = features::encode(&p.plan, &p.shape, self.comm.rank(), matrix_max_ranks);
-            maxima[FEATURES..].copy_from_slice(&mine);
+            maxima[at..].copy_from_slice(&mine);
         }
         let error = prepared.as_ref().err().cloned();
         let agreed = agree(&self.comm, &Proposal { error: error.clone(), backend: self.backend, maxima })?;
-        self.learn(measured, agreed.maxima[PREVIOUS_STEP_SECONDS]);
+        self.learn(measured, &agreed.maxima[..at]);
         agreed.outcome(error)?;
         Self::refuse_differing_backends(&agreed)?;
         let prepared = prepared.expect("agreed that every rank prepared its fetch");
-        let step_features = features::decode(&agreed.maxima[FEATURES..], ranks, matrix_max_ranks);
-        let requests_to_me = features::requests_to(&agreed.maxima[FEATURES..], ranks, matrix_max_ranks, self.rank());
+        let step_features = features::decode(&agreed.maxima[at..], ranks, matrix_max_ranks);
+        let requests_to_me = features::requests_to(&agreed.maxima[at..], ranks, matrix_max_ranks, self.rank());
         let decision = self.estimator.decide(&step_features, self.backend);
         self.log_decision(&step_features, &decision);
         let samples = self.run(&decision, prepared, step_features, requests_to_me.as_deref())?;
@@ -324,13 +330,16 @@ impl Core {
         Ok(PlannedStep { plan, shape })
     }
 
-    /// Learn an earlier step's time, the slowest rank's as agreed. Every rank has the
-    /// same earlier step (all ran it), so all learn the same.
-    fn learn(&mut self, measured: Option<PendingMeasurement>, slowest: f64) {
-        if let Some(previous) = measured {
+    /// Learn earlier steps' times, the slowest rank's as agreed (`slowest`, in the same
+    /// order). Every rank has the same earlier steps (all ran them), so all learn the
+    /// same.
+    fn learn(&mut self, measured: Vec<PendingMeasurement>, slowest: &[f64]) {
+        for (previous, &slowest) in measured.into_iter().zip(slowest) {
             log::trace!("step {}: measured {} {:.1} us (slowest rank)", previous.step, previous.engine.name(), slowest * 1e6);
             self.estimator.observe(previous.engine, &previous.features, slowest);
-            self.stats.engine_mut(previous.engine).measured_slowest_seconds += slowest;
+            let stats = self.stats.engine_mut(previous.engine);
+            stats.measured_slowest_seconds += slowest;
+            stats.measured_steps += 1;
         }
     }
 
@@ -367,12 +376,12 @@ impl Core {
     /// last step it ran.
     pub fn start_known_step(&mut self, ids: &[u64], out_len: Result<usize>, known: &dyn KnownBatches) -> Result<StepAhead> {
         let prepared = out_len.and_then(|len| self.plan_step(ids).and_then(|p| fits(&p.plan, len).map(|()| p)));
-        let measured = self.pending.take();
-        let mut maxima = vec![0.0; FEATURES + features::KNOWN_LEN];
-        maxima[PREVIOUS_STEP_SECONDS] = measured.as_ref().map_or(0.0, |p| p.seconds);
+        let measured = std::mem::take(&mut self.pending);
+        let at = measured.len();
+        let mut maxima = agreement_values(&measured, features::KNOWN_LEN);
         if let Ok(p) = &prepared {
             let served = self.served_bytes(known, &p.plan);
-            maxima[FEATURES..].copy_from_slice(&features::encode_known(&p.plan, &p.shape, served));
+            maxima[at..].copy_from_slice(&features::encode_known(&p.plan, &p.shape, served));
         }
         let error = prepared.as_ref().err().cloned();
         let agreement = start_agreement(&self.comm, &Proposal { error, backend: self.backend, maxima })?;
@@ -405,11 +414,12 @@ impl Core {
     ) -> Result<()> {
         let StepAhead { prepared, measured, agreement } = ahead;
         let agreed = agreement.finish()?;
-        self.learn(measured, agreed.maxima[PREVIOUS_STEP_SECONDS]);
+        let at = measured.len();
+        self.learn(measured, &agreed.maxima[..at]);
         agreed.outcome(prepared.as_ref().err().cloned())?;
         Self::refuse_differing_backends(&agreed)?;
         let PlannedStep { plan, shape } = prepared.expect("agreed that every rank planned its step");
-        let step_features = features::decode_known(&agreed.maxima[FEATURES..]);
+        let step_features = features::decode_known(&agreed.maxima[at..]);
         let decision = self.estimator.decide(&step_features, agreed.backend_max);
         self.log_decision(&step_features, &decision);
         out_offsets.copy_from_slice(&plan.out_offsets);
@@ -421,7 +431,8 @@ impl Core {
     /// stopped first, on every rank alike), keeping what it measured.
     pub fn abandon_known_step(&mut self, ahead: StepAhead) -> Result<()> {
         let agreed = ahead.agreement.finish()?;
-        self.learn(ahead.measured, agreed.maxima[PREVIOUS_STEP_SECONDS]);
+        let at = ahead.measured.len();
+        self.learn(ahead.measured, &agreed.maxima[..at]);
         Ok(())
     }
 
@@ -448,7 +459,7 @@ impl Core {
         let started = mpi::wtime();
         let result = execute(&step, decision.engine, out);
         let seconds = mpi::wtime() - started;
-        self.pending = Some(PendingMeasurement {
+        self.pending.push(PendingMeasurement {
             step: self.estimator.counters().decisions,
             engine: decision.engine,
             features,
@@ -478,6 +489,12 @@ impl Core {
         }
     }
 
+    /// The next summary line covers what runs from now on.
+    pub fn start_summary(&mut self) {
+        self.summarised = (self.stats.clone(), self.estimator.counters());
+        self.samples_since_summary = 0;
+    }
+
     /// An info line, on the loader's rank 0 (every rank decides alike), of what ran
     /// since the last one and why: the engines' steps, their predicted and measured
     /// times per step, probes and switches.
@@ -492,8 +509,7 @@ impl Core {
                 counters.switches - self.summarised.1.switches
             );
         }
-        self.summarised = (self.stats.clone(), counters);
-        self.samples_since_summary = 0;
+        self.start_summary();
     }
 
     /// Collective: the job's statistics as JSON (see `stats::JobStats`): every rank's

@@ -252,12 +252,19 @@ impl Prefetcher {
         if let Some(done) = self.current.take() {
             let _ = self.free.send(done);
         }
-        // Hand every finished batch back so the thread never waits for a buffer, until
-        // it has run its last allowed step and hung up.
+        // Take every batch the thread still makes, until it has run its last allowed
+        // step and hung up. A step that failed on every rank alike (agreed) and was never
+        // handed out concerns no one: the caller stopped before it, as an inline epoch
+        // never runs it. A failure of MPI itself (an error, MDL_TIMEOUT, a panic) leaves
+        // the ranks out of step and is reported.
         let mut failure = None;
         while let Ok((batch, result)) = self.ready.recv() {
-            if let Err(err) = result {
-                failure.get_or_insert(err);
+            match result {
+                Err(err) if leaves_ranks_out_of_step(&err) => {
+                    failure.get_or_insert(err);
+                }
+                Err(err) => log::debug!("a prefetched step that was never taken failed: {}", err.message),
+                Ok(()) => {}
             }
             let _ = self.free.send(batch);
         }
@@ -302,4 +309,9 @@ fn prefetch_loop(
             return;
         }
     }
+}
+
+/// Whether a failure leaves the ranks out of step (not agreed by all of them).
+fn leaves_ranks_out_of_step(err: &Error) -> bool {
+    matches!(err.status, mdl_status::MDL_ERR_MPI | mdl_status::MDL_ERR_TIMEOUT | mdl_status::MDL_ERR_PANIC)
 }

@@ -229,6 +229,9 @@ impl Loader {
                 return Err(err);
             }
         };
+        // The epoch's info line covers this epoch alone (its thread, if any, is still
+        // held back).
+        self.core.lock().start_summary();
         let run = run.expect("agreed that every rank built its epoch").release(agreed[7] != 0);
         log::debug!("{} steps of up to {} samples, starting at {step}, prefetch {depth}", run.steps(), args.batch_size);
         self.epoch = Some(run);

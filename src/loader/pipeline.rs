@@ -21,7 +21,7 @@
 
 use super::core::{Core, StepAhead};
 use super::epoch::{Batch, SamplerStep};
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, mdl_status};
 use crate::sampler::Epoch;
 use std::collections::VecDeque;
 
@@ -72,6 +72,11 @@ impl Pipeline {
         let result = core.finish_known_step(ahead, &mut batch.data[..needed], &mut batch.offsets, &known);
         match result {
             Ok(()) => (batch, Ok(())),
+            Err(err) if err.status == mdl_status::MDL_ERR_TIMEOUT => {
+                // Gets or an exchange into this buffer may still be under way.
+                std::mem::forget(batch);
+                (Batch::default(), Err(self.drained(core, err)))
+            }
             Err(err) => (batch, Err(self.drained(core, err))),
         }
     }
@@ -89,15 +94,18 @@ impl Pipeline {
 
     /// Collective: complete the agreements of the steps that will not run, on every
     /// rank at the same point of the epoch.
+    /// After the first failure (an MPI error, or `MDL_TIMEOUT`: the ranks are out of
+    /// step) the rest are not waited for, each for its own timeout: they are dropped,
+    /// and their buffers leaked (see `Reduction`).
     pub fn drain(&mut self, core: &mut Core) -> Result<()> {
-        let mut first_error = None;
         while let Some(started) = self.started.pop_front() {
             if let Err(err) = core.abandon_known_step(started.ahead) {
-                first_error.get_or_insert(err);
+                self.started.clear();
+                return Err(err);
             }
             self.spare.push(started.batch);
         }
-        first_error.map_or(Ok(()), Err)
+        Ok(())
     }
 
     /// `err`, after draining (a failure there is logged: `err` is the one to report).

@@ -21,70 +21,106 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <time.h>
 
 /* ---- counting the library's collectives -------------------------------------------- */
 
-static int g_counting;    /* only calls made while the caller is in mdl_next_batch count */
-static long g_forbidden;  /* collectives a sampler step must not make: blocking agreements,
-                             barriers, count exchanges (blocking or not) */
-static long g_exchange;   /* the collective engine's data exchange (MPI_(I)alltoallv) */
-static long g_iallreduce; /* agreements started */
+/* Counted while the test says so: on the caller's thread inside mdl_next_batch only
+   (mdl_epoch_begin agrees with a blocking collective of its own, once per epoch), on
+   the library's prefetch thread always (it only runs steps); hence atomic. */
+static atomic_int g_counting;
+static pthread_t g_caller;
+static _Thread_local int t_in_next;
+static atomic_long g_forbidden; /* collectives a sampler step must not make: blocking
+                                   agreements, barriers, count exchanges (blocking or not) */
+static atomic_long g_exchange;  /* the collective engine's data exchange (MPI_(I)alltoallv) */
+static atomic_long g_iallreduce; /* agreements started (and blocking ones waited for by a
+                                    test loop, as MDL_TIMEOUT makes them: one per step
+                                    exactly is the check) */
 
-#define COUNT_BLOCKING() (g_forbidden += g_counting)
+static int counted(void)
+{
+    return atomic_load(&g_counting) && (t_in_next || !pthread_equal(pthread_self(), g_caller));
+}
+#define COUNT(counter) ((void)(counted() && atomic_fetch_add(&(counter), 1)))
 
 int MPI_Allreduce(const void *s, void *r, int n, MPI_Datatype t, MPI_Op op, MPI_Comm c)
 {
-    COUNT_BLOCKING();
+    COUNT(g_forbidden);
     return PMPI_Allreduce(s, r, n, t, op, c);
 }
 int MPI_Barrier(MPI_Comm c)
 {
-    COUNT_BLOCKING();
+    COUNT(g_forbidden);
     return PMPI_Barrier(c);
 }
 int MPI_Bcast(void *b, int n, MPI_Datatype t, int root, MPI_Comm c)
 {
-    COUNT_BLOCKING();
+    COUNT(g_forbidden);
     return PMPI_Bcast(b, n, t, root, c);
+}
+int MPI_Ibcast(void *b, int n, MPI_Datatype t, int root, MPI_Comm c, MPI_Request *q)
+{
+    COUNT(g_forbidden);
+    return PMPI_Ibcast(b, n, t, root, c, q);
 }
 int MPI_Allgather(const void *s, int sn, MPI_Datatype st, void *r, int rn, MPI_Datatype rt, MPI_Comm c)
 {
-    COUNT_BLOCKING();
+    COUNT(g_forbidden);
     return PMPI_Allgather(s, sn, st, r, rn, rt, c);
+}
+int MPI_Iallgather(const void *s, int sn, MPI_Datatype st, void *r, int rn, MPI_Datatype rt, MPI_Comm c,
+                   MPI_Request *q)
+{
+    COUNT(g_forbidden);
+    return PMPI_Iallgather(s, sn, st, r, rn, rt, c, q);
+}
+int MPI_Allgatherv(const void *s, int sn, MPI_Datatype st, void *r, const int *rc, const int *rd, MPI_Datatype rt,
+                   MPI_Comm c)
+{
+    COUNT(g_forbidden);
+    return PMPI_Allgatherv(s, sn, st, r, rc, rd, rt, c);
+}
+int MPI_Iallgatherv(const void *s, int sn, MPI_Datatype st, void *r, const int *rc, const int *rd, MPI_Datatype rt,
+                    MPI_Comm c, MPI_Request *q)
+{
+    COUNT(g_forbidden);
+    return PMPI_Iallgatherv(s, sn, st, r, rc, rd, rt, c, q);
 }
 int MPI_Alltoall(const void *s, int sn, MPI_Datatype st, void *r, int rn, MPI_Datatype rt, MPI_Comm c)
 {
-    COUNT_BLOCKING();
+    COUNT(g_forbidden);
     return PMPI_Alltoall(s, sn, st, r, rn, rt, c);
-}
-int MPI_Alltoallv(const void *s, const int *sc, const int *sd, MPI_Datatype st, void *r, const int *rc,
-                  const int *rd, MPI_Datatype rt, MPI_Comm c)
-{
-    g_exchange += g_counting;
-    return PMPI_Alltoallv(s, sc, sd, st, r, rc, rd, rt, c);
-}
-int MPI_Iallreduce(const void *s, void *r, int n, MPI_Datatype t, MPI_Op op, MPI_Comm c, MPI_Request *q)
-{
-    g_iallreduce += g_counting;
-    return PMPI_Iallreduce(s, r, n, t, op, c, q);
-}
-int MPI_Ibarrier(MPI_Comm c, MPI_Request *q)
-{
-    COUNT_BLOCKING();
-    return PMPI_Ibarrier(c, q);
 }
 int MPI_Ialltoall(const void *s, int sn, MPI_Datatype st, void *r, int rn, MPI_Datatype rt, MPI_Comm c,
                   MPI_Request *q)
 {
-    COUNT_BLOCKING();
+    COUNT(g_forbidden);
     return PMPI_Ialltoall(s, sn, st, r, rn, rt, c, q);
+}
+int MPI_Ibarrier(MPI_Comm c, MPI_Request *q)
+{
+    COUNT(g_forbidden);
+    return PMPI_Ibarrier(c, q);
+}
+int MPI_Alltoallv(const void *s, const int *sc, const int *sd, MPI_Datatype st, void *r, const int *rc,
+                  const int *rd, MPI_Datatype rt, MPI_Comm c)
+{
+    COUNT(g_exchange);
+    return PMPI_Alltoallv(s, sc, sd, st, r, rc, rd, rt, c);
 }
 int MPI_Ialltoallv(const void *s, const int *sc, const int *sd, MPI_Datatype st, void *r, const int *rc,
                    const int *rd, MPI_Datatype rt, MPI_Comm c, MPI_Request *q)
 {
-    g_exchange += g_counting;
+    COUNT(g_exchange);
     return PMPI_Ialltoallv(s, sc, sd, st, r, rc, rd, rt, c, q);
+}
+int MPI_Iallreduce(const void *s, void *r, int n, MPI_Datatype t, MPI_Op op, MPI_Comm c, MPI_Request *q)
+{
+    COUNT(g_iallreduce);
+    return PMPI_Iallreduce(s, r, n, t, op, c, q);
 }
 
 /* ---- the dataset ---------------------------------------------------------------------- */
@@ -107,16 +143,15 @@ static int batch_ok(const uint64_t *ids, const void *data, const uint64_t *offs,
     return 1;
 }
 
-/* Takes one batch, counting the library's collectives; returns n (0 at the end), or
-   -1 on an error. */
+/* Takes one batch; returns n (0 at the end), or -1 on an error. */
 static long next(mdl_loader *h, int *bytes_ok)
 {
     const uint64_t *ids, *offs;
     const void *data;
     size_t n;
-    g_counting = 1;
+    t_in_next = 1;
     mdl_status st = mdl_next_batch(h, &ids, &data, &offs, &n);
-    g_counting = 0;
+    t_in_next = 0;
     if (st != MDL_OK)
         return -1;
     *bytes_ok &= batch_ok(ids, data, offs, n);
@@ -136,10 +171,21 @@ static int same_text_on_all_ranks(const char *text)
     uint64_t h = 1469598103934665603ull;
     for (const char *c = text; *c; c++)
         h = (h ^ (uint8_t)*c) * 1099511628211ull;
-    return same_on_all_ranks((double)(h >> 12)) && same_on_all_ranks((double)strlen(text));
+    int same_hash = same_on_all_ranks((double)(h >> 12)); /* both on every rank */
+    int same_length = same_on_all_ranks((double)strlen(text));
+    return same_hash && same_length;
 }
 
-static void reset_counts(void) { g_forbidden = g_exchange = g_iallreduce = 0; }
+/* Counting runs from before mdl_epoch_begin (its prefetch thread may start steps
+   before it returns) to the end of the epoch. */
+static void start_counting(void)
+{
+    atomic_store(&g_forbidden, 0);
+    atomic_store(&g_exchange, 0);
+    atomic_store(&g_iallreduce, 0);
+    atomic_store(&g_counting, 1);
+}
+static void stop_counting(void) { atomic_store(&g_counting, 0); }
 
 int main(int argc, char **argv)
 {
@@ -147,6 +193,7 @@ int main(int argc, char **argv)
     MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
     MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &g_size);
+    g_caller = pthread_self();
     const char *lag_env = getenv("MDL_AGREEMENT_LAG");
     long lag = lag_env ? atol(lag_env) : 2;
     if (g_rank == 0)
@@ -171,26 +218,27 @@ int main(int argc, char **argv)
     int bytes_ok = 1, ahead_ok = 1;
     mdl_set_backend(h, MDL_BACKEND_ONESIDED);
     mdl_set_prefetch(h, 0);
+    start_counting();
     mdl_epoch_begin(h, 3, 0, batch, 1, 0);
-    reset_counts();
     long taken = 0, n;
     while ((n = next(h, &bytes_ok)) > 0) {
         taken++;
         long expected = taken + lag < steps ? taken + lag : steps;
-        if (g_iallreduce != expected) {
+        if (atomic_load(&g_iallreduce) != expected) {
             fprintf(stderr, "[rank %d] after %ld batches: %ld agreements started, expected %ld\n", g_rank, taken,
-                    g_iallreduce, expected);
+                    atomic_load(&g_iallreduce), expected);
             ahead_ok = 0;
         }
     }
+    stop_counting();
     char what[200];
     snprintf(what, sizeof what, "one-sided epoch of %ld steps: every byte right", steps);
     check(n == 0 && taken == steps && bytes_ok, what);
     snprintf(what, sizeof what, "one-sided steps: %ld blocking collectives or count exchanges, %ld data exchanges (expected 0, 0)",
-             g_forbidden, g_exchange);
-    check(g_forbidden == 0 && g_exchange == 0, what);
-    snprintf(what, sizeof what, "agreements start %ld steps ahead (%ld in all, one per step)", lag, g_iallreduce);
-    check(ahead_ok && g_iallreduce == steps, what);
+             atomic_load(&g_forbidden), atomic_load(&g_exchange));
+    check(atomic_load(&g_forbidden) == 0 && atomic_load(&g_exchange) == 0, what);
+    snprintf(what, sizeof what, "agreements start %ld steps ahead (%ld in all, one per step)", lag, atomic_load(&g_iallreduce));
+    check(ahead_ok && atomic_load(&g_iallreduce) == steps, what);
 
     /* A late rank does not hold the others up. */
     if (g_size > 1) {
@@ -229,17 +277,21 @@ int main(int argc, char **argv)
         for (uint32_t depth = 0; depth <= 2; depth += 2) {
             mdl_set_backend(h, engines[e]);
             mdl_set_prefetch(h, depth);
+            start_counting();
             mdl_epoch_begin(h, 5, (uint64_t)e, 16, 1, 0);
             bytes_ok = 1;
-            reset_counts();
             taken = 0;
             while ((n = next(h, &bytes_ok)) > 0)
                 taken++;
-            /* Inline, every collective of a step is counted; prefetched steps run on
-               the library's thread, and only those it runs during mdl_next_batch are. */
-            snprintf(what, sizeof what, "%s, prefetch %u: %ld steps, every byte right, %ld blocking collectives or count exchanges",
-                     names[e], depth, taken, g_forbidden);
-            check(n == 0 && bytes_ok && g_forbidden == 0 && same_on_all_ranks((double)taken), what);
+            stop_counting();
+            /* Every collective of the epoch's steps, on either thread: one agreement a
+               step, nothing else but the collective engine's data exchange. */
+            snprintf(what, sizeof what, "%s, prefetch %u: %ld steps, every byte right, %ld agreements, "
+                     "%ld blocking collectives or count exchanges", names[e], depth, taken,
+                     atomic_load(&g_iallreduce), atomic_load(&g_forbidden));
+            int same_steps = same_on_all_ranks((double)taken); /* every rank calls it */
+            check(n == 0 && bytes_ok && atomic_load(&g_forbidden) == 0 && atomic_load(&g_iallreduce) == taken &&
+                      same_steps, what);
         }
 
     /* The setting is checked: MDL_AGREEMENT_LAG set differently fails init everywhere
@@ -266,7 +318,8 @@ int main(int argc, char **argv)
     uint64_t job_samples = json_u64(job, "\"samples\": ");
     snprintf(what, sizeof what, "mdl_stats_json_job: samples %llu = the ranks' sum %llu, same text on every rank",
              (unsigned long long)job_samples, (unsigned long long)sum);
-    check(st == MDL_OK && needed == strlen(job) && job_samples == sum && sum > 0 && same_text_on_all_ranks(job), what);
+    int same_text = same_text_on_all_ranks(job); /* every rank calls it */
+    check(st == MDL_OK && needed == strlen(job) && job_samples == sum && sum > 0 && same_text, what);
     st = mdl_stats_json_job(h, job, sizeof job, g_rank == g_size - 1 ? NULL : &needed);
     check(st == (g_rank == g_size - 1 ? MDL_ERR_NULL_ARG : MDL_ERR_REMOTE), "mdl_stats_json_job(needed NULL on the last rank): agreed error");
     mdl_epoch_begin(h, 7, 0, 4, 1, 0);
