@@ -271,19 +271,28 @@ impl Epoch {
                 i += self.n;
             }
         }
+        // Sorted by (step, requester, place in its batch): position i = k * P + rank is
+        // place k % B of step k / B, so the key (step * P + rank) * B + place orders
+        // them as plain integers (no division in the comparisons), and is one-to-one.
         let (ranks, batch) = (self.ranks, self.batch);
-        positions.sort_unstable_by_key(|&i| (step_of(i), i % ranks, (i / ranks) % batch));
+        let steps_key = ranks * batch;
+        for entry in &mut positions {
+            let (k, rank) = (*entry / ranks, *entry % ranks);
+            *entry = ((k / batch) * ranks + rank) * batch + k % batch;
+        }
+        positions.sort_unstable();
         let mut step_starts = Vec::new();
         step_starts.try_reserve_exact(steps + 1).map_err(|_| Error::no_memory(8 * (steps as u64 + 1)))?;
         for s in 0..=steps as u64 {
-            step_starts.push(positions.partition_point(|&i| step_of(i) < s));
+            step_starts.push(positions.partition_point(|&key| key / steps_key < s));
         }
-        // Each position becomes its requester and id, in place: the steps then take no
+        // Each key becomes its requester and id, in place: the steps then take no
         // permutation (a few Feistel rounds per sample, more when they cycle-walk).
         let mut requests = positions;
         for entry in &mut requests {
-            let i = *entry;
-            *entry = pack((i % ranks) as usize, self.perm.at(i % self.n) - owned.start);
+            let (step, rank, place) = (*entry / steps_key, (*entry / batch) % ranks, *entry % batch);
+            let i = (step * batch + place) * ranks + rank;
+            *entry = pack(rank as usize, self.perm.at(i % self.n) - owned.start);
         }
         Ok(OwnedPositions { owned, requests, step_starts, served })
     }
