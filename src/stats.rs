@@ -17,11 +17,36 @@ pub struct EngineStats {
     pub measured_slowest_seconds: f64,
 }
 
+/// The node-local path: samples of other ranks of this rank's node, copied from their
+/// shards with memcpy.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct NodeLocalStats {
+    /// Steps that copied at least one such sample.
+    pub steps: u64,
+    pub bytes: u64,
+    pub samples: u64,
+    /// This rank's time copying its local and node-local samples, in all steps.
+    pub seconds: f64,
+}
+
+impl NodeLocalStats {
+    pub fn record(&mut self, bytes: u64, samples: u64, seconds: f64) {
+        self.steps += (samples > 0) as u64;
+        self.bytes += bytes;
+        self.samples += samples;
+        self.seconds += seconds;
+    }
+}
+
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Stats {
     pub onesided: EngineStats,
     pub collective: EngineStats,
+    pub node_local: NodeLocalStats,
+    /// Steps in which no rank had a remote sample: no engine ran.
+    pub engine_free_steps: u64,
     pub samples: u64,
+    /// This rank's own samples' bytes.
     pub bytes_local: u64,
     pub bytes_remote: u64,
 }
@@ -35,20 +60,22 @@ impl Stats {
     }
 
     pub fn steps(&self) -> u64 {
-        self.onesided.steps + self.collective.steps
+        self.onesided.steps + self.collective.steps + self.engine_free_steps
     }
 
     /// One line for the log.
     pub fn summary(&self) -> String {
         format!(
-            "{} steps: one-sided {} ({:.3} s), collective {} ({:.3} s); {} samples, {} bytes remote, {} local",
+            "{} steps: one-sided {} ({:.3} s), collective {} ({:.3} s), no engine {}; {} samples, {} bytes remote, {} node-local, {} local",
             self.steps(),
             self.onesided.steps,
             self.onesided.seconds,
             self.collective.steps,
             self.collective.seconds,
+            self.engine_free_steps,
             self.samples,
             self.bytes_remote,
+            self.node_local.bytes,
             self.bytes_local
         )
     }
@@ -78,7 +105,8 @@ impl Stats {
         }
         format!(
             "{{\"rank\": {rank}, \"ranks\": {ranks}, \"backend\": \"{}\", \"steps\": {}, \
-             \"onesided\": {}, \"collective\": {}, \"samples\": {}, \"bytes_local\": {}, \
+             \"onesided\": {}, \"collective\": {}, \"node_local\": {{\"steps\": {}, \"bytes\": {}, \"samples\": {}, \
+             \"seconds\": {}}}, \"engine_free_steps\": {}, \"samples\": {}, \"bytes_local\": {}, \
              \"bytes_remote\": {}, \"decisions\": {}, \"probes\": {}, \"switches\": {}, \
              \"calibration\": {{\"source\": \"{}\", \"seconds\": {}, \"points_onesided\": {}, \
              \"points_collective\": {}, {params}}}}}",
@@ -86,6 +114,11 @@ impl Stats {
             self.steps(),
             engine(&self.onesided),
             engine(&self.collective),
+            self.node_local.steps,
+            self.node_local.bytes,
+            self.node_local.samples,
+            number(self.node_local.seconds),
+            self.engine_free_steps,
             self.samples,
             self.bytes_local,
             self.bytes_remote,

@@ -135,7 +135,10 @@ fn asked_in_one_round(step: &StepContext, known: &dyn KnownBatches) -> Vec<Vec<u
     let first = index.first_ids();
     let mut by_rank = vec![Vec::new(); ranks];
     known.owned_in_batches(first[me]..first[me + 1], &mut by_rank);
-    by_rank[me].clear(); // this rank's own samples are local copies, not requests
+    // This rank's own samples, and those its node's ranks read, are copies, not requests.
+    for q in step.store.topology.node_of_rank(me) {
+        by_rank[q].clear();
+    }
     let budget = step.limits.max_message / ranks as u64;
     for ids in &mut by_rank {
         ids.retain(|&id| index.len_of(id).is_some_and(|len| len > 0 && len <= budget));
@@ -151,9 +154,10 @@ fn requests_of_others(step: &StepContext, known: &dyn KnownBatches) -> Result<Ve
     let (me, ranks) = (step.comm.rank(), step.comm.size());
     let mut per_round: Vec<Vec<Vec<u64>>> = Vec::new();
     let mut ids = Vec::new();
-    for requester in (0..ranks).filter(|&q| q != me) {
+    let topology = &step.store.topology;
+    for requester in (0..ranks).filter(|&q| !topology.shares(me, q)) {
         known.batch_of(requester, &mut ids);
-        let plan = BatchPlan::new(&step.store.index, requester, &ids)?;
+        let plan = BatchPlan::on_node(&step.store.index, requester, &ids, topology)?;
         let theirs = Rounds::of(&plan.remote, ranks, step.limits.max_message);
         for (r, range) in theirs.rounds.into_iter().enumerate() {
             if per_round.len() <= r {

@@ -8,10 +8,11 @@
 use super::published::Published;
 use crate::agree::{Agreed, AgreementUnderWay, Proposal, Setting, agree, agree_identical, agree_on_checks, agree_settings, start_agreement};
 use crate::config::{Backend, Calibration as CalibrationMode, Config, Wait};
-use crate::engine::{ExchangeBuffers, ExchangeShape, KnownBatches, StepContext, exchange_shape, execute};
+use crate::engine::{ExchangeBuffers, ExchangeShape, KnownBatches, StepContext, copy_local, exchange_shape, fetch_remote};
 use crate::error::{Error, Result, mdl_status};
 use crate::estimator::calibrate::{self, Calibration, CalibrationSettings};
 use crate::estimator::model::{CostParams, StepFeatures};
+use crate::estimator::features::NodeFeatures;
 use crate::estimator::{Decision, Estimator, Settings, features};
 use crate::mpi::{self, Comm, GetLimits, WaitPolicy};
 use crate::node;
@@ -215,7 +216,13 @@ impl Core {
     }
 
     fn store_settings(&self) -> StoreSettings {
-        StoreSettings { limits: self.limits(), warm_up_gets: self.config.warm_up_gets, shared_index: self.config.shared_index }
+        StoreSettings {
+            limits: self.limits(),
+            warm_up_gets: self.config.warm_up_gets,
+            shared_index: self.config.shared_index,
+            node_local: self.config.node_local,
+            node_key: self.config.node_key,
+        }
     }
 
     fn limits(&self) -> GetLimits {
@@ -290,9 +297,9 @@ impl Core {
         let prepared = prepared.expect("agreed that every rank prepared its fetch");
         let step_features = features::decode(&agreed.maxima[FEATURES..], ranks, matrix_max_ranks);
         let requests_to_me = features::requests_to(&agreed.maxima[FEATURES..], ranks, matrix_max_ranks, self.rank());
-        let decision = self.estimator.decide(&step_features, self.backend);
-        Self::log_decision(&step_features, &decision);
-        self.run(&decision, prepared, step_features, requests_to_me.as_deref())
+        let node = features::decode_node(&agreed.maxima[FEATURES..]);
+        let decision = self.decide(&step_features, node, self.backend);
+        self.run(decision.as_ref(), prepared, step_features, requests_to_me.as_deref())
     }
 
     /// Local part of a fetch: plan it, lay out the output, check the capacity.
@@ -307,7 +314,7 @@ impl Core {
     /// Plan a fetch of `ids` and reserve what its exchange needs.
     fn plan_step(&self, ids: &[u64]) -> Result<PlannedStep> {
         let store = self.store()?;
-        let plan = BatchPlan::new(&store.index, self.comm.rank(), ids)?;
+        let plan = BatchPlan::on_node(&store.index, self.comm.rank(), ids, &store.topology)?;
         let ranks = self.comm.size();
         let shape = exchange_shape(&plan.remote, ranks, self.config.max_message_bytes);
         // A round of the collective engine receives at most this; reserved now, before
@@ -339,10 +346,23 @@ impl Core {
         Ok(())
     }
 
-    fn log_decision(features: &StepFeatures, decision: &Decision) {
+    /// The engine of a step whose agreed features are `features`, the same on every
+    /// rank; None when no rank has a remote sample (its node's copies are all).
+    fn decide(&mut self, features: &StepFeatures, node: NodeFeatures, backend: Backend) -> Option<Decision> {
+        if !features.needs_engine() {
+            log::trace!("{features:?}, node-local {node:?}: no remote sample on any rank, no engine");
+            return None;
+        }
+        let decision = self.estimator.decide(features, backend);
+        Self::log_decision(features, node, &decision);
+        Some(decision)
+    }
+
+    fn log_decision(features: &StepFeatures, node: NodeFeatures, decision: &Decision) {
         log::trace!(
-            "{:?}: predicted one-sided {:.1} us, collective {:.1} us -> {}{}",
+            "{:?}, node-local {:?}: predicted one-sided {:.1} us, collective {:.1} us -> {}{}",
             features,
+            node,
             decision.predicted_onesided * 1e6,
             decision.predicted_collective * 1e6,
             decision.engine.name(),
@@ -379,7 +399,7 @@ impl Core {
         let me = self.rank();
         let mut served = 0;
         known.for_each_owned(owned, &mut |rank, id| {
-            if rank != me {
+            if !store.topology.shares(me, rank) {
                 served += store.index.len_of(id).unwrap_or(0);
             }
         });
@@ -402,11 +422,11 @@ impl Core {
         Self::refuse_differing_backends(&agreed)?;
         let PlannedStep { plan, shape } = prepared.expect("agreed that every rank planned its step");
         let step_features = features::decode_known(&agreed.maxima[FEATURES..]);
-        let decision = self.estimator.decide(&step_features, agreed.backend_max);
-        Self::log_decision(&step_features, &decision);
+        let node = features::decode_known_node(&agreed.maxima[FEATURES..]);
+        let decision = self.decide(&step_features, node, agreed.backend_max);
         out_offsets.copy_from_slice(&plan.out_offsets);
         let prepared = PreparedFetch { plan, out, shape, known_batches: Some(known) };
-        self.run(&decision, prepared, step_features, None)
+        self.run(decision.as_ref(), prepared, step_features, None)
     }
 
     /// Collective: complete the agreement of a step that will not run (its epoch
@@ -417,9 +437,12 @@ impl Core {
         Ok(())
     }
 
+    /// Run a step: copy the local and node-local samples, then move the remote ones
+    /// with the decided engine (none when no rank has any). The estimator learns from
+    /// the engine's time alone: the copies cost the same whichever engine runs.
     fn run(
         &mut self,
-        decision: &Decision,
+        decision: Option<&Decision>,
         prepared: PreparedFetch,
         features: StepFeatures,
         requests_to_me: Option<&[u64]>,
@@ -437,21 +460,28 @@ impl Core {
             known_batches,
         };
         let started = mpi::wtime();
-        let result = execute(&step, decision.engine, out);
-        let seconds = mpi::wtime() - started;
-        self.pending = Some(PendingMeasurement {
-            engine: decision.engine,
-            features,
-            seconds: if result.is_ok() { seconds } else { 0.0 },
-        });
-        result?;
-        let engine_stats = self.stats.engine_mut(decision.engine);
-        engine_stats.steps += 1;
-        engine_stats.seconds += seconds;
-        engine_stats.predicted_seconds += decision.predicted(decision.engine);
+        copy_local(&step, out);
+        let copied = mpi::wtime();
+        self.stats.node_local.record(plan.node_bytes, plan.node_samples, copied - started);
+        if let Some(decision) = decision {
+            let result = fetch_remote(&step, decision.engine, out);
+            let seconds = mpi::wtime() - copied;
+            self.pending = Some(PendingMeasurement {
+                engine: decision.engine,
+                features,
+                seconds: if result.is_ok() { seconds } else { 0.0 },
+            });
+            result?;
+            let engine_stats = self.stats.engine_mut(decision.engine);
+            engine_stats.steps += 1;
+            engine_stats.seconds += seconds;
+            engine_stats.predicted_seconds += decision.predicted(decision.engine);
+        } else {
+            self.stats.engine_free_steps += 1;
+        }
         let samples = plan.out_offsets.len() as u64 - 1;
         self.stats.samples += samples;
-        self.stats.bytes_local += plan.local_bytes();
+        self.stats.bytes_local += plan.local_bytes() - plan.node_bytes;
         self.stats.bytes_remote += plan.remote_bytes();
         self.publish();
         self.log_summary_every_epoch(samples);
