@@ -347,9 +347,10 @@ impl Core {
     }
 
     /// The engine of a step whose agreed features are `features`, the same on every
-    /// rank; None when no rank has a remote sample (its node's copies are all).
+    /// rank; None, with the node-local path on, when no rank has a remote sample (the
+    /// copies are the whole step). With it off every step runs its engine, as before.
     fn decide(&mut self, features: &StepFeatures, node: NodeFeatures, backend: Backend) -> Option<Decision> {
-        if !features.needs_engine() {
+        if self.config.node_local && !features.needs_engine() {
             log::trace!("{features:?}, node-local {node:?}: no remote sample on any rank, no engine");
             return None;
         }
