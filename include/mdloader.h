@@ -136,8 +136,11 @@ extern "C" {
  * `MDL_PROBE_INTERVAL`, `MDL_HYSTERESIS` ([0, 1)), `MDL_MATRIX_MAX_RANKS` (0..64),
  * `MDL_WARMUP_GETS` (0..65536), `MDL_TIMEOUT` (seconds a collective may wait before
  * MDL_ERR_TIMEOUT, 0 = never, the default), `MDL_SHARED_INDEX=on|off` (the global
- * index once per node in shared memory, or per rank); `MDL_LOG=error|warn|info|debug|trace`
- * (logging to stderr, not agreed). The README documents each.
+ * index once per node in shared memory, or per rank), `MDL_NODE_LOCAL=on|off` (samples
+ * of the ranks of this rank's node copied from shared memory instead of through the
+ * engines; default off); `MDL_LOG=error|warn|info|debug|trace` (logging to stderr, not
+ * agreed) and `MDL_NODE_KEY` (ranks of a node with different keys count as different
+ * nodes, to emulate hosts; not agreed). The README documents each.
  *
  * What cannot be agreed: MPI_COMM_NULL or an invalid handle on one rank returns an
  * error there at once while the other ranks wait in MPI_Comm_dup (MDL_TIMEOUT cannot
@@ -271,7 +274,10 @@ enum mdl_status mdl_finalize(struct mdl_loader **h);
  * it answers on a loader that failed with MDL_ERR_PANIC or MDL_ERR_TIMEOUT too. Keys: "rank", "ranks",
  * "backend" (in force), "steps", "onesided" and "collective" (each: "steps",
  * "seconds" this rank spent, "predicted_seconds" and "measured_slowest_seconds" of the
- * slowest rank), "samples", "bytes_local", "bytes_remote" (this rank's), "decisions",
+ * slowest rank), "node_local" (samples of this rank's node copied from shared memory:
+ * "steps", "bytes", "samples", and "seconds" spent copying local and node-local samples),
+ * "engine_free_steps" (steps in which no rank had a remote sample), "samples",
+ * "bytes_local" (own samples), "bytes_remote" (this rank's), "decisions",
  * "probes", "switches", and "calibration" ("source": measured, default or file,
  * "seconds", "points_onesided", "points_collective" and the cost model's parameters,
  * see README). The "calibration" object, saved to a file, can be loaded with

@@ -146,4 +146,22 @@ mod tests {
         assert_eq!(decode(&combined[..FIXED], 3, 2).served, 60.0);
         assert_eq!(requests_to(&combined[..FIXED], 3, 2, 0), None);
     }
+
+    #[test]
+    fn node_local_samples_are_a_term_of_their_own_not_remote() {
+        // Ranks 0 and 1 share a node, rank 2 is alone: 10, 20 and 30 bytes.
+        let index = GlobalIndex::from_lengths(&[10, 20, 30], &[1, 1, 1]);
+        let topology = crate::store::Topology::from_leaders(vec![0, 0, 2]);
+        let plan = BatchPlan::on_node(&index, 0, &[1, 2, 1, 0], &topology).unwrap();
+        let shape = exchange_shape(&plan.remote, 3, u64::MAX);
+        let values = encode(&plan, &shape, 0, 16);
+        let f = decode(&values, 3, 16);
+        assert_eq!((f.samples, f.bytes, f.gets), (1.0, 30.0, 1.0));
+        assert_eq!(decode_node(&values), NodeFeatures { bytes: 40.0, samples: 2.0 });
+        // The sampler's contributions carry the same split.
+        let known = encode_known(&plan, &shape, 0);
+        assert_eq!(known.len(), KNOWN_LEN);
+        assert_eq!((decode_known(&known).samples, decode_known(&known).bytes), (1.0, 30.0));
+        assert_eq!(decode_known_node(&known), NodeFeatures { bytes: 40.0, samples: 2.0 });
+    }
 }
