@@ -9,7 +9,8 @@
  * Each sample's bytes are a function of its global id, so any rank can check any
  * sample it receives. Exit status 0 when every byte is right.
  *
- *   mpirun -n 4 ./c_example
+ *   mpirun -n 2 ./c_example    (Open MPI as root: OMPI_ALLOW_RUN_AS_ROOT=1
+ *   OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; more ranks than cores: mpirun --oversubscribe)
  */
 #include <mpi.h>
 #include <stdint.h>

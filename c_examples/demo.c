@@ -3,26 +3,33 @@
  *
  * A synthetic dataset shaped like QM9 molecular-graph records (default 200k samples,
  * log-normal sizes with median ~1 KB, clipped to 0.3-3 KB) is sharded over the ranks in
- * contiguous blocks and registered with MDLoader. Then, for each batch size per rank and
- * each engine (onesided, collective, auto), every rank draws a fresh uniformly random
- * mini-batch of global ids per step (a global shuffle, as SGD wants), fetches it with
- * mdl_fetch_batch, and verifies every byte. Rank 0 prints a table:
+ * contiguous blocks and registered with MDLoader, once per engine (onesided, collective,
+ * auto): each engine reads its own copy, so that none finds in the cache what another
+ * has just read, and AUTO learns from its own steps only. For each batch size per rank,
+ * every step every rank draws a fresh uniformly random mini-batch of global ids (a
+ * global shuffle, as SGD wants), and every engine fetches it, in a random order per
+ * step: the engines are measured side by side, under the same machine load, on the
+ * same ids. Every byte is verified. Rank 0 prints a table, per batch size and engine,
+ * of medians over the measured steps of per-step figures of the whole job:
  *
- *   batch/rank, engine, median step time of the slowest rank, samples/s and MB/s
- *   (global aggregate: all ranks' samples or bytes per step / median step time).
+ *   median step (ms)   the slowest rank's mdl_fetch_batch time
+ *   p90 step (ms)      its 90th percentile
+ *   samples/s          all ranks' samples of the step / the slowest rank's time
+ *   MB/s               all ranks' bytes of the step / the slowest rank's time
+ *   steps run by       steps each engine ran for this row's loader (warm-up included),
+ *                      from mdl_stats_json: for "auto", what the estimator chose
  *
  * Only the mdl_fetch_batch call is timed; verification and the barrier that lines the
- * ranks up before each step are outside the clock. The first --warmup steps of each row
- * are not counted (window first-touch, estimator calibration).
+ * ranks up before each fetch are outside the clock. The first --warmup steps of each
+ * batch size are not counted.
  *
  * Usage: mpirun -n 4 demo [--samples N] [--steps S] [--warmup W]
  *                         [--batches 16,64,256,1024] [--engines onesided,collective,auto]
  *                         [--seed S] [--no-verify] [--csv FILE]
+ *        (Open MPI as root: OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;
+ *        more ranks than cores: mpirun --oversubscribe; scripts/demo.sh does both)
  * Environment: MDL_LOG=info shows the library's decisions; MDL_BACKEND is overridden
- * per row by mdl_set_backend.
- *
- * The last column counts the steps each engine ran in the row (warm-up included), from
- * mdl_stats_json: for "auto" it shows what the estimator chose.
+ * per loader by mdl_set_backend.
  *
  * Exit status: 0 if every byte verified, 1 otherwise, 2 on bad usage or library error.
  */
@@ -201,17 +208,23 @@ static long engine_steps(const mdl_loader *h, const char *engine)
     char js[4096], key[64];
     if (mdl_stats_json(h, js, sizeof js) == 0)
         return -1;
-    snprintf(key, sizeof key, "\"%s\"", engine);
+    /* The engine's object, not "backend": "onesided". */
+    snprintf(key, sizeof key, "\"%s\": {\"steps\": ", engine);
     const char *p = strstr(js, key);
-    p = p ? strstr(p, "\"steps\"") : NULL;
-    p = p ? strchr(p, ':') : NULL;
-    return p ? strtol(p + 1, NULL, 10) : -1;
+    return p ? strtol(p + strlen(key), NULL, 10) : -1;
 }
 
 static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
+}
+
+/* The median of x[0..n) (sorted in place). */
+static double median(double *x, uint64_t n)
+{
+    qsort(x, n, sizeof(double), cmp_double);
+    return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
 }
 
 static void check(mdl_status st, const char *what, int rank)
@@ -262,29 +275,38 @@ int main(int argc, char **argv)
     for (uint64_t i = 0; i < nloc; i++)
         fill_sample(o.seed, first + i, data + off[i], off[i + 1] - off[i]);
 
-    mdl_loader *h = NULL;
-    MPI_Barrier(MPI_COMM_WORLD);
-    double t0 = MPI_Wtime();
-    check(mdl_init(MPI_COMM_WORLD, &h), "mdl_init", rank);
-    double t1 = MPI_Wtime();
-    check(mdl_register_shard(h, data, off, nloc), "mdl_register_shard", rank);
-    double t2 = MPI_Wtime();
+    /* One loader per engine, each with its own copy of the shard, as benches/grid does:
+       in interleaved steps an engine must not find in the cache the samples another has
+       just read, and AUTO's estimator learns from AUTO's steps only. */
+    mdl_loader *h[3] = {NULL, NULL, NULL};
+    double tinit = 0, treg = 0;
+    for (int e = 0; e < o.nengines; e++) {
+        MPI_Barrier(MPI_COMM_WORLD);
+        double t0 = MPI_Wtime();
+        check(mdl_init(MPI_COMM_WORLD, &h[e]), "mdl_init", rank);
+        double t1 = MPI_Wtime();
+        check(mdl_register_shard(h[e], data, off, nloc), "mdl_register_shard", rank);
+        double t2 = MPI_Wtime();
+        check(mdl_set_backend(h[e], o.engines[e]), "mdl_set_backend", rank);
+        if (e == 0)
+            tinit = t1 - t0, treg = t2 - t1;
+    }
     uint64_t shard_bytes = off[nloc];
-    free(data); /* the library keeps its own copy */
+    free(data); /* the library keeps its own copies */
     free(off);
 
     uint64_t total = 0, all_bytes = 0;
-    check(mdl_num_samples(h, &total), "mdl_num_samples", rank);
+    check(mdl_num_samples(h[0], &total), "mdl_num_samples", rank);
     MPI_Allreduce(&shard_bytes, &all_bytes, 1, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
-    double tinit = t1 - t0, treg = t2 - t1, tmax[2], tl[2] = {tinit, treg};
+    double tmax[2], tl[2] = {tinit, treg};
     MPI_Reduce(tl, tmax, 2, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
     if (rank == 0) {
         printf("MDLoader demo: %d ranks, %llu samples (%.1f MB, mean %.0f B/sample), %llu steps "
-               "(+%llu warm-up) per row, verify=%s\n",
+               "(+%llu warm-up) per batch size, engines interleaved step by step, verify=%s\n",
                P, (unsigned long long)total, (double)all_bytes / 1e6, (double)all_bytes / (double)total,
                (unsigned long long)o.steps, (unsigned long long)o.warmup, o.verify ? "every byte" : "off");
-        printf("mdl_init %.1f ms, mdl_register_shard %.1f ms (slowest rank)\n\n", tmax[0] * 1e3,
-               tmax[1] * 1e3);
+        printf("mdl_init %.1f ms, mdl_register_shard %.1f ms (slowest rank; one loader per engine)\n\n",
+               tmax[0] * 1e3, tmax[1] * 1e3);
         printf("| batch/rank | engine     | median step (ms) | p90 step (ms) | samples/s  | MB/s    | steps run by     |\n");
         printf("|-----------:|------------|-----------------:|--------------:|-----------:|--------:|------------------|\n");
         fflush(stdout);
@@ -298,9 +320,12 @@ int main(int argc, char **argv)
             fprintf(stderr, "cannot write %s\n", o.csv);
     }
 
-    uint64_t nsteps = o.warmup + o.steps;
-    double *tstep = malloc(sizeof(double) * nsteps), *tslow = malloc(sizeof(double) * nsteps);
-    double *bstep = malloc(sizeof(double) * nsteps), *bsum = malloc(sizeof(double) * nsteps);
+    /* Per engine and step: this rank's time and bytes; on rank 0 the slowest rank's time
+       and the job's bytes. */
+    uint64_t nsteps = o.warmup + o.steps, cells = (uint64_t)o.nengines * nsteps;
+    double *tstep = malloc(sizeof(double) * cells), *tslow = malloc(sizeof(double) * cells);
+    double *bstep = malloc(sizeof(double) * cells), *bsum = malloc(sizeof(double) * cells);
+    double *m = malloc(sizeof(double) * o.steps);
     long bad = 0;
 
     for (int bi = 0; bi < o.nbatches; bi++) {
@@ -308,67 +333,84 @@ int main(int argc, char **argv)
         uint64_t *ids = malloc(sizeof(uint64_t) * (B ? B : 1));
         uint64_t *offs = malloc(sizeof(uint64_t) * (B + 1));
         uint8_t *buf = malloc(B * 3000 + 1); /* 3000 B is the largest sample */
-        for (int ei = 0; ei < o.nengines; ei++) {
-            mdl_backend eng = o.engines[ei];
-            check(mdl_set_backend(h, eng), "mdl_set_backend", rank);
-            /* The estimator's choices are the same on every rank: rank 0's counts tell. */
-            long os0 = engine_steps(h, "onesided"), co0 = engine_steps(h, "collective");
-            for (uint64_t s = 0; s < nsteps; s++) {
-                /* Same id stream for every engine: rows differ only by the engine. */
-                uint64_t st = mix64(o.seed ^ mix64(B * 1000003u + s) ^ ((uint64_t)rank << 40));
-                uint64_t need = 0;
-                for (uint64_t k = 0; k < B; k++) {
-                    st += 0x9E3779B97F4A7C15ull;
-                    ids[k] = mix64(st) % total;
-                    uint64_t sz;
-                    check(mdl_sample_size(h, ids[k], &sz), "mdl_sample_size", rank);
-                    need += sz;
-                }
+        long os0[3], co0[3];
+        for (int e = 0; e < o.nengines; e++)
+            os0[e] = engine_steps(h[e], "onesided"), co0[e] = engine_steps(h[e], "collective");
+        for (uint64_t s = 0; s < nsteps; s++) {
+            /* This step's ids, the same for every engine. */
+            uint64_t st = mix64(o.seed ^ mix64(B * 1000003u + s) ^ ((uint64_t)rank << 40));
+            uint64_t need = 0;
+            for (uint64_t k = 0; k < B; k++) {
+                st += 0x9E3779B97F4A7C15ull;
+                ids[k] = mix64(st) % total;
+                uint64_t sz;
+                check(mdl_sample_size(h[0], ids[k], &sz), "mdl_sample_size", rank);
+                need += sz;
+            }
+            /* The engines in a random order per step, the same on every rank (their
+               fetches are collective), so that none always runs first or last. */
+            int order[3] = {0, 1, 2};
+            uint64_t r = mix64(o.seed ^ mix64(B * 7919u + s + 1));
+            for (int i = o.nengines - 1; i > 0; i--) {
+                int j = (int)(mix64(r + (uint64_t)i) % (uint64_t)(i + 1)), t = order[i];
+                order[i] = order[j], order[j] = t;
+            }
+            for (int i = 0; i < o.nengines; i++) {
+                int e = order[i];
                 MPI_Barrier(MPI_COMM_WORLD);
                 double a = MPI_Wtime();
-                mdl_status rc = mdl_fetch_batch(h, ids, B, buf, need, offs);
+                mdl_status rc = mdl_fetch_batch(h[e], ids, B, buf, need, offs);
                 double b = MPI_Wtime();
                 check(rc, "mdl_fetch_batch", rank);
-                tstep[s] = b - a;
-                bstep[s] = (double)need;
-                if (o.verify) {
-                    for (uint64_t k = 0; k < B; k++) {
-                        uint64_t len = offs[k + 1] - offs[k];
-                        if (len != sample_size(o.seed, ids[k]) ||
-                            !verify_sample(o.seed, ids[k], buf + offs[k], len)) {
-                            if (bad < 10)
-                                fprintf(stderr, "[rank %d] batch %llu %s step %llu: sample %llu wrong\n",
-                                        rank, (unsigned long long)B, engine_name(eng),
-                                        (unsigned long long)s, (unsigned long long)ids[k]);
-                            bad++;
-                        }
+                tstep[e * nsteps + s] = b - a;
+                bstep[e * nsteps + s] = (double)need;
+                if (!o.verify)
+                    continue;
+                for (uint64_t k = 0; k < B; k++) {
+                    uint64_t len = offs[k + 1] - offs[k];
+                    if (len != sample_size(o.seed, ids[k]) ||
+                        !verify_sample(o.seed, ids[k], buf + offs[k], len)) {
+                        if (bad < 10)
+                            fprintf(stderr, "[rank %d] batch %llu %s step %llu: sample %llu wrong\n", rank,
+                                    (unsigned long long)B, engine_name(o.engines[e]), (unsigned long long)s,
+                                    (unsigned long long)ids[k]);
+                        bad++;
                     }
                 }
             }
-            /* Slowest rank per step, then the median over steps. One reduction per row
-               keeps the measurement loop free of extra collectives. */
-            MPI_Reduce(tstep, tslow, (int)nsteps, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
-            MPI_Reduce(bstep, bsum, (int)nsteps, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
-            if (rank == 0) {
-                double *m = tslow + o.warmup, bytes = 0;
-                for (uint64_t s = o.warmup; s < nsteps; s++)
-                    bytes += bsum[s];
-                bytes /= (double)o.steps;
-                qsort(m, o.steps, sizeof(double), cmp_double);
-                double med = o.steps % 2 ? m[o.steps / 2] : 0.5 * (m[o.steps / 2 - 1] + m[o.steps / 2]);
-                double p90 = m[(o.steps * 9) / 10 < o.steps ? (o.steps * 9) / 10 : o.steps - 1];
-                double sps = (double)P * (double)B / med, mbs = bytes / med / 1e6;
-                long os = engine_steps(h, "onesided") - os0, co = engine_steps(h, "collective") - co0;
-                char picks[64] = "?";
-                if (os0 >= 0 && co0 >= 0)
-                    snprintf(picks, sizeof picks, "os %ld, coll %ld", os, co);
-                printf("| %10llu | %-10s | %16.3f | %13.3f | %10.0f | %7.1f | %-16s |\n", (unsigned long long)B,
-                       engine_name(eng), med * 1e3, p90 * 1e3, sps, mbs, picks);
-                fflush(stdout);
-                if (csv)
-                    fprintf(csv, "%d,%llu,%s,%llu,%.9f,%.9f,%.1f,%.3f\n", P, (unsigned long long)B,
-                            engine_name(eng), (unsigned long long)o.steps, med, p90, sps, mbs);
-            }
+        }
+        /* Slowest rank and the job's bytes per step; one reduction per batch size keeps
+           the measurement loop free of extra collectives. */
+        MPI_Reduce(tstep, tslow, (int)cells, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+        MPI_Reduce(bstep, bsum, (int)cells, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
+        for (int e = 0; e < o.nengines; e++) {
+            /* Every rank reads its own statistics (local); rank 0's counts tell, as the
+               estimator's choices are the same on every rank. */
+            long os = engine_steps(h[e], "onesided") - os0[e], co = engine_steps(h[e], "collective") - co0[e];
+            if (rank != 0)
+                continue;
+            /* Medians over the measured steps of per-step quantities of the whole job:
+               the slowest rank's step time, all ranks' samples and bytes over it. */
+            const double *t = tslow + e * nsteps + o.warmup, *by = bsum + e * nsteps + o.warmup;
+            for (uint64_t k = 0; k < o.steps; k++)
+                m[k] = t[k];
+            double med = median(m, o.steps);
+            double p90 = m[(o.steps * 9) / 10]; /* m is sorted now */
+            for (uint64_t k = 0; k < o.steps; k++)
+                m[k] = (double)P * (double)B / t[k];
+            double sps = median(m, o.steps);
+            for (uint64_t k = 0; k < o.steps; k++)
+                m[k] = by[k] / t[k] / 1e6;
+            double mbs = median(m, o.steps);
+            char picks[64] = "?";
+            if (os0[e] >= 0 && co0[e] >= 0)
+                snprintf(picks, sizeof picks, "os %ld, coll %ld", os, co);
+            printf("| %10llu | %-10s | %16.3f | %13.3f | %10.0f | %7.1f | %-16s |\n", (unsigned long long)B,
+                   engine_name(o.engines[e]), med * 1e3, p90 * 1e3, sps, mbs, picks);
+            fflush(stdout);
+            if (csv)
+                fprintf(csv, "%d,%llu,%s,%llu,%.9f,%.9f,%.1f,%.3f\n", P, (unsigned long long)B,
+                        engine_name(o.engines[e]), (unsigned long long)o.steps, med, p90, sps, mbs);
         }
         free(ids);
         free(offs);
@@ -384,7 +426,9 @@ int main(int argc, char **argv)
             printf("\nverification: %s (%ld wrong samples)\n", gbad ? "FAILED" : "every byte correct", gbad);
         fflush(stdout);
     }
-    check(mdl_finalize(&h), "mdl_finalize", rank);
+    for (int e = 0; e < o.nengines; e++)
+        check(mdl_finalize(&h[e]), "mdl_finalize", rank);
+    free(m);
     free(tstep);
     free(tslow);
     free(bstep);

@@ -17,9 +17,11 @@
 !> The same source builds with `use mpi` (default) and `use mpi_f08` (-DMDL_USE_MPI_F08,
 !> with the preprocessor on: -cpp), which hands the library comm%MPI_VAL:
 !>
-!>   mpif90 -cpp -I<dir of mdloader.mod> example_sim.f90 -L<libdir> -lmdloader -Wl,-rpath,<libdir>
+!>   mpif90 -cpp -I$(pkg-config --variable=fmoddir mdloader) example_sim.f90 -lmdloader_f $(pkg-config --libs mdloader)
 !>   mpif90 -cpp -DMDL_USE_MPI_F08 ... (same)
-!>   mpirun -n 4 ./example_sim [epochs] [batch]
+!>   mpirun -n 2 ./example_sim [epochs] [batch]
+!>   (Open MPI as root: OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; more
+!>   ranks than cores: mpirun --oversubscribe)
 !>
 !> Prints a summary on rank 0; exit status 0 when every check passed.
 program example_sim

@@ -24,6 +24,33 @@
 !>    return an error (that rank its own code, the others MDL_ERR_REMOTE), never a hang;
 !>    the argument checks this module adds keep that property.
 !>  - Arrays may be non-contiguous sections (the compiler passes a contiguous copy).
+!>  - Messages name array elements as Fortran counts them: ids(2) is the second id.
+!>
+!> Calls ([, ierr] is the optional status; kinds: int8, int64 from iso_fortran_env):
+!>   Collective (every rank, same order):
+!>   mdl_init(loader, comm [, ierr])                       integer :: comm
+!>   mdl_register_shard(loader, data, offsets [, ierr])    integer(int8) :: data(:); integer(int64) :: offsets(n+1)
+!>   mdl_fetch_batch(loader, ids, out, out_offsets [, ierr])
+!>        integer(int64) :: ids(n); integer(int8) :: out(:); integer(int64) :: out_offsets(n+1)
+!>   mdl_fetch_batch_alloc(loader, ids, out, out_offsets [, ierr])
+!>        the same with integer(int8), allocatable :: out(:); integer(int64), allocatable :: out_offsets(:)
+!>   mdl_epoch_begin(loader, seed, epoch, batch_size, shuffle, drop_last [, ierr])
+!>        integer(int64) :: seed, epoch, batch_size; logical :: shuffle, drop_last
+!>   mdl_next_batch(loader, ids, data, offsets, n [, ierr])
+!>        integer(int64), pointer :: ids(:), offsets(:); integer(int8), pointer :: data(:); integer :: n
+!>   mdl_epoch_seek(loader, step [, ierr])                 integer(int64) :: step (0-based)
+!>   mdl_finalize(loader [, ierr])
+!>   Local:
+!>   mdl_num_samples(loader, n [, ierr])                   integer(int64), intent(out) :: n
+!>   mdl_sample_size(loader, id, nbytes [, ierr])          integer(int64) :: id; integer(int64), intent(out) :: nbytes
+!>   mdl_set_backend(loader, backend [, ierr])             integer :: backend (MDL_BACKEND_*)
+!>   mdl_set_prefetch(loader, depth [, ierr])              integer :: depth (0 .. MDL_MAX_PREFETCH)
+!>   Functions:
+!>   mdl_stats_json(loader)      character(:), allocatable: this rank's statistics (JSON)
+!>   mdl_last_error()            character(:), allocatable: why the last call failed
+!>   mdl_status_string(status)   character(:), allocatable: the name of a status code
+!>   mdl_initialized(loader)     logical: between mdl_init and mdl_finalize
+!>   mdl_c_handle(loader)        type(c_ptr): the C handle (mdl_loader *), for C code of your own
 !>
 !> Example (see fortran/example_sim.f90 for a complete program):
 !>
@@ -231,7 +258,7 @@ contains
       integer, intent(out), optional :: ierr
       character(len=200) :: text
       type(c_ptr) :: pdata, poffsets
-      integer(int64) :: n
+      integer(int64) :: n, i
       integer :: status
 
       n = max(size(offsets, kind=int64) - 1_int64, 0_int64)
@@ -240,8 +267,16 @@ contains
       poffsets = c_null_ptr
       if (size(data) > 0) pdata = c_loc(data(1))
       if (size(offsets) > 0) poffsets = c_loc(offsets(1))
+      ! Bad offsets are named here as Fortran counts them (the library, counting from 0,
+      ! would say offsets[i]). The library refuses the same offsets on every rank anyway.
       if (size(offsets) > 0) then
-         if (offsets(n + 1) > size(data, kind=int64) .or. offsets(n + 1) < 0) then
+         i = findloc(offsets(2:) < offsets(:n), .true., dim=1, kind=int64)
+         if (offsets(1) /= 0) then
+            write (text, '(a,i0,a)') 'mdl_register_shard: offsets(1) = ', offsets(1), ', must be 0'
+         else if (i > 0) then
+            write (text, '(a,4(i0,a),i0)') 'mdl_register_shard: offsets decrease at sample ', i, &
+               ': offsets(', i, ') = ', offsets(i), ' > offsets(', i + 1, ') = ', offsets(i + 1)
+         else if (offsets(n + 1) > size(data, kind=int64)) then
             write (text, '(a,i0,a,i0)') 'mdl_register_shard: offsets(n+1) = ', offsets(n + 1), &
                ' is outside the data array, size(data) = ', size(data, kind=int64)
             ! No data for a non-empty shard: the library fails on every rank together.
@@ -276,10 +311,18 @@ contains
       integer(int64), intent(in) :: id
       integer(int64), intent(out) :: nbytes
       integer, intent(out), optional :: ierr
+      character(len=100) :: text
       integer(c_int64_t) :: value
       integer :: status
 
       value = 0
+      nbytes = 0
+      if (id < 0) then
+         ! The library would see 2^64 + id. A local call: nothing to agree with others.
+         write (text, '(a,i0,a)') 'mdl_sample_size: id = ', id, ' is out of range (ids are 0-based)'
+         call finish(MDL_ERR_OUT_OF_RANGE, ierr, MDL_ERR_OUT_OF_RANGE, trim(text))
+         return
+      end if
       status = c_mdl_sample_size(loader%handle, int(id, c_int64_t), value)
       nbytes = value
       call finish(status, ierr)
@@ -298,6 +341,8 @@ contains
       integer, intent(out), optional :: ierr
       character(len=200) :: text
       type(c_ptr) :: pids, pout, poffsets
+      integer(c_int64_t) :: total
+      integer(int64) :: k
       integer :: status, code
 
       code = MDL_OK
@@ -314,13 +359,24 @@ contains
          code = MDL_ERR_INVALID_ARG
          poffsets = c_null_ptr   ! the library then fails on every rank together
       else if (size(ids) > 0) then
-         if (any(ids < 0)) then
-            text = 'mdl_fetch_batch: a sample id is negative (ids are 0-based: 0 .. num_samples-1)'
-            code = MDL_ERR_OUT_OF_RANGE   ! the library fails on every rank too (huge unsigned id)
+         ! An id out of range is named here by its 1-based position (the library would say
+         ! ids[k], counting from 0); the library fails the call on every rank anyway. Before
+         ! registration there is no range: the library says what is wrong.
+         if (c_mdl_num_samples(loader%handle, total) /= MDL_OK) total = huge(total)
+         k = findloc(ids < 0 .or. ids >= total, .true., dim=1, kind=int64)
+         if (k > 0) then
+            write (text, '(a,i0,a,i0,a,i0,a)') 'mdl_fetch_batch: ids(', k, ') = ', ids(k), &
+               ' is out of range (ids are 0-based, num_samples = ', total, ')'
+            code = MDL_ERR_OUT_OF_RANGE
          end if
       end if
       status = c_mdl_fetch_batch(loader%handle, pids, int(size(ids), c_size_t), pout, &
                                  int(size(out, kind=int64), c_int64_t), poffsets)
+      if (status == MDL_ERR_BUFFER_TOO_SMALL .and. code == MDL_OK) then
+         write (text, '(a,i0,a,i0,a)') 'mdl_fetch_batch: the batch needs ', out_offsets(size(ids) + 1), &
+            ' bytes, size(out) is ', size(out, kind=int64), ' (out_offsets(size(ids)+1) holds the size needed)'
+         code = MDL_ERR_BUFFER_TOO_SMALL
+      end if
       if (code /= MDL_OK) then
          call finish(status, ierr, code, trim(text))
       else

@@ -206,6 +206,8 @@ enum mdl_status mdl_fetch_batch(struct mdl_loader *h,
  * Force a backend or return to AUTO. Local; takes effect at the next fetch, and must
  * be set the same on every rank (a mismatch makes that fetch fail on every rank with
  * MDL_ERR_INVALID_ARG, not hang). A value outside the enum is MDL_ERR_INVALID_ARG.
+ * Refused during a sampler epoch (MDL_ERR_STATE): its steps are agreed ahead
+ * (MDL_AGREEMENT_LAG) with the backend in force when it began.
  */
 enum mdl_status mdl_set_backend(struct mdl_loader *h, mdl_backend b);
 
@@ -255,8 +257,8 @@ enum mdl_status mdl_epoch_seek(struct mdl_loader *h, uint64_t step);
  * takes effect at the next mdl_epoch_begin or mdl_epoch_seek and must be the same on
  * every rank (checked there). Prefetch runs on a thread of the library's own and
  * needs MPI initialised with MPI_THREAD_MULTIPLE; otherwise epochs run without
- * prefetch and the log says so once. While an epoch prefetches, mdl_set_backend is
- * refused (MDL_ERR_STATE).
+ * prefetch and the log says so once. During an epoch, mdl_set_backend is refused
+ * (MDL_ERR_STATE).
  */
 enum mdl_status mdl_set_prefetch(struct mdl_loader *h, uint32_t depth);
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The demo ("main job"): 4 ranks fetch shuffled mini-batches from a 200k-sample dataset
-# shaped like QM9 molecular graphs (0.3-3 KB), with each engine and with AUTO, verifying
-# every byte, and print samples/s and MB/s per batch size.
+# shaped like QM9 molecular graphs (0.3-3 KB) with each engine and with AUTO, interleaved
+# step by step, verifying every byte, and print per batch size and engine the median
+# step time, samples/s and MB/s of the job (c_examples/demo.c says how each is measured).
 #
 #   scripts/demo.sh                 Open MPI, 4 ranks
 #   MDL_MPI=mpich scripts/demo.sh   MPICH

@@ -67,15 +67,23 @@ impl BatchPlan {
         let mut in_request_order = Vec::new();
         // No per-owner array: an O(P) array per step is what grows with the ranks.
         let mut remote_bytes = 0u64;
+        // First the output layout alone: its loads from the index (a cache miss per
+        // sample in a large one) do not depend on each other, so the CPU overlaps them,
+        // and the owner lookups below find the index entries in cache.
         let mut at = 0u64;
         out_offsets.push(at);
         for (k, &id) in ids.iter().enumerate() {
-            let loc = index.locate(id).ok_or_else(|| {
+            at += index.len_of(id).ok_or_else(|| {
                 Error::new(
                     mdl_status::MDL_ERR_OUT_OF_RANGE,
                     format!("ids[{k}] = {id} is out of range (num_samples = {})", index.num_samples()),
                 )
             })?;
+            out_offsets.push(at);
+        }
+        for (k, &id) in ids.iter().enumerate() {
+            let at = out_offsets[k];
+            let loc = index.locate(id).expect("every id was found in range above");
             if loc.len > 0 && topology.shares(my_rank, loc.owner) {
                 grow(&mut local, ids.len() / ranks.max(1) + 16)?;
                 local.push(LocalCopy { owner: loc.owner, src_offset: loc.offset, dest_offset: at, len: loc.len });
@@ -94,8 +102,6 @@ impl BatchPlan {
                     len: loc.len,
                 });
             }
-            at += loc.len;
-            out_offsets.push(at);
         }
         let gets = coalesce(&in_request_order)?;
         let mut remote = in_request_order;

@@ -124,17 +124,35 @@ pub struct Epoch {
     ranks: u64,
     batch: u64,
     per_rank: u64,
-    /// Where one owner's samples sit in the epoch, built at the first step that needs it.
+    /// Where one owner's samples sit in the epoch, built once per epoch by
+    /// [`Epoch::prepare_owned`] before the first step that needs it.
     inverse: OnceLock<OwnedPositions>,
 }
 
-/// An owner's samples' positions in the epoch's split order, sorted by (step,
-/// requester, place in the requester's batch), with each step's range.
+/// An owner's samples' places in the epoch's batches, sorted by (step, requester,
+/// place in the requester's batch), with each step's range.
 #[derive(Debug)]
 struct OwnedPositions {
     owned: Range<u64>,
-    positions: Vec<u64>,
+    /// Per position, its requester and id ([`pack`]), in that order.
+    requests: Vec<u64>,
     step_starts: Vec<usize>,
+    /// Per step: bytes of the owner's samples in the other ranks' batches.
+    served: Vec<u64>,
+}
+
+/// A request of an owner's sample packs its requester and the sample's offset in the
+/// owner's range into 64 bits: 8 bytes per owned sample per epoch.
+const OFFSET_BITS: u32 = 40;
+const MAX_OWNED: u64 = 1 << OFFSET_BITS;
+const MAX_RANKS: u64 = 1 << (u64::BITS - OFFSET_BITS);
+
+fn pack(rank: usize, offset: u64) -> u64 {
+    ((rank as u64) << OFFSET_BITS) | offset
+}
+
+fn unpack(request: u64) -> (usize, u64) {
+    ((request >> OFFSET_BITS) as usize, request & (MAX_OWNED - 1))
 }
 
 impl Epoch {
@@ -174,65 +192,100 @@ impl Epoch {
         ids.extend((first..end).map(|k| self.perm.at((rank as u64 + k * self.ranks) % self.n)));
     }
 
-    /// Build, if not yet built, where the ids in `owned` (this rank's samples) sit in
-    /// the epoch: 8 bytes per owned sample, allocated fallibly. Called before a step's
-    /// agreement, so that running out of memory fails every rank together.
-    pub fn prepare_owned(&self, owned: Range<u64>) -> Result<()> {
+    /// Build, if not yet built, where the ids in `owned` (rank `owner`'s samples, of
+    /// lengths `len_of`) sit in the epoch: 8 bytes per owned sample and per step,
+    /// allocated fallibly. Called before a step's agreement, so that running out of
+    /// memory fails every rank together. O(owned) once per epoch; the steps then need
+    /// O(their requests of the owner), and [`Epoch::served_bytes`] O(1).
+    pub fn prepare_owned(&self, owned: Range<u64>, owner: usize, len_of: &dyn Fn(u64) -> u64) -> Result<()> {
         if self.inverse.get().is_none() {
-            let _ = self.inverse.set(self.invert(owned)?);
+            let _ = self.inverse.set(self.invert(owned, owner, len_of)?);
         }
         Ok(())
     }
 
-    /// Which of the ids in `owned` (one owner's samples) each rank takes at `step`:
-    /// `by_rank[q]` receives rank q's, in the order of q's batch. O(those samples),
-    /// after the O(owned) inversion of [`Epoch::prepare_owned`] (built here if it was
-    /// not prepared; `owned` must be the same at every call).
-    pub fn owned_in_batches(&self, step: u64, owned: Range<u64>, by_rank: &mut [Vec<u64>]) {
-        by_rank.iter_mut().for_each(Vec::clear);
-        self.for_each_owned(step, owned, |rank, id| by_rank[rank].push(id));
+    fn inverse(&self, owned: &Range<u64>) -> &OwnedPositions {
+        let inverse = self.inverse.get().expect("prepare_owned was called before the step");
+        debug_assert_eq!(&inverse.owned, owned, "one owner per epoch");
+        inverse
     }
 
-    /// Call `visit(rank, id)` for every id of `owned` in step `step`'s batches, by rank
-    /// and then in batch order: O(those ids).
-    pub fn for_each_owned(&self, step: u64, owned: Range<u64>, mut visit: impl FnMut(usize, u64)) {
-        let inverse = self.inverse.get_or_init(|| self.invert(owned.clone()).expect("the inversion fits in memory"));
-        debug_assert_eq!(inverse.owned, owned, "one owner per epoch");
+    /// Bytes of the prepared owner's samples that the other ranks take at `step` (0
+    /// past the end).
+    pub fn served_bytes(&self, step: u64, owned: Range<u64>) -> u64 {
+        self.inverse(&owned).served.get(step as usize).copied().unwrap_or(0)
+    }
+
+    /// Which of the ids in `owned` (one owner's samples) each rank takes at `step`:
+    /// `by_rank[q]` receives rank q's, in the order of q's batch (for the tests).
+    #[cfg(test)]
+    fn owned_in_batches(&self, step: u64, owned: Range<u64>, by_rank: &mut [Vec<u64>]) {
+        by_rank.iter_mut().for_each(Vec::clear);
+        self.for_each_request(step, owned, |rank, id| by_rank[rank].push(id));
+    }
+
+    /// `visit(rank, id)` for the ids of `owned` (one owner's samples) that each rank
+    /// takes at `step`, by rank and in the order of each rank's batch. O(those samples),
+    /// after the O(owned) inversion of [`Epoch::prepare_owned`] (which must have been
+    /// called, with the same `owned`).
+    pub fn for_each_request(&self, step: u64, owned: Range<u64>, mut visit: impl FnMut(usize, u64)) {
+        let inverse = self.inverse(&owned);
         let Some(range) = inverse.step_starts.get(step as usize..step as usize + 2) else { return };
-        for &i in &inverse.positions[range[0]..range[1]] {
-            visit((i % self.ranks) as usize, self.perm.at(i % self.n));
+        for &request in &inverse.requests[range[0]..range[1]] {
+            let (rank, offset) = unpack(request);
+            visit(rank, owned.start + offset);
         }
     }
 
-    /// Positions (in the padded split order) of every id in `owned`, sorted by step,
-    /// then rank, then place in the batch.
-    fn invert(&self, owned: Range<u64>) -> Result<OwnedPositions> {
+    /// Where every id in `owned` is requested (found through its positions in the
+    /// padded split order), sorted by step, then rank, then place in the batch, and the
+    /// bytes the owner serves per step.
+    fn invert(&self, owned: Range<u64>, owner: usize, len_of: &dyn Fn(u64) -> u64) -> Result<OwnedPositions> {
         let total = self.per_rank * self.ranks;
         // Each id appears total / n times, and once more for the first total % n
         // positions of the order (the padding wraps around).
         let owned_count = owned.end - owned.start;
+        if owned_count > MAX_OWNED || self.ranks > MAX_RANKS {
+            return Err(Error::invalid(format!(
+                "the sampler handles at most {MAX_OWNED} samples per rank and {MAX_RANKS} ranks"
+            )));
+        }
         let bound = owned_count * (total / self.n.max(1)) + owned_count.min(total % self.n.max(1));
         let mut positions = Vec::new();
         positions.try_reserve_exact(bound as usize).map_err(|_| Error::no_memory(bound * 8))?;
+        let steps = self.steps() as usize;
+        let mut served = Vec::new();
+        served.try_reserve_exact(steps).map_err(|_| Error::no_memory(8 * steps as u64))?;
+        served.resize(steps, 0u64);
+        let step_of = |i: u64| (i / self.ranks) / self.batch;
         for id in owned.clone() {
             // Position i takes perm(i mod N): an id appears at p, p + N, ... below the
             // padded total (or not at all past a dropped tail).
+            let len = len_of(id);
             let mut i = self.perm.position_of(id);
             while i < total {
                 positions.push(i);
+                if (i % self.ranks) as usize != owner {
+                    served[step_of(i) as usize] += len;
+                }
                 i += self.n;
             }
         }
         let (ranks, batch) = (self.ranks, self.batch);
-        let step_of = |i: u64| (i / ranks) / batch;
         positions.sort_unstable_by_key(|&i| (step_of(i), i % ranks, (i / ranks) % batch));
-        let steps = self.steps() as usize;
         let mut step_starts = Vec::new();
         step_starts.try_reserve_exact(steps + 1).map_err(|_| Error::no_memory(8 * (steps as u64 + 1)))?;
         for s in 0..=steps as u64 {
             step_starts.push(positions.partition_point(|&i| step_of(i) < s));
         }
-        Ok(OwnedPositions { owned, positions, step_starts })
+        // Each position becomes its requester and id, in place: the steps then take no
+        // permutation (a few Feistel rounds per sample, more when they cycle-walk).
+        let mut requests = positions;
+        for entry in &mut requests {
+            let i = *entry;
+            *entry = pack((i % ranks) as usize, self.perm.at(i % self.n) - owned.start);
+        }
+        Ok(OwnedPositions { owned, requests, step_starts, served })
     }
 }
 
@@ -338,17 +391,24 @@ mod tests {
     fn owned_in_batches_matches_the_batches() {
         for (n, p, batch, drop_last) in [(103u64, 4usize, 8u64, false), (103, 4, 8, true), (10, 3, 4, false), (2, 5, 1, false)] {
             let owners = [0..n / 3, n / 3..n / 2, n / 2..n];
-            for owned in owners {
+            let len_of = |id: u64| id * 7 % 13 + 1;
+            for (owner, owned) in owners.into_iter().enumerate() {
                 let e = Epoch::new(n, p, 9, 2, batch, true, drop_last).unwrap();
+                e.prepare_owned(owned.clone(), owner, &len_of).unwrap();
                 let mut by_rank = vec![Vec::new(); p];
                 let mut ids = Vec::new();
                 for s in 0..e.steps() + 1 {
                     e.owned_in_batches(s, owned.clone(), &mut by_rank);
+                    let mut served = 0;
                     for (q, got) in by_rank.iter().enumerate() {
                         e.batch_into(s, q, &mut ids);
                         let expected: Vec<u64> = ids.iter().copied().filter(|id| owned.contains(id)).collect();
                         assert_eq!(got, &expected, "n={n} p={p} b={batch} step {s} rank {q}");
+                        if q != owner {
+                            served += expected.iter().map(|&id| len_of(id)).sum::<u64>();
+                        }
                     }
+                    assert_eq!(e.served_bytes(s, owned.clone()), served, "n={n} p={p} b={batch} step {s}");
                 }
             }
         }

@@ -22,6 +22,25 @@
 //! A batch of B samples per rank drawn uniformly over all ranks, of mean size s, has
 //! `S = G = B (P - 1) / P` remote samples per rank and `B_r = IN = S * s` bytes in and out
 //! per rank (the expectation; the busiest rank is close to it for large batches).
+//!
+//! Around the engines, a step costs what the library does itself (`benches/scale`,
+//! `step_cost`) and what the ranks' agreement costs:
+//!
+//! ```text
+//! cpu        = c_plan * B              draw and plan the batch (both engines)
+//!            + c_asked * S             find what the others ask (collective engine only)
+//! agreement  = L * log2(P)             a blocking all-reduce of a few values
+//! sync       = jitter * sqrt(2 ln P)   waiting for the slowest of P ranks, each late by
+//!                                      a random jitter (the expected maximum of P normal
+//!                                      deviations): paid by every step that waits for
+//!                                      all ranks
+//! ```
+//!
+//! A step of `mdl_fetch_batch` (or of the sampler with `MDL_AGREEMENT_LAG=0`) waits for
+//! its agreement: both engines pay `agreement + sync`. A sampler step agreed ahead waits
+//! for nobody when it runs one-sided; the collective engine's exchange still waits for
+//! every rank (`sync`), so the zero-collective step moves the crossover towards the
+//! one-sided engine.
 
 use crate::config::Backend;
 use crate::estimator::model::{CostParams, StepFeatures};
@@ -34,6 +53,45 @@ pub struct Interconnect {
     pub injection_overhead: f64,
     pub bandwidth: f64,
     pub memcpy_bandwidth: f64,
+}
+
+/// What the library and the machine add to every step, besides the engines' transfers.
+#[derive(Clone, Copy, Debug)]
+pub struct StepOverheads {
+    /// CPU seconds per sample of the batch to draw and plan it (`step_cost`: sampler +
+    /// plan, divided by B).
+    pub plan_per_sample: f64,
+    /// CPU seconds per sample asked of an owner, to find them (`step_cost`: asked).
+    pub asked_per_sample: f64,
+    /// Standard deviation of the ranks' arrival at a step (OS noise, uneven compute).
+    pub jitter: f64,
+}
+
+impl StepOverheads {
+    /// `step_cost` at P = 4096, B = 256 on a 2-core VM under load (about 140 ns per
+    /// sample to draw and plan, 15 ns per sample asked), and 2 us of jitter.
+    pub fn measured_here() -> StepOverheads {
+        StepOverheads { plan_per_sample: 140e-9, asked_per_sample: 15e-9, jitter: 2e-6 }
+    }
+}
+
+/// How a step agrees before it runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StepKind {
+    /// A blocking agreement in the step: `mdl_fetch_batch`, or the sampler with
+    /// `MDL_AGREEMENT_LAG=0`.
+    Agreed,
+    /// The sampler's steps agreed ahead: no collective call of their own.
+    AgreedAhead,
+}
+
+impl StepKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            StepKind::Agreed => "agreed",
+            StepKind::AgreedAhead => "agreed_ahead",
+        }
+    }
 }
 
 impl Interconnect {
@@ -79,7 +137,7 @@ impl Point {
     }
 }
 
-pub fn predict(net: &Interconnect, ranks: usize, batch: u64, sample_bytes: f64) -> Point {
+pub fn predict(net: &Interconnect, costs: &StepOverheads, kind: StepKind, ranks: usize, batch: u64, sample_bytes: f64) -> Point {
     let p = ranks as f64;
     let remote = batch as f64 * (p - 1.0) / p;
     let f = StepFeatures {
@@ -90,12 +148,23 @@ pub fn predict(net: &Interconnect, ranks: usize, batch: u64, sample_bytes: f64) 
         rounds: 1.0,
     };
     let params = net.params(ranks);
+    let plan = costs.plan_per_sample * batch as f64;
+    let sync = costs.jitter * (2.0 * p.ln()).max(0.0).sqrt();
+    let agreement = match kind {
+        StepKind::Agreed => net.latency * p.log2() + sync,
+        StepKind::AgreedAhead => 0.0,
+    };
+    let collective_waits = if kind == StepKind::Agreed { 0.0 } else { sync };
     Point {
         ranks,
         batch,
         sample_bytes,
-        onesided: params.predict(Backend::OneSided, &f),
-        collective: params.predict(Backend::Collective, &f),
+        onesided: params.predict(Backend::OneSided, &f) + plan + agreement,
+        collective: params.predict(Backend::Collective, &f)
+            + plan
+            + costs.asked_per_sample * remote
+            + agreement
+            + collective_waits,
     }
 }
 
@@ -105,9 +174,22 @@ mod tests {
 
     #[test]
     fn collective_wins_large_batches_at_few_ranks_and_onesided_at_scale() {
-        let net = Interconnect::slingshot();
-        assert_eq!(predict(&net, 4, 1024, 2048.0).winner(), "collective");
-        assert_eq!(predict(&net, 2048, 1024, 2048.0).winner(), "onesided");
-        assert_eq!(predict(&net, 4, 1, 2048.0).winner(), "onesided");
+        let (net, costs) = (Interconnect::slingshot(), StepOverheads::measured_here());
+        for kind in [StepKind::Agreed, StepKind::AgreedAhead] {
+            assert_eq!(predict(&net, &costs, kind, 4, 1024, 2048.0).winner(), "collective");
+            assert_eq!(predict(&net, &costs, kind, 2048, 1024, 2048.0).winner(), "onesided");
+            assert_eq!(predict(&net, &costs, kind, 4, 1, 2048.0).winner(), "onesided");
+        }
+    }
+
+    #[test]
+    fn steps_agreed_ahead_favour_the_onesided_engine() {
+        let (net, costs) = (Interconnect::slingshot(), StepOverheads::measured_here());
+        for (p, b) in [(64, 64), (256, 256), (1024, 1024)] {
+            let agreed = predict(&net, &costs, StepKind::Agreed, p, b, 2048.0);
+            let ahead = predict(&net, &costs, StepKind::AgreedAhead, p, b, 2048.0);
+            assert!(ahead.onesided < agreed.onesided, "P={p} B={b}");
+            assert!(ahead.collective / ahead.onesided > agreed.collective / agreed.onesided, "P={p} B={b}");
+        }
     }
 }

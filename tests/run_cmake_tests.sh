@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Tests the CMake package as a user sees it: configure, build and install the top-level
-# project for an MPI into a temporary prefix, then build and run the consumer project
-# c_examples/ against that prefix (find_package(MDLoader)), the pkg-config module, a
-# Fortran consumer (when the Fortran module was built), the version check, and the
-# configure-time error for a consumer that found a different MPI.
+# project for an MPI into a temporary prefix, then build and run against that prefix the
+# consumer project c_examples/ (find_package(MDLoader)), the consumers exactly as
+# README.md builds them (its C program with its pkg-config line and, as C++, with its
+# CXX-only CMake project; its Fortran program with its hand-built line and its
+# Fortran-only CMake project; all run without LD_LIBRARY_PATH), the Fortran module's
+# 1-based messages (tests/fortran/messages_test.f90), a C + Fortran consumer, the
+# version check, and the configure-time error for a consumer that found another MPI.
 #
 #   tests/run_cmake_tests.sh openmpi|mpich|all
 #
@@ -37,8 +40,8 @@ mdl_select_mpis "$WHICH"
 # CMake arguments that make FindMPI pick the given MPI.
 mpi_cmake_args() {
     case $1 in
-    openmpi) echo "-DMPI_C_COMPILER=mpicc.openmpi -DMPI_Fortran_COMPILER=mpif90.openmpi -DMPIEXEC_EXECUTABLE=/usr/bin/mpirun.openmpi" ;;
-    mpich) echo "-DMPI_C_COMPILER=mpicc.mpich -DMPI_Fortran_COMPILER=mpif90.mpich -DMPIEXEC_EXECUTABLE=/usr/bin/mpiexec.mpich" ;;
+    openmpi) echo "-DMPI_C_COMPILER=mpicc.openmpi -DMPI_CXX_COMPILER=mpicxx.openmpi -DMPI_Fortran_COMPILER=mpif90.openmpi -DMPIEXEC_EXECUTABLE=/usr/bin/mpirun.openmpi" ;;
+    mpich) echo "-DMPI_C_COMPILER=mpicc.mpich -DMPI_CXX_COMPILER=mpicxx.mpich -DMPI_Fortran_COMPILER=mpif90.mpich -DMPIEXEC_EXECUTABLE=/usr/bin/mpiexec.mpich" ;;
     esac
 }
 
@@ -71,6 +74,45 @@ run_mpi() {
     local log=$LOGDIR/cmake-$mpi-$name.log
     mdl_mpirun "$mpi" "$np" "$log" -- "$@"
     rc=$?
+    mdl_verdict "$mpi/$name" $rc "$log"
+}
+
+# readme_block <info> <n>: the n-th fenced block of README.md opened with ```<info>.
+readme_block() {
+    awk -v open="\`\`\`$1" -v want="$2" '
+        $0 == open { n++; inside = (n == want); next }
+        /^```$/ { inside = 0 }
+        inside' "$ROOT/README.md"
+}
+
+# by_hand <mpi> <name> <dir> <line>: runs a command line that the README shows verbatim
+# (PASS/FAIL), in dir, with the installed package on PKG_CONFIG_PATH and no
+# LD_LIBRARY_PATH. The README names Open MPI's compilers; MPICH's are the .mpich ones.
+by_hand() {
+    local mpi=$1 name=$2 dir=$3 line=$4 log=$LOGDIR/cmake-$1-$2.log
+    {
+        grep -qxF -- "    $line" "$ROOT/README.md" || echo "README.md no longer shows: $line"
+        [ "$mpi" = mpich ] && line=$(echo "$line" | sed 's/^mpicc /mpicc.mpich /; s/^mpif90 /mpif90.mpich /')
+        echo "+ (cd $dir && $line)"
+        (cd "$dir" && env -u LD_LIBRARY_PATH PKG_CONFIG_PATH="$prefix/lib/pkgconfig" \
+            timeout -k 10 "$BUILD_TIMEOUT" bash -c "$line")
+    } >"$log" 2>&1 && ! grep -q "^README.md no longer shows" "$log" && pass "$mpi/$name" && return 0
+    fail "$mpi/$name" "$log"
+    return 1
+}
+
+# readme_run <mpi> <np> <name> <program>: runs a consumer built from the README on np
+# ranks with no LD_LIBRARY_PATH (the rpath must find the library); every rank must
+# print the README program's line about the job's last sample (3 bytes).
+readme_run() {
+    local mpi=$1 np=$2 name=$3 log=$LOGDIR/cmake-$1-$3.log rc
+    shift 3
+    mdl_mpirun "$mpi" "$np" "$log" LD_LIBRARY_PATH= -- "$@"
+    rc=$?
+    if [ $rc -eq 0 ] && [ "$(grep -c ': sample [0-9]* has 3 bytes$' "$log")" -ne "$np" ]; then
+        echo "+ expected $np lines 'rank r: sample N has 3 bytes'" >>"$log"
+        rc=1
+    fi
     mdl_verdict "$mpi/$name" $rc "$log"
 }
 
@@ -145,6 +187,9 @@ for mpi in "${MPIS[@]}"; do
         else
             echo "(no Fortran module in this installation)"
         fi
+        pcversion=$(PKG_CONFIG_PATH=$prefix/lib/pkgconfig pkg-config --modversion mdloader)
+        [ "$pcversion" = "$version" ] && echo "ok   pkg-config --modversion $pcversion" ||
+            { echo "BAD pkg-config --modversion '$pcversion'"; ok=1; }
         ldd "$prefix/lib/libmdloader.so.$version" | grep -E "libmpi" || true
         (exit $ok)
     } >"$log" 2>&1 && pass "$mpi/install-layout" || fail "$mpi/install-layout" "$log"
@@ -172,28 +217,48 @@ for mpi in "${MPIS[@]}"; do
     fi
     run_mpi "$mpi" 2 "demo-np2-smoke" "$examples/demo" --samples 20000 --steps 5 --warmup 1 --batches 16,256
 
-    # -- pkg-config: compile c_example with the MPI's wrapper and the .pc flags
-    log=$LOGDIR/cmake-$mpi-pkgconfig.log
-    out=$ROOT/target/cmake-pkgconfig-$mpi
-    mkdir -p "$out"
-    if (
-        set -e
-        export PKG_CONFIG_PATH=$prefix/lib/pkgconfig
-        echo "+ pkg-config --modversion mdloader: $(pkg-config --modversion mdloader)"
-        [ "$(pkg-config --modversion mdloader)" = "$version" ]
-        echo "+ mpi_vendor: $(pkg-config --variable=mpi_vendor mdloader)"
-        flags=$(pkg-config --cflags --libs mdloader)
-        libdir=$(pkg-config --variable=libdir mdloader)
-        echo "+ mpicc.$mpi c_examples/c_example.c $flags -Wl,-rpath,$libdir"
-        # shellcheck disable=SC2086
-        "mpicc.$mpi" -std=c11 -Wall -Wextra "$ROOT/c_examples/c_example.c" -o "$out/c_example" $flags -Wl,-rpath,"$libdir"
-        ldd "$out/c_example" | grep -E "mdloader|libmpi"
-    ) >"$log" 2>&1; then
-        pass "$mpi/pkgconfig-build"
-        run_mpi "$mpi" 2 "pkgconfig-c_example-np2" "$out/c_example"
-    else
-        fail "$mpi/pkgconfig-build" "$log"
+    # -- the consumers exactly as the README builds them: its C program with pkg-config,
+    # the same program compiled as C++ by its CXX-only CMake project, its Fortran program
+    # by its hand-built line and by its Fortran-only CMake project, each run on 2 ranks.
+    rsrc=$ROOT/target/cmake-readme-$mpi
+    rm -rf "$rsrc"
+    mkdir -p "$rsrc/c" "$rsrc/cxx" "$rsrc/fortran" "$rsrc/fortran-cmake"
+    readme_block c 1 >"$rsrc/c/app.c"
+    cp "$rsrc/c/app.c" "$rsrc/cxx/app.cpp"
+    readme_block cmake 1 >"$rsrc/cxx/CMakeLists.txt"
+    readme_block fortran 1 >"$rsrc/fortran/sim.f90"
+    cp "$rsrc/fortran/sim.f90" "$rsrc/fortran-cmake/sim.f90"
+    readme_block cmake 2 >"$rsrc/fortran-cmake/CMakeLists.txt"
+    pc_line='mpicc app.c $(pkg-config --cflags --libs mdloader)'
+    f_line='mpif90 -I$(pkg-config --variable=fmoddir mdloader) sim.f90 -lmdloader_f $(pkg-config --libs mdloader)'
+    if by_hand "$mpi" readme-pkgconfig-build "$rsrc/c" "$pc_line"; then
+        readme_run "$mpi" 2 readme-pkgconfig-np2 "$rsrc/c/a.out"
     fi
+    kinds=(cxx)
+    if [ $fortran = 1 ]; then
+        kinds+=(fortran-cmake)
+        if by_hand "$mpi" readme-fortran-by-hand-build "$rsrc/fortran" "$f_line"; then
+            readme_run "$mpi" 2 readme-fortran-by-hand-np2 "$rsrc/fortran/a.out"
+        fi
+        # The Fortran module's messages count from 1, built by the same line.
+        mkdir -p "$rsrc/messages"
+        cp "$ROOT/tests/fortran/messages_test.f90" "$rsrc/messages/sim.f90"
+        if by_hand "$mpi" fortran-messages-build "$rsrc/messages" "$f_line"; then
+            run_mpi "$mpi" 2 fortran-messages-np2 "$rsrc/messages/a.out"
+        fi
+    else
+        echo "SKIP $mpi/readme-fortran-* (no Fortran module installed)"
+    fi
+    for kind in "${kinds[@]}"; do
+        if step "$mpi/readme-$kind-configure" "$LOGDIR/cmake-$mpi-readme-$kind-configure.log" \
+            cmake -S "$rsrc/$kind" -B "$rsrc/$kind/build" -DCMAKE_PREFIX_PATH="$prefix" "${mpiargs[@]}" &&
+            step "$mpi/readme-$kind-build" "$LOGDIR/cmake-$mpi-readme-$kind-build.log" \
+                cmake --build "$rsrc/$kind/build" -j2; then
+            exe=app
+            [ $kind = fortran-cmake ] && exe=sim
+            readme_run "$mpi" 2 "readme-$kind-np2" "$rsrc/$kind/build/$exe"
+        fi
+    done
 
     # -- a Fortran consumer: find_package(MDLoader COMPONENTS fortran), use mdloader
     if [ $fortran = 1 ]; then

@@ -2,7 +2,7 @@
 # The C correctness tests at tens of ranks, oversubscribed on this machine's cores:
 # random batches under every engine and AUTO (fetch_test), the sampler with prefetch
 # (sampler_test) and the error agreement (hardening_test's settings, boundary and
-# message cases), on both sides of MDL_MATRIX_MAX_RANKS (32): at 16 and 32 ranks the
+# message cases) and the steps agreed ahead (lag_test, up to 32 ranks), on both sides of MDL_MATRIX_MAX_RANKS (32): at 16 and 32 ranks the
 # step's agreement carries the request matrices, at 40 and 64 it does not. Timings at
 # this oversubscription say nothing about speed; these runs check correctness only.
 #
@@ -32,7 +32,8 @@ run_case() {
 
 for mpi in "${MPIS[@]}"; do
     bin=$BUILDROOT/$mpi
-    if [ ! -x "$bin/fetch_test" ] || [ ! -x "$bin/sampler_test" ] || [ ! -x "$bin/hardening_test" ]; then
+    if [ ! -x "$bin/fetch_test" ] || [ ! -x "$bin/sampler_test" ] || [ ! -x "$bin/hardening_test" ] \
+        || [ ! -x "$bin/lag_test" ]; then
         fail "$mpi/scale (C tests not built: run tests/run_c_tests.sh $mpi first)"
         continue
     fi
@@ -48,6 +49,13 @@ for mpi in "${MPIS[@]}"; do
         run_case "$mpi" "$np" "sampler_test-np$np" -- "$bin/sampler_test" --samples $((np * 64))
         run_case "$mpi" "$np" "hardening_test-np$np" -- "$bin/hardening_test" --only 'settings/|boundary/|errors/' \
             --case-timeout 300
+        # Sampler steps agreed ahead: no blocking collective, a late rank holds no one
+        # up (MPICH needs its progress thread for that, see run_c_tests.sh).
+        progress=()
+        [ "$mpi" = mpich ] && progress=(MPIR_CVAR_ASYNC_PROGRESS=1)
+        if [ "$np" -le 32 ]; then
+            run_case "$mpi" "$np" "lag_test-np$np" "${progress[@]}" -- "$bin/lag_test"
+        fi
     done
 done
 

@@ -2,7 +2,7 @@
 """Analyse the engine-choice grid (benches/grid/results/grid.csv, from run_grid.sh).
 
     .venv/bin/python benches/grid/analyze.py [--csv benches/grid/results/grid.csv]
-        [--scale target/scale_model.csv] [--figures docs/figures]
+        [--figures docs/figures]
         [--summary benches/grid/results/summary.md]
 
 Per point (mpi, transport, ranks, batch, sample):
@@ -22,9 +22,8 @@ t_ddstore / t_onesided at batch >= 64).
 Figures: winner_map.png (one panel per MPI x transport x ranks: batch vs sample size,
 coloured by the measured winner and by how much it wins, AUTO's majority choice as a
 marker: red when it is the slower engine, orange when AUTO's median was more than 10%
-over the oracle with the right engine), auto_vs_oracle.png,
-and scale_model.png (the scale model's predicted winner, ranks 2..2048 x batch, per
-sample size, from `cargo run --release --example scale_model`).
+over the oracle with the right engine) and auto_vs_oracle.png. (The scale model's
+figure is benches/scale/plot_scale_model.py's.)
 """
 import argparse
 import csv
@@ -170,7 +169,7 @@ def combos(rows):
     return seen
 
 
-def summary_md(rows, groups, scale_note):
+def summary_md(rows, groups):
     h = headline(rows)
     out = []
     out.append("# Engine-choice grid: summary\n")
@@ -259,9 +258,7 @@ def summary_md(rows, groups, scale_note):
         out.append(f"DDStore-style points not measured (a single step predicted above the skip limit): {len(miss)} "
                    "(" + ", ".join(f"{r['mpi']}/{r['transport']}/{r['ranks']} b{r['batch']} s{r['sample']}"
                                    for r in miss) + ").\n")
-    if scale_note:
-        out.append(scale_note)
-    out.append("Figures: docs/figures/winner_map.png, docs/figures/auto_vs_oracle.png, docs/figures/scale_model.png.\n")
+    out.append("Figures: docs/figures/winner_map.png, docs/figures/auto_vs_oracle.png.\n")
     return "\n".join(out)
 
 
@@ -366,56 +363,9 @@ def auto_vs_oracle(rows, groups, path):
     plt.close(fig)
 
 
-def scale_model(path_csv, path_png):
-    if not os.path.exists(path_csv):
-        return None
-    pts = []
-    with open(path_csv) as f:
-        for r in csv.DictReader(f):
-            pts.append((int(r["ranks"]), int(r["batch"]), float(r["sample_bytes"]), float(r["onesided_s"]),
-                        float(r["collective_s"])))
-    if not pts:
-        return None
-    ranks = sorted({p[0] for p in pts})
-    batches = sorted({p[1] for p in pts})
-    samples = sorted({p[2] for p in pts})
-    fig, axes = plt.subplots(1, len(samples), figsize=(4.6 * len(samples) + 1, 4.6), squeeze=False)
-    norm = TwoSlopeNorm(vmin=-3, vcenter=0, vmax=3)
-    im = None
-    counts = {}
-    for j, s in enumerate(samples):
-        ax = axes[0][j]
-        grid = np.full((len(ranks), len(batches)), np.nan)
-        for (p, b, sb, o, c) in pts:
-            if sb == s:
-                grid[ranks.index(p), batches.index(b)] = math.log2(c / o)
-        counts[s] = int(np.sum(grid > 0)), int(np.sum(grid < 0))
-        im = ax.imshow(grid, cmap="RdBu", norm=norm, origin="lower", aspect="auto")
-        # the crossover line
-        ax.contour(grid, levels=[0], colors="black", linewidths=1.0)
-        ax.set_xticks(range(len(batches)))
-        ax.set_xticklabels([str(b) for b in batches], fontsize=7, rotation=45)
-        ax.set_yticks(range(len(ranks)))
-        ax.set_yticklabels([str(r) for r in ranks], fontsize=7)
-        ax.set_xlabel("batch per rank")
-        if j == 0:
-            ax.set_ylabel("ranks")
-        ax.set_title(f"sample {int(s)} B", fontsize=10)
-    fig.suptitle("Scale model (Slingshot-like parameters): predicted winner, blue one-sided, red collective; "
-                 "black line = crossover", fontsize=10)
-    cb = fig.colorbar(im, ax=axes, shrink=0.8, pad=0.01)
-    cb.set_label("log2(T_collective / T_onesided)", fontsize=8)
-    fig.savefig(path_png, dpi=130, bbox_inches="tight")
-    plt.close(fig)
-    parts = [f"{int(s)} B: one-sided predicted faster at {o} and collective at {c} of {o + c} (ranks, batch) cells"
-             for s, (o, c) in counts.items()]
-    return "Scale model (target/scale_model.csv): " + "; ".join(parts) + ".\n"
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--csv", default=os.path.join(ROOT, "benches/grid/results/grid.csv"))
-    ap.add_argument("--scale", default=os.path.join(ROOT, "target/scale_model.csv"))
     ap.add_argument("--figures", default=os.path.join(ROOT, "docs/figures"))
     ap.add_argument("--summary", default=os.path.join(ROOT, "benches/grid/results/summary.md"))
     a = ap.parse_args()
@@ -429,12 +379,7 @@ def main():
     os.makedirs(a.figures, exist_ok=True)
     winner_map(groups, os.path.join(a.figures, "winner_map.png"))
     auto_vs_oracle(rows, groups, os.path.join(a.figures, "auto_vs_oracle.png"))
-    note = scale_model(a.scale, os.path.join(a.figures, "scale_model.png"))
-    if note is None:
-        print(f"no scale model CSV at {a.scale}: scale_model.png not drawn (MPICC=mpicc.openmpi "
-              "CARGO_TARGET_DIR=target/openmpi cargo run --release --example scale_model > target/scale_model.csv)",
-              file=sys.stderr)
-    text = summary_md(rows, groups, note)
+    text = summary_md(rows, groups)
     os.makedirs(os.path.dirname(a.summary), exist_ok=True)
     with open(a.summary, "w") as f:
         f.write(text + "\n")

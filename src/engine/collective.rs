@@ -111,7 +111,10 @@ impl Engine for Collective {
             let range = mine.rounds.get(round).cloned().unwrap_or(0..0);
             let asked = match &mut known {
                 // Each round's lists are used once: taken, not copied.
-                Some(k) => Requests::Ids(k.get_mut(round).map(std::mem::take).unwrap_or_else(|| vec![Vec::new(); ranks])),
+                Some(k) => Requests::Ids(k.get_mut(round).map(std::mem::take).unwrap_or_else(|| AskedOfMe {
+                    ids: Vec::new(),
+                    counts: vec![0; ranks],
+                })),
                 None => counts.map_or(Requests::Unknown, Requests::Counts),
             };
             exchange(step, &mine.exchanged[range], asked, out)?;
@@ -128,29 +131,47 @@ impl Engine for Collective {
 /// What every other rank will ask this rank for in a single-round step, when every
 /// rank's batch is known (the built-in sampler): in one round each requester asks for
 /// all its remote samples that fit a round, in batch order, so this rank's part of
-/// each batch is all it needs, found without looking at the rest of the batches.
-fn asked_in_one_round(step: &StepContext, known: &dyn KnownBatches) -> Vec<Vec<u64>> {
+/// each batch is all it needs, found without looking at the rest of the batches. One
+/// pass over those samples, with no list per rank.
+fn asked_in_one_round(step: &StepContext, known: &dyn KnownBatches) -> AskedOfMe {
     let (me, ranks) = (step.comm.rank(), step.comm.size());
     let index = &step.store.index;
     let first = index.first_ids();
-    let mut by_rank = vec![Vec::new(); ranks];
-    known.owned_in_batches(first[me]..first[me + 1], &mut by_rank);
-    // This rank's own samples, and those its node's ranks read, are copies, not requests.
-    for q in step.store.topology.node_of_rank(me) {
-        by_rank[q].clear();
-    }
     let budget = step.limits.max_message / ranks as u64;
-    for ids in &mut by_rank {
-        ids.retain(|&id| index.len_of(id).is_some_and(|len| len > 0 && len <= budget));
+    let mut asked = AskedOfMe { ids: Vec::new(), counts: vec![0; ranks] };
+    let topology = &step.store.topology;
+    known.for_each_request(first[me]..first[me + 1], &mut |requester, id| {
+        // This rank's own samples, and those the ranks of its node read (node-local
+        // path), are copies, not requests; empty samples and those over the budget do
+        // not travel in the exchange.
+        let travels = index.len_of(id).is_some_and(|len| len > 0 && len <= budget);
+        if !topology.shares(requester, me) && travels {
+            asked.ids.push(id);
+            asked.counts[requester] += 1;
+        }
+    });
+    asked
+}
+
+/// The ids the other ranks ask of this one in a round, grouped by requester, and how
+/// many each asks.
+#[derive(Default)]
+struct AskedOfMe {
+    ids: Vec<u64>,
+    counts: Vec<u64>,
+}
+
+impl AskedOfMe {
+    fn from_lists(by_requester: &[Vec<u64>]) -> AskedOfMe {
+        AskedOfMe { ids: by_requester.concat(), counts: by_requester.iter().map(|ids| ids.len() as u64).collect() }
     }
-    by_rank
 }
 
 /// What every other rank will ask this rank for, per round and requester, when every
 /// rank's batch is known and a step needs several rounds: each requester's plan and
 /// rounds are rebuilt here exactly as that rank builds them (O(P x B)), so no request
 /// needs to travel.
-fn requests_of_others(step: &StepContext, known: &dyn KnownBatches) -> Result<Vec<Vec<Vec<u64>>>> {
+fn requests_of_others(step: &StepContext, known: &dyn KnownBatches) -> Result<Vec<AskedOfMe>> {
     let (me, ranks) = (step.comm.rank(), step.comm.size());
     let mut per_round: Vec<Vec<Vec<u64>>> = Vec::new();
     let mut ids = Vec::new();
@@ -167,7 +188,7 @@ fn requests_of_others(step: &StepContext, known: &dyn KnownBatches) -> Result<Ve
             per_round[r][requester].extend(asked);
         }
     }
-    Ok(per_round)
+    Ok(per_round.iter().map(|lists| AskedOfMe::from_lists(lists)).collect())
 }
 
 /// What this rank knows, before a round, of what the other ranks will ask of it.
@@ -177,7 +198,7 @@ enum Requests<'a> {
     /// How many ids each rank asks for (agreed with the step): only the ids travel.
     Counts(&'a [u64]),
     /// The ids each rank asks for (the built-in sampler): nothing travels.
-    Ids(Vec<Vec<u64>>),
+    Ids(AskedOfMe),
 }
 
 /// One round: `requests` (grouped by owner) is what this rank wants in it; `asked` is
@@ -192,10 +213,7 @@ fn exchange(step: &StepContext, requests: &[RemoteSample], asked: Requests, out:
         bytes_from[r.owner] += r.len;
     }
     let (asked, ids_from) = match asked {
-        Requests::Ids(by_requester) => {
-            let ids_from = by_requester.iter().map(|ids| ids.len() as u64).collect();
-            (by_requester.concat(), ids_from)
-        }
+        Requests::Ids(AskedOfMe { ids, counts }) => (ids, counts),
         Requests::Counts(counts) => send_ids(comm, requests, &ids_to, counts.to_vec())?,
         Requests::Unknown => send_ids(comm, requests, &ids_to, comm.alltoall(&ids_to)?)?,
     };

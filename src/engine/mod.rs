@@ -42,12 +42,12 @@ pub struct StepContext<'a> {
 pub trait KnownBatches {
     /// Rank `rank`'s ids, in its request order.
     fn batch_of(&self, rank: usize, ids: &mut Vec<u64>);
-    /// For every rank q, the ids of `owned` (this rank's samples) in q's batch, in
-    /// batch order, in `by_rank[q]`; O(those ids), not O(every batch).
-    fn owned_in_batches(&self, owned: Range<u64>, by_rank: &mut [Vec<u64>]);
-    /// `visit(rank, id)` for the same ids as [`KnownBatches::owned_in_batches`],
-    /// without lists of size P.
-    fn for_each_owned(&self, owned: Range<u64>, visit: &mut dyn FnMut(usize, u64));
+    /// `visit(q, id)` for the ids of `owned` (this rank's samples) in every rank q's
+    /// batch, by rank and in batch order; O(those ids), not O(every batch).
+    fn for_each_request(&self, owned: Range<u64>, visit: &mut dyn FnMut(usize, u64));
+    /// Bytes of `owned` in the other ranks' batches (O(1) per step: worked out with the
+    /// epoch's inversion).
+    fn served_bytes(&self, owned: Range<u64>) -> u64;
 }
 
 pub trait Engine {

@@ -186,6 +186,8 @@ pub extern "C" fn mdl_fetch_batch(
 /// Force a backend or return to AUTO. Local; takes effect at the next fetch, and must
 /// be set the same on every rank (a mismatch makes that fetch fail on every rank with
 /// MDL_ERR_INVALID_ARG, not hang). A value outside the enum is MDL_ERR_INVALID_ARG.
+/// Refused during a sampler epoch (MDL_ERR_STATE): its steps are agreed ahead
+/// (MDL_AGREEMENT_LAG) with the backend in force when it began.
 #[unsafe(no_mangle)]
 pub extern "C" fn mdl_set_backend(h: *mut mdl_loader, b: MdlBackendArg) -> mdl_status {
     boundary("mdl_set_backend", || {
@@ -268,8 +270,8 @@ pub extern "C" fn mdl_epoch_seek(h: *mut mdl_loader, step: u64) -> mdl_status {
 /// takes effect at the next mdl_epoch_begin or mdl_epoch_seek and must be the same on
 /// every rank (checked there). Prefetch runs on a thread of the library's own and
 /// needs MPI initialised with MPI_THREAD_MULTIPLE; otherwise epochs run without
-/// prefetch and the log says so once. While an epoch prefetches, mdl_set_backend is
-/// refused (MDL_ERR_STATE).
+/// prefetch and the log says so once. During an epoch, mdl_set_backend is refused
+/// (MDL_ERR_STATE).
 #[unsafe(no_mangle)]
 pub extern "C" fn mdl_set_prefetch(h: *mut mdl_loader, depth: u32) -> mdl_status {
     boundary("mdl_set_prefetch", || with_loader(h, Call::LocalSetter, |loader| loader.set_prefetch(depth)))

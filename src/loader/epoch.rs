@@ -41,12 +41,12 @@ impl KnownBatches for SamplerStep<'_> {
         self.epoch.batch_into(self.step, rank, ids);
     }
 
-    fn owned_in_batches(&self, owned: Range<u64>, by_rank: &mut [Vec<u64>]) {
-        self.epoch.owned_in_batches(self.step, owned, by_rank);
+    fn for_each_request(&self, owned: Range<u64>, visit: &mut dyn FnMut(usize, u64)) {
+        self.epoch.for_each_request(self.step, owned, visit);
     }
 
-    fn for_each_owned(&self, owned: Range<u64>, visit: &mut dyn FnMut(usize, u64)) {
-        self.epoch.for_each_owned(self.step, owned, visit);
+    fn served_bytes(&self, owned: Range<u64>) -> u64 {
+        self.epoch.served_bytes(self.step, owned)
     }
 }
 

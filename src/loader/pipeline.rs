@@ -80,7 +80,7 @@ impl Pipeline {
     fn start(&mut self, core: &mut Core, epoch: &Epoch, step: u64) -> Result<()> {
         let mut batch = self.spare.pop().unwrap_or_default();
         epoch.batch_into(step, core.rank(), &mut batch.ids);
-        let sized = prepare_collective(core, epoch).and_then(|()| size_buffers(core, &mut batch));
+        let sized = core.prepare_epoch(epoch).and_then(|()| size_buffers(core, &mut batch));
         let needed = *sized.as_ref().unwrap_or(&0);
         let ahead = core.start_known_step(&batch.ids, sized, &SamplerStep { epoch, step })?;
         self.started.push_back(Started { step, batch, needed, ahead });
@@ -106,16 +106,6 @@ impl Pipeline {
             log::warn!("after a failed step, completing the agreements under way failed too: {}", also.message);
         }
         err
-    }
-}
-
-/// Where this rank's samples sit in the epoch, for the collective engine's owners and
-/// the bytes this rank serves: built (fallibly) before the step's agreement, unless the
-/// one-sided engine is forced.
-fn prepare_collective(core: &Core, epoch: &Epoch) -> Result<()> {
-    match core.owned_ids() {
-        Some(owned) => epoch.prepare_owned(owned),
-        None => Ok(()),
     }
 }
 

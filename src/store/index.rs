@@ -39,6 +39,10 @@ impl Starts {
 pub struct GlobalIndex {
     /// `first_id[r]` is rank r's first global id; `first_id[P]` is the number of samples.
     first_id: Vec<u64>,
+    /// `shard_start[r] = starts[first_id[r]]`: where rank r's shard begins in the
+    /// concatenation. P entries that stay in cache, where `starts[first_id[r]]` would
+    /// be one more cache miss per sample in a large index.
+    shard_start: Vec<u64>,
     /// `starts[g]` is sample g's position in the concatenation of all shards;
     /// `starts[N]` is the total size.
     starts: Starts,
@@ -56,7 +60,8 @@ impl GlobalIndex {
         }
         first_id.push(next);
         assert_eq!(next + 1, starts.as_slice().len() as u64, "per-rank counts must cover all samples");
-        GlobalIndex { first_id, starts }
+        let shard_start = first_id[..per_rank.len()].iter().map(|&first| starts.as_slice()[first as usize]).collect();
+        GlobalIndex { first_id, shard_start, starts }
     }
 
     /// The index from every sample's length (tests and the step-cost benchmark).
@@ -97,9 +102,8 @@ impl GlobalIndex {
     pub fn locate(&self, id: u64) -> Option<Location> {
         let len = self.len_of(id)?;
         let owner = self.owner_of(id);
-        let starts = self.starts.as_slice();
-        let shard_start = starts[self.first_id[owner] as usize];
-        Some(Location { owner, offset: starts[id as usize] - shard_start, len })
+        let offset = self.starts.as_slice()[id as usize] - self.shard_start[owner];
+        Some(Location { owner, offset, len })
     }
 
     /// The prefix sums' memory, to free a node-shared copy (collective over the node).

@@ -20,17 +20,14 @@ impl Topology {
         Topology { node_of }
     }
 
+    /// Whether some ranks read each other's shards (the node-local path is in use).
+    pub fn is_shared(&self) -> bool {
+        !self.node_of.is_empty()
+    }
+
     /// Whether rank `a` reads rank `b`'s shard directly (a rank always reads its own).
     pub fn shares(&self, a: usize, b: usize) -> bool {
         a == b || (!self.node_of.is_empty() && self.node_of[a] == self.node_of[b])
-    }
-
-    /// The ranks sharing memory with `rank`, itself included, in rank order.
-    pub fn node_of_rank(&self, rank: usize) -> Vec<usize> {
-        if self.node_of.is_empty() {
-            return vec![rank];
-        }
-        (0..self.node_of.len()).filter(|&r| self.node_of[r] == self.node_of[rank]).collect()
     }
 }
 
@@ -44,9 +41,8 @@ mod tests {
         let t = Topology::from_leaders(vec![0, 1, 0, 1]);
         assert!(t.shares(0, 2) && t.shares(2, 0) && t.shares(3, 1) && t.shares(3, 3));
         assert!(!t.shares(0, 1) && !t.shares(2, 3));
-        assert_eq!(t.node_of_rank(3), vec![1, 3]);
+        assert!(t.is_shared());
         let alone = Topology::default();
-        assert!(alone.shares(1, 1) && !alone.shares(0, 1));
-        assert_eq!(alone.node_of_rank(2), vec![2]);
+        assert!(alone.shares(1, 1) && !alone.shares(0, 1) && !alone.is_shared());
     }
 }

@@ -1,0 +1,169 @@
+/*
+ * Sampler steps agreed ahead against steps that wait for their agreement, side by
+ * side in one run, with AUTO and both engines forced (the oracle).
+ *
+ * Four loaders over the same data, built with different MDL_AGREEMENT_LAG and backends
+ * (the variable is read at mdl_init): AUTO with lag 0, AUTO with lag L, and the
+ * one-sided and collective engines forced, with lag L. Their epochs are interleaved
+ * (loader by loader, round after round), so that every loader sees the same machine. Between two
+ * batches each rank "computes" for a random time of mean C us and spread J us (a
+ * training step whose length varies across ranks): this is where waiting for the
+ * slowest rank costs, and what agreeing ahead avoids.
+ *
+ * Reported per (batch size, loader): the median time the caller waits in
+ * mdl_next_batch (the slowest rank's, per step), and AUTO's engine steps. AUTO "right"
+ * means within 10% of the faster forced engine, as in benches/grid.
+ *
+ *   mpicc -O2 -Iinclude -Ibenches benches/lag/lag_bench.c -o lag_bench \
+ *       -Ltarget/openmpi/release -lmdloader -Wl,-rpath,$PWD/target/openmpi/release
+ *   mpirun -n 2 ./lag_bench [--lag 2] [--compute-us 200] [--jitter-us 100] [--rounds 5]
+ *
+ * CSV on rank 0's stdout: batch,loader,wait_us_median,onesided_steps,collective_steps.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "mdloader.h"
+#include "bench_common.h"
+#include <mpi.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+enum { LOADERS = 4 };
+static const char *NAMES[LOADERS] = {"auto-lag0", "auto-lagL", "onesided-lagL", "collective-lagL"};
+
+static const uint64_t PER_RANK = 8192;
+static uint64_t size_of(uint64_t g) { return 1024 + mix64(g) % 2048; } /* 1-3 KB, mean 2 KB */
+
+static void busy_wait_us(double us)
+{
+    double until = MPI_Wtime() + us * 1e-6;
+    while (MPI_Wtime() < until) {
+    }
+}
+
+/* The engines' step counts from mdl_stats_json: the first "steps" after each key. */
+static uint64_t steps_of(const char *json, const char *engine)
+{
+    char key[32];
+    snprintf(key, sizeof key, "\"%s\": {\"steps\": ", engine);
+    const char *at = strstr(json, key);
+    return at ? strtoull(at + strlen(key), NULL, 10) : 0;
+}
+
+int main(int argc, char **argv)
+{
+    int provided, rank, size;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    long lag = 2, rounds = 5;
+    double compute_us = 200, jitter_us = 100;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "--lag"))
+            lag = atol(argv[i + 1]);
+        else if (!strcmp(argv[i], "--compute-us"))
+            compute_us = atof(argv[i + 1]);
+        else if (!strcmp(argv[i], "--jitter-us"))
+            jitter_us = atof(argv[i + 1]);
+        else if (!strcmp(argv[i], "--rounds"))
+            rounds = atol(argv[i + 1]);
+    }
+
+    uint64_t first = PER_RANK * (uint64_t)rank;
+    uint64_t *offsets = malloc((PER_RANK + 1) * sizeof *offsets);
+    offsets[0] = 0;
+    for (uint64_t i = 0; i < PER_RANK; i++)
+        offsets[i + 1] = offsets[i] + size_of(first + i);
+    uint8_t *data = malloc(offsets[PER_RANK]);
+    for (uint64_t i = 0; i < PER_RANK; i++)
+        fill(7, first + i, data + offsets[i], size_of(first + i));
+
+    mdl_loader *h[LOADERS];
+    static const mdl_backend backends[LOADERS] = {MDL_BACKEND_AUTO, MDL_BACKEND_AUTO, MDL_BACKEND_ONESIDED,
+                                                  MDL_BACKEND_COLLECTIVE};
+    for (int l = 0; l < LOADERS; l++) {
+        char value[16];
+        snprintf(value, sizeof value, "%ld", l == 0 ? 0 : lag);
+        setenv("MDL_AGREEMENT_LAG", value, 1);
+        if (mdl_init(MPI_COMM_WORLD, &h[l]) != MDL_OK || mdl_register_shard(h[l], data, offsets, PER_RANK) != MDL_OK ||
+            mdl_set_backend(h[l], backends[l]) != MDL_OK) {
+            fprintf(stderr, "rank %d: setting up loader %s failed\n", rank, NAMES[l]);
+            MPI_Abort(MPI_COMM_WORLD, 1);
+        }
+    }
+    if (rank == 0) {
+        fprintf(stderr, "lag_bench: %d ranks, lag %ld, compute %.0f +- %.0f us, %ld rounds\n", size, lag, compute_us,
+                jitter_us, rounds);
+        printf("batch,loader,wait_us_median,onesided_steps,collective_steps\n");
+    }
+
+    static const uint64_t batches[] = {16, 64, 256};
+    uint64_t rng = mix64((uint64_t)rank + 99);
+    int bad = 0;
+    for (size_t bi = 0; bi < sizeof batches / sizeof batches[0]; bi++) {
+        uint64_t B = batches[bi];
+        uint64_t steps_per_epoch = PER_RANK / B; /* drop_last: the same per rank */
+        long max = rounds * (long)steps_per_epoch;
+        double *waits[LOADERS];
+        int n[LOADERS] = {0};
+        uint64_t before[LOADERS][2];
+        for (int l = 0; l < LOADERS; l++) {
+            waits[l] = malloc((size_t)max * sizeof(double));
+            char json[4096];
+            mdl_stats_json(h[l], json, sizeof json);
+            before[l][0] = steps_of(json, "onesided");
+            before[l][1] = steps_of(json, "collective");
+        }
+        for (long r = 0; r < rounds; r++)
+            for (int l = 0; l < LOADERS; l++) {
+                mdl_epoch_begin(h[l], 11, (uint64_t)r, B, 1, 1);
+                for (;;) {
+                    const uint64_t *ids, *offs;
+                    const void *out;
+                    size_t got;
+                    double t0 = MPI_Wtime();
+                    mdl_status st = mdl_next_batch(h[l], &ids, &out, &offs, &got);
+                    double waited = MPI_Wtime() - t0;
+                    if (st != MDL_OK) {
+                        fprintf(stderr, "rank %d: %s: %s\n", rank, NAMES[l], mdl_status_string(st));
+                        MPI_Abort(MPI_COMM_WORLD, 1);
+                    }
+                    if (got == 0)
+                        break;
+                    for (size_t k = 0; k < got; k++)
+                        bad += !verify(7, ids[k], (const uint8_t *)out + offs[k], offs[k + 1] - offs[k]);
+                    waits[l][n[l]++] = waited;
+                    rng = mix64(rng);
+                    busy_wait_us(compute_us + jitter_us * ((double)(rng % 2001) / 1000.0 - 1.0));
+                }
+            }
+        for (int l = 0; l < LOADERS; l++) {
+            /* The slowest rank's wait, per step, then the median over steps. */
+            double *slowest = malloc((size_t)n[l] * sizeof(double));
+            MPI_Allreduce(waits[l], slowest, n[l], MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+            char json[4096];
+            mdl_stats_json(h[l], json, sizeof json);
+            uint64_t os = steps_of(json, "onesided") - before[l][0];
+            uint64_t co = steps_of(json, "collective") - before[l][1];
+            double med = median(slowest, n[l]) * 1e6;
+            if (rank == 0) {
+                printf("%llu,%s,%.1f,%llu,%llu\n", (unsigned long long)B, NAMES[l], med, (unsigned long long)os,
+                       (unsigned long long)co);
+                fprintf(stderr, "B %4llu %-16s wait %8.1f us  (one-sided %llu, collective %llu steps)\n",
+                        (unsigned long long)B, NAMES[l], med, (unsigned long long)os, (unsigned long long)co);
+            }
+            free(slowest);
+            free(waits[l]);
+        }
+    }
+    int all_bad = 0;
+    MPI_Allreduce(&bad, &all_bad, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    if (rank == 0 && all_bad)
+        fprintf(stderr, "lag_bench: %d samples with wrong bytes\n", all_bad);
+    for (int l = 0; l < LOADERS; l++)
+        mdl_finalize(&h[l]);
+    free(data);
+    free(offsets);
+    MPI_Finalize();
+    return all_bad != 0;
+}
