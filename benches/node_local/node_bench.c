@@ -17,12 +17,20 @@
  * the slowest rank's. Medians over --steps steps after --warmup. The node path's bytes
  * are compared with memcpy's in every step.
  *
+ * --mode sampler: the same with the built-in sampler (mdl_epoch_begin, mdl_next_batch:
+ * shuffled epochs, steps agreed MDL_AGREEMENT_LAG steps ahead, so no step waits in a
+ * blocking collective), one loader per variant (MDL_NODE_LOCAL=on; off with MDL_BACKEND
+ * onesided; off with collective); each rank's batch holds samples of every rank, its
+ * own included, and memcpy gathers the same ids. Every variant's ids and bytes are
+ * compared with the node path's.
+ *
  * Output: CSV on rank 0, one line per (batch, sample size):
- *   mpi,ranks,batch,sample,t_memcpy_us,t_node_us,t_onesided_us,t_collective_us,
+ *   mpi,mode,ranks,batch,sample,t_memcpy_us,t_node_us,t_onesided_us,t_collective_us,
  *   node_over_memcpy_bandwidth,node_faster_than_both
  *
- * Usage: node_bench --mpi NAME [--batches 16,64,256,1024] [--sizes 256,1024,4096,16384]
- *                   [--steps 30] [--warmup 5] [--shard-bytes 33554432]
+ * Usage: node_bench --mpi NAME [--mode fetch|sampler] [--batches 16,64,256,1024]
+ *                   [--sizes 256,1024,4096,16384] [--steps 30] [--warmup 5]
+ *                   [--shard-bytes 33554432]
  */
 #define _POSIX_C_SOURCE 200809L /* setenv */
 #include "mdloader.h"
@@ -83,9 +91,11 @@ static double median(double *v, int n)
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-static mdl_loader *open_loader(const char *node_local, const uint8_t *shard, const uint64_t *offsets, uint64_t n)
+static mdl_loader *open_loader(const char *node_local, const char *backend, const uint8_t *shard,
+                               const uint64_t *offsets, uint64_t n)
 {
     setenv("MDL_NODE_LOCAL", node_local, 1);
+    setenv("MDL_BACKEND", backend, 1);
     mdl_loader *h = NULL;
     mdl_status st = mdl_init(MPI_COMM_WORLD, &h);
     if (st != MDL_OK)
@@ -105,19 +115,82 @@ static mdl_loader *open_loader(const char *node_local, const uint8_t *shard, con
         MPI_Allreduce(&t_, &(result), 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);                \
     } while (0)
 
+static void report(const char *mpi, const char *mode, uint64_t batch, size_t size, double *t[4], int steps)
+{
+    double m[4];
+    for (int v = 0; v < 4; v++)
+        m[v] = median(t[v], steps) * 1e6;
+    if (g_rank == 0)
+        printf("%s,%s,%d,%llu,%zu,%.2f,%.2f,%.2f,%.2f,%.3f,%d\n", mpi, mode, g_size, (unsigned long long)batch, size, m[0],
+               m[1], m[2], m[3], m[0] / m[1], m[1] < m[2] && m[1] < m[3]);
+    fflush(stdout);
+}
+
+/* One sampler step of loader h, timed as the slowest rank's; its batch in *ids etc. */
+static double sampler_step(mdl_loader *h, const uint64_t **ids, const void **data, const uint64_t **offs, size_t *n)
+{
+    double t;
+    mdl_status st = MDL_OK;
+    TIMED(t, st = mdl_next_batch(h, ids, data, offs, n));
+    if (st != MDL_OK)
+        die("mdl_next_batch", st);
+    return t;
+}
+
+/* --mode sampler at one batch size: epochs of the three loaders in step, on the same
+   seed (the same ids), until warmup + steps steps are measured. */
+static void run_sampler(mdl_loader *h[3], uint64_t batch, size_t size, const uint8_t *all, uint8_t *out_memcpy,
+                        double *t[4], int steps, int warmup)
+{
+    int s = -warmup, bad = 0;
+    for (uint64_t epoch = 0; s < steps; epoch++) {
+        for (int v = 0; v < 3; v++) {
+            mdl_status st = mdl_epoch_begin(h[v], 7, epoch, batch, 1, 1);
+            if (st != MDL_OK)
+                die("mdl_epoch_begin", st);
+        }
+        for (;;) {
+            const uint64_t *ids[3], *offs[3];
+            const void *data[3];
+            size_t n[3];
+            double r[4];
+            for (int v = 0; v < 3; v++)
+                r[v + 1] = sampler_step(h[v], &ids[v], &data[v], &offs[v], &n[v]);
+            if (n[0] == 0)
+                break;
+            TIMED(r[0], for (size_t k = 0; k < n[0]; k++) memcpy(out_memcpy + k * size, all + ids[0][k] * size, size));
+            for (int v = 1; v < 3; v++)
+                bad |= n[v] != n[0] || memcmp(ids[v], ids[0], n[0] * sizeof **ids) || memcmp(data[v], data[0], n[0] * size);
+            bad |= memcmp(data[0], out_memcpy, n[0] * size) != 0;
+            if (s >= 0 && s < steps)
+                for (int v = 0; v < 4; v++)
+                    t[v][s] = r[v];
+            s++;
+        }
+    }
+    MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    if (bad) {
+        if (g_rank == 0)
+            fprintf(stderr, "sampler batches differ between variants or from memcpy at batch %llu\n", (unsigned long long)batch);
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+}
+
 int main(int argc, char **argv)
 {
     int provided;
     MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
     MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &g_size);
-    const char *mpi = "?";
+    const char *mpi = "?", *mode = "fetch";
     uint64_t batches[16] = {16, 64, 256, 1024}, sizes[16] = {256, 1024, 4096, 16384};
     int n_batches = 4, n_sizes = 4, steps = 30, warmup = 5;
     uint64_t shard_bytes = 32u << 20;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--mpi"))
             mpi = argv[i + 1];
+        else if (!strcmp(argv[i], "--mode"))
+            mode = argv[i + 1];
         else if (!strcmp(argv[i], "--batches"))
             n_batches = parse_list(argv[i + 1], batches, 16);
         else if (!strcmp(argv[i], "--sizes"))
@@ -136,7 +209,7 @@ int main(int argc, char **argv)
         return 1;
     }
     if (g_rank == 0)
-        printf("mpi,ranks,batch,sample,t_memcpy_us,t_node_us,t_onesided_us,t_collective_us,"
+        printf("mpi,mode,ranks,batch,sample,t_memcpy_us,t_node_us,t_onesided_us,t_collective_us,"
                "node_over_memcpy_bandwidth,node_faster_than_both\n");
     uint64_t max_batch = 0;
     for (int b = 0; b < n_batches; b++)
@@ -157,9 +230,24 @@ int main(int argc, char **argv)
         for (uint64_t i = 0; i <= n; i++)
             offsets[i] = i * size;
         const uint8_t *mine = all + (uint64_t)g_rank * n * size;
-        mdl_loader *node = open_loader("on", mine, offsets, n), *engines = open_loader("off", mine, offsets, n);
         size_t cap = max_batch * size;
         uint8_t *out_memcpy = malloc(cap), *out = malloc(cap);
+        if (!strcmp(mode, "sampler")) {
+            mdl_loader *h[3] = {open_loader("on", "auto", mine, offsets, n), open_loader("off", "onesided", mine, offsets, n),
+                                open_loader("off", "collective", mine, offsets, n)};
+            for (int b = 0; b < n_batches; b++) {
+                run_sampler(h, batches[b], size, all, out_memcpy, t, steps, warmup);
+                report(mpi, mode, batches[b], size, t, steps);
+            }
+            for (int v = 0; v < 3; v++)
+                mdl_finalize(&h[v]);
+            free(out_memcpy);
+            free(out);
+            free(offsets);
+            free(all);
+            continue;
+        }
+        mdl_loader *node = open_loader("on", "auto", mine, offsets, n), *engines = open_loader("off", "auto", mine, offsets, n);
         uint64_t rng = mix(0x6e6f6465u + (uint64_t)g_rank * 7919 + size);
 
         for (int b = 0; b < n_batches; b++) {
@@ -197,13 +285,7 @@ int main(int argc, char **argv)
                             (unsigned long long)batch, size);
                 MPI_Abort(MPI_COMM_WORLD, 2);
             }
-            double m[4];
-            for (int v = 0; v < 4; v++)
-                m[v] = median(t[v], steps) * 1e6;
-            if (g_rank == 0)
-                printf("%s,%d,%llu,%zu,%.2f,%.2f,%.2f,%.2f,%.3f,%d\n", mpi, g_size, (unsigned long long)batch, size,
-                       m[0], m[1], m[2], m[3], m[0] / m[1], m[1] < m[2] && m[1] < m[3]);
-            fflush(stdout);
+            report(mpi, mode, batch, size, t, steps);
         }
         mdl_finalize(&node);
         mdl_finalize(&engines);
