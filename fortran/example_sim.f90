@@ -54,6 +54,7 @@ program example_sim
    integer(int64) :: n_total, n_mine, per_rank, pos, nbytes, checked, total_checked, bytes, total_bytes
    real(real64) :: t0, t1
    character(len=32) :: arg
+   character(len=:), allocatable :: job_stats
    character(len=12), parameter :: backend_names(0:2) = [character(len=12) :: 'auto', 'onesided', 'collective']
    integer, parameter :: epoch_backends(3) = [MDL_BACKEND_ONESIDED, MDL_BACKEND_COLLECTIVE, MDL_BACKEND_AUTO]
 
@@ -186,6 +187,8 @@ program example_sim
    if (ierr == MDL_OK) call verify(ids(1), out(out_offsets(1) + 1:out_offsets(2)))
    call check(mdl_status_string(MDL_ERR_REMOTE) /= '', 'mdl_status_string')
    call check(index(mdl_stats_json(loader), '"samples"') > 0, 'mdl_stats_json')
+   call mdl_stats_json_job(loader, job_stats, ierr)
+   call check(ierr == MDL_OK .and. index(job_stats, '"bytes_remote"') > 0, 'mdl_stats_json_job')
 
    call mdl_finalize(loader, ierr)
    call check(ierr == MDL_OK .and. .not. mdl_initialized(loader), 'mdl_finalize')

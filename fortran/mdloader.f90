@@ -40,6 +40,8 @@
 !>        integer(int64), pointer :: ids(:), offsets(:); integer(int8), pointer :: data(:); integer :: n
 !>   mdl_epoch_seek(loader, step [, ierr])                 integer(int64) :: step (0-based)
 !>   mdl_finalize(loader [, ierr])
+!>   mdl_stats_json_job(loader, json [, ierr])             character(:), allocatable, intent(out) :: json
+!>                                                         (the job's statistics, the same on every rank)
 !>   Local:
 !>   mdl_num_samples(loader, n [, ierr])                   integer(int64), intent(out) :: n
 !>   mdl_sample_size(loader, id, nbytes [, ierr])          integer(int64) :: id; integer(int64), intent(out) :: nbytes
@@ -106,6 +108,7 @@ module mdloader
    public :: mdl_init, mdl_register_shard, mdl_num_samples, mdl_sample_size
    public :: mdl_fetch_batch, mdl_fetch_batch_alloc, mdl_set_backend, mdl_finalize
    public :: mdl_last_error, mdl_status_string, mdl_initialized, mdl_c_handle, mdl_stats_json
+   public :: mdl_stats_json_job
    public :: mdl_epoch_begin, mdl_next_batch, mdl_epoch_seek, mdl_set_prefetch
 
    !> What mdl_next_batch points at when there is no batch (size 0, never written).
@@ -208,6 +211,14 @@ module mdloader
          integer(c_size_t), value :: len
          integer(c_size_t) :: full
       end function c_mdl_stats_json
+
+      function c_mdl_stats_json_job(h, buf, len, needed) result(status) bind(C, name='mdl_stats_json_job')
+         import :: c_int, c_size_t, c_ptr
+         type(c_ptr), value :: h, buf
+         integer(c_size_t), value :: len
+         integer(c_size_t), intent(out) :: needed
+         integer(c_int) :: status
+      end function c_mdl_stats_json_job
 
       function c_mdl_status_string(s) result(text) bind(C, name='mdl_status_string')
          import :: c_int, c_ptr
@@ -554,6 +565,35 @@ contains
          json(i:i) = buf(i)
       end do
    end function mdl_stats_json
+
+   !> Collective. The whole job's statistics as one JSON object, the same text on every
+   !> rank (bytes, samples and seconds over all ranks; see mdl_stats_json_job in
+   !> include/mdloader.h). Refused (MDL_ERR_STATE) during a sampler epoch; json is ''
+   !> on an error.
+   subroutine mdl_stats_json_job(loader, json, ierr)
+      type(mdl_loader), intent(in) :: loader
+      character(len=:), allocatable, intent(out) :: json
+      integer, intent(out), optional :: ierr
+      character(kind=c_char), allocatable, target :: buf(:)
+      integer(c_size_t) :: needed
+      integer :: status, i
+
+      allocate (buf(4096))
+      status = c_mdl_stats_json_job(loader%handle, c_loc(buf(1)), int(size(buf), c_size_t), needed)
+      if (status == MDL_OK .and. needed >= size(buf, kind=c_size_t)) then
+         ! Longer than the first guess: the same length on every rank, so every rank
+         ! makes this second collective call.
+         deallocate (buf)
+         allocate (buf(needed + 1))
+         status = c_mdl_stats_json_job(loader%handle, c_loc(buf(1)), int(size(buf), c_size_t), needed)
+      end if
+      if (status /= MDL_OK) needed = 0
+      allocate (character(len=int(needed)) :: json)
+      do i = 1, int(needed)
+         json(i:i) = buf(i)
+      end do
+      call finish(status, ierr)
+   end subroutine mdl_stats_json_job
 
    !> Static text for a status code, e.g. mdl_status_string(MDL_ERR_OUT_OF_RANGE).
    function mdl_status_string(status) result(text)

@@ -291,6 +291,21 @@ size_t mdl_stats_json(const struct mdl_loader *h,
                       size_t len);
 
 /**
+ * Collective: the whole job's statistics as one JSON object, the same text on every
+ * rank (unlike mdl_stats_json, which is this rank's): "ranks", "backend", "steps",
+ * "onesided" and "collective" ("steps", "seconds_max" and "seconds_mean" over the
+ * ranks, "predicted_seconds" and "measured_slowest_seconds" of the slowest rank),
+ * "node_local" ("bytes" and "samples" copied from the node's shards, summed over the
+ * ranks), "engine_free_steps", "samples", "bytes_local" and "bytes_remote" summed
+ * over the ranks, "decisions",
+ * "probes" and "switches". Copied into buf as mdl_stats_json does (truncated to len
+ * and NUL-terminated; nothing is copied when buf is NULL or len is 0); *needed
+ * receives the full length (without the NUL). needed NULL is MDL_ERR_NULL_ARG on that
+ * rank, agreed by all. Refused with MDL_ERR_STATE on every rank during a sampler epoch.
+ */
+enum mdl_status mdl_stats_json_job(struct mdl_loader *h, char *buf, size_t len, size_t *needed);
+
+/**
  * Static text for a status code ("unknown status" for a value outside the enum).
  */
 const char *mdl_status_string(mdl_status s);

@@ -385,6 +385,43 @@ mod tests {
         }
     }
 
+    /// Beyond 32-bit ids (N up to 2^40 is the target): the permutation stays a
+    /// bijection into [0, N), and an owner's inversion (of a small range of a huge
+    /// dataset) finds its ids in the batches.
+    #[test]
+    fn datasets_beyond_32_bit_ids() {
+        let n = (1u64 << 40) - 3;
+        let p = Permutation::new(n, 11, 2, true);
+        for i in [0, 1, 1 << 31, (1 << 32) + 5, n / 2, n - 1] {
+            let id = p.at(i);
+            assert!(id < n);
+            assert_eq!(p.position_of(id), i);
+        }
+        // 5 * 2^32 samples over 4096 ranks: an owner of 700,000 ids near the top, of
+        // which the first 3 steps' 3 M samples hold about 100.
+        let (n, ranks) = (5u64 << 32, 4096usize);
+        let e = Epoch::new(n, ranks, 3, 0, 256, true, false).unwrap();
+        let owned = n - 700_000..n;
+        e.prepare_owned(owned.clone(), 17, &|_| 1).unwrap();
+        let mut ids = Vec::new();
+        let (mut found, mut requested) = (0u64, 0u64);
+        // The first steps alone: the test only needs to see that what the inversion
+        // lists is what the batches hold.
+        for step in 0..3 {
+            e.for_each_request(step, owned.clone(), |rank, id| {
+                e.batch_into(step, rank, &mut ids);
+                assert!(ids.contains(&id));
+                found += 1;
+            });
+            requested += (0..ranks).map(|q| {
+                e.batch_into(step, q, &mut ids);
+                ids.iter().filter(|id| owned.contains(id)).count() as u64
+            }).sum::<u64>();
+        }
+        assert!(found > 20, "{found} requests of the owner found");
+        assert_eq!(found, requested);
+    }
+
     /// The inversion gives each owner exactly its ids of every rank's batch, in batch
     /// order, for padded and dropped tails, several owners and batch sizes.
     #[test]

@@ -12,6 +12,8 @@ pub struct EngineStats {
     pub seconds: f64,
     /// The estimator's predictions for those steps (slowest rank).
     pub predicted_seconds: f64,
+    /// What it predicted for the other engine in those steps: why this one ran.
+    pub predicted_other_seconds: f64,
     /// Measured step times of the slowest rank, as fed back to the estimator (known
     /// one step late, so the latest step is not yet included).
     pub measured_slowest_seconds: f64,
@@ -61,6 +63,55 @@ impl Stats {
 
     pub fn steps(&self) -> u64 {
         self.onesided.steps + self.collective.steps + self.engine_free_steps
+    }
+
+    /// What happened since `earlier` (a copy of these statistics taken then).
+    pub fn since(&self, earlier: &Stats) -> Stats {
+        let engine = |now: &EngineStats, then: &EngineStats| EngineStats {
+            steps: now.steps - then.steps,
+            seconds: now.seconds - then.seconds,
+            predicted_seconds: now.predicted_seconds - then.predicted_seconds,
+            predicted_other_seconds: now.predicted_other_seconds - then.predicted_other_seconds,
+            measured_slowest_seconds: now.measured_slowest_seconds - then.measured_slowest_seconds,
+        };
+        Stats {
+            onesided: engine(&self.onesided, &earlier.onesided),
+            collective: engine(&self.collective, &earlier.collective),
+            node_local: NodeLocalStats {
+                steps: self.node_local.steps - earlier.node_local.steps,
+                bytes: self.node_local.bytes - earlier.node_local.bytes,
+                samples: self.node_local.samples - earlier.node_local.samples,
+                seconds: self.node_local.seconds - earlier.node_local.seconds,
+            },
+            engine_free_steps: self.engine_free_steps - earlier.engine_free_steps,
+            samples: self.samples - earlier.samples,
+            bytes_local: self.bytes_local - earlier.bytes_local,
+            bytes_remote: self.bytes_remote - earlier.bytes_remote,
+        }
+    }
+
+    /// Which engine ran the steps and why: per engine, its steps, the mean predicted
+    /// time per step of it and of the other engine, and the slowest rank's mean
+    /// measured time (of the steps measured so far).
+    pub fn engines_and_why(&self) -> String {
+        let engine = |name: &str, other: &str, e: &EngineStats| {
+            let per_step = |x: f64| x / e.steps.max(1) as f64 * 1e6;
+            format!(
+                "{name} {} (predicted {:.1} us a step against {:.1} us {other}; measured {:.1} us)",
+                e.steps,
+                per_step(e.predicted_seconds),
+                per_step(e.predicted_other_seconds),
+                per_step(e.measured_slowest_seconds)
+            )
+        };
+        let mut parts = Vec::new();
+        if self.onesided.steps > 0 {
+            parts.push(engine("one-sided", "collective", &self.onesided));
+        }
+        if self.collective.steps > 0 {
+            parts.push(engine("collective", "one-sided", &self.collective));
+        }
+        format!("{} steps: {}", self.steps(), if parts.is_empty() { "none".to_string() } else { parts.join(", ") })
     }
 
     /// One line for the log.
@@ -129,6 +180,74 @@ impl Stats {
             number(calibration.seconds),
             calibration.points[0],
             calibration.points[1],
+        )
+    }
+}
+
+/// The job's statistics (`mdl_stats_json_job`): this rank's numbers combined with
+/// every rank's. Steps and the slowest rank's times are the same on every rank; bytes,
+/// samples and seconds are summed (and the seconds' maximum kept).
+pub struct JobStats {
+    pub ranks: usize,
+    pub backend: Backend,
+    pub counters: EstimatorCounters,
+}
+
+impl Stats {
+    /// This rank's numbers that the job sums, in the order [`JobStats::to_json`] reads.
+    pub fn summed(&self) -> Vec<f64> {
+        vec![
+            self.samples as f64,
+            self.bytes_local as f64,
+            self.bytes_remote as f64,
+            self.onesided.seconds,
+            self.collective.seconds,
+            self.node_local.bytes as f64,
+            self.node_local.samples as f64,
+        ]
+    }
+
+    /// This rank's numbers whose maximum over the job is kept.
+    pub fn maximised(&self) -> Vec<f64> {
+        vec![self.onesided.seconds, self.collective.seconds]
+    }
+}
+
+impl JobStats {
+    /// The JSON object, from `stats` (this rank's) and the job's sums and maxima of
+    /// [`Stats::summed`] and [`Stats::maximised`].
+    pub fn to_json(&self, stats: &Stats, sums: &[f64], maxima: &[f64]) -> String {
+        let ranks = self.ranks.max(1) as f64;
+        let engine = |e: &EngineStats, sum: f64, max: f64| {
+            format!(
+                "{{\"steps\": {}, \"seconds_max\": {}, \"seconds_mean\": {}, \"predicted_seconds\": {}, \
+                 \"measured_slowest_seconds\": {}}}",
+                e.steps,
+                number(max),
+                number(sum / ranks),
+                number(e.predicted_seconds),
+                number(e.measured_slowest_seconds)
+            )
+        };
+        format!(
+            "{{\"ranks\": {}, \"backend\": \"{}\", \"steps\": {}, \"onesided\": {}, \"collective\": {}, \
+             \"node_local\": {{\"bytes\": {}, \"samples\": {}}}, \"engine_free_steps\": {}, \
+             \"samples\": {}, \"bytes_local\": {}, \"bytes_remote\": {}, \"decisions\": {}, \"probes\": {}, \
+             \"switches\": {}}}",
+            self.ranks,
+            self.backend.name(),
+            stats.steps(),
+            engine(&stats.onesided, sums[3], maxima[0]),
+            engine(&stats.collective, sums[4], maxima[1]),
+            sums[5] as u64,
+            sums[6] as u64,
+            stats.engine_free_steps,
+            sums[0] as u64,
+            sums[1] as u64,
+            sums[2] as u64,
+            self.counters.decisions,
+            self.counters.probes,
+            self.counters.switches
         )
     }
 }

@@ -163,6 +163,18 @@ for mpi in "${MPIS[@]}"; do
         done
     done
     run_case "$mpi" 2 "sampler_test-np2-lag0" MDL_AGREEMENT_LAG=0 -- "$bin/sampler_test"
+    # The info log: one line per sampler epoch on rank 0 alone, saying which engine ran
+    # and why; every line names its rank.
+    log=$LOGDIR/$mpi-log_lines-np2.log
+    mdl_mpirun "$mpi" 2 "$log" MDL_LOG=info -- "$bin/lag_test"
+    rc=$?
+    epochs=$(grep -c '^\[mdloader INFO rank 0\] epoch, engine AUTO: .* steps: one-sided .*predicted .* us a step against .* collective; measured' "$log")
+    elsewhere=$(grep -c '^\[mdloader INFO rank 1\] epoch' "$log")
+    if [ "$rc" -eq 0 ] && [ "$epochs" -ge 2 ] && [ "$elsewhere" -eq 0 ]; then
+        pass "$mpi/log_lines-np2 ($epochs epoch lines on rank 0, none on rank 1)"
+    else
+        fail "$mpi/log_lines-np2 (exit $rc; $epochs AUTO epoch lines on rank 0, $elsewhere on rank 1)" "$log"
+    fi
     run_case "$mpi" 2 "sampler_test-np2-lag64" MDL_AGREEMENT_LAG=64 -- "$bin/sampler_test"
     # The sampler's collective engine in rounds (owners rebuild every rank's rounds).
     run_case "$mpi" 2 "sampler_test-np2-maxmsg2000" MDL_MAX_MESSAGE_BYTES=2000 -- "$bin/sampler_test"

@@ -321,6 +321,31 @@ pub extern "C" fn mdl_stats_json(h: *const mdl_loader, buf: *mut c_char, len: us
     full
 }
 
+/// Collective: the whole job's statistics as one JSON object, the same text on every
+/// rank (unlike mdl_stats_json, which is this rank's): "ranks", "backend", "steps",
+/// "onesided" and "collective" ("steps", "seconds_max" and "seconds_mean" over the
+/// ranks, "predicted_seconds" and "measured_slowest_seconds" of the slowest rank),
+/// "node_local" ("bytes" and "samples" copied from the node's shards, summed over the
+/// ranks), "engine_free_steps", "samples", "bytes_local" and "bytes_remote" summed
+/// over the ranks, "decisions",
+/// "probes" and "switches". Copied into buf as mdl_stats_json does (truncated to len
+/// and NUL-terminated; nothing is copied when buf is NULL or len is 0); *needed
+/// receives the full length (without the NUL). needed NULL is MDL_ERR_NULL_ARG on that
+/// rank, agreed by all. Refused with MDL_ERR_STATE on every rank during a sampler epoch.
+#[unsafe(no_mangle)]
+pub extern "C" fn mdl_stats_json_job(h: *mut mdl_loader, buf: *mut c_char, len: usize, needed: *mut usize) -> mdl_status {
+    boundary("mdl_stats_json_job", || {
+        with_loader(h, Call::Collective, |loader| {
+            let checks = if needed.is_null() { Err(Error::null_arg("needed")) } else { Ok(()) };
+            let json = loader.job_stats_json(checks)?;
+            // SAFETY: needed was checked non-NULL (and agreed on) above; the caller
+            // passes a writable size_t.
+            *unsafe { args::out(needed, "needed") }? = copy_text(&json, buf, len);
+            Ok(())
+        })
+    })
+}
+
 /// Copy `text` into a C buffer of `len` bytes, truncated and NUL-terminated; returns
 /// the full length. Nothing is written when buf is NULL or len is 0.
 fn copy_text(text: &str, buf: *mut c_char, len: usize) -> usize {

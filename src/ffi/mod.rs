@@ -10,6 +10,8 @@ pub use api::*;
 
 use crate::error::{Result, mdl_status};
 use std::cell::RefCell;
+use std::io::Write;
+use std::sync::OnceLock;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 thread_local! {
@@ -47,15 +49,22 @@ fn boundary(call: &str, body: impl FnOnce() -> Result<()>) -> mdl_status {
     }
 }
 
-/// Set up logging once, from `MDL_LOG` (default: warnings), to stderr. A host that
-/// installed its own `log` backend keeps it.
+/// Set up logging once, from `MDL_LOG` (default: warnings), to stderr, each line
+/// prefixed with this process's rank in `MPI_COMM_WORLD` (read at the first `mdl_init`,
+/// after MPI is initialised). A host that installed its own `log` backend keeps it.
 fn init_logging() {
     static ONCE: std::sync::Once = std::sync::Once::new();
+    static WORLD_RANK: OnceLock<Option<usize>> = OnceLock::new();
+    WORLD_RANK.get_or_init(crate::mpi::world_rank);
     ONCE.call_once(|| {
         let filter = std::env::var("MDL_LOG").unwrap_or_else(|_| "warn".to_string());
         let _ = env_logger::Builder::new()
             .parse_filters(&filter)
             .target(env_logger::Target::Stderr)
+            .format(|out, record| {
+                let rank = WORLD_RANK.get().copied().flatten().map_or("?".to_string(), |r| r.to_string());
+                writeln!(out, "[mdloader {} rank {rank}] {}", record.level(), record.args())
+            })
             .try_init();
     });
 }

@@ -13,12 +13,12 @@ use crate::error::{Error, Result, mdl_status};
 use crate::estimator::calibrate::{self, Calibration, CalibrationSettings};
 use crate::estimator::model::{CostParams, StepFeatures};
 use crate::estimator::features::NodeFeatures;
-use crate::estimator::{Decision, Estimator, Settings, features};
+use crate::estimator::{Decision, Estimator, EstimatorCounters, Settings, features};
 use crate::mpi::{self, Comm, GetLimits, WaitPolicy};
 use crate::node;
 use crate::plan::BatchPlan;
 use crate::sampler::Epoch;
-use crate::stats::Stats;
+use crate::stats::{JobStats, Stats};
 use crate::store::{ShardView, Store, StoreSettings};
 use mpi_sys::MPI_Comm;
 use std::cell::RefCell;
@@ -51,6 +51,8 @@ pub struct Core {
     pending: Option<PendingMeasurement>,
     /// Samples fetched on this rank since the last summary line in the log.
     samples_since_summary: u64,
+    /// The statistics and the estimator's counters at the last summary line.
+    summarised: (Stats, EstimatorCounters),
 }
 
 /// A sampler step planned ahead, whose agreement is under way (see `loader::pipeline`).
@@ -78,6 +80,8 @@ struct PreparedFetch<'a> {
 }
 
 struct PendingMeasurement {
+    /// The step's number on this loader (its estimator decisions so far), for the log.
+    step: u64,
     engine: Backend,
     features: StepFeatures,
     /// This rank's time; 0 when the step failed here.
@@ -105,7 +109,7 @@ impl Core {
         };
         comm.set_wait_policy(policy);
         log::debug!(
-            "rank {}/{}: backend {}, max message {} bytes, waits {}",
+            "loader rank {}/{}: backend {}, max message {} bytes, waits {}",
             comm.rank(),
             comm.size(),
             config.backend.name(),
@@ -125,6 +129,7 @@ impl Core {
             stats: Stats::default(),
             pending: None,
             samples_since_summary: 0,
+            summarised: Default::default(),
         })
     }
 
@@ -186,8 +191,7 @@ impl Core {
         let started = mpi::wtime();
         let store = Store::register(&self.comm, &shard, &self.store_settings())?;
         log::info!(
-            "rank {}: registered {} samples ({} bytes) of {} in {:.3} s",
-            self.comm.rank(),
+            "registered {} samples ({} bytes) of {} in {:.3} s",
             shard.num_samples(),
             shard.data.len(),
             store.index.num_samples(),
@@ -300,7 +304,9 @@ impl Core {
         let requests_to_me = features::requests_to(&agreed.maxima[FEATURES..], ranks, matrix_max_ranks, self.rank());
         let node = features::decode_node(&agreed.maxima[FEATURES..]);
         let decision = self.decide(&step_features, node, self.backend);
-        self.run(decision.as_ref(), prepared, step_features, requests_to_me.as_deref())
+        let samples = self.run(decision.as_ref(), prepared, step_features, requests_to_me.as_deref())?;
+        self.log_summary_every_epoch(samples);
+        Ok(())
     }
 
     /// Local part of a fetch: plan it, lay out the output, check the capacity.
@@ -329,7 +335,7 @@ impl Core {
     /// same earlier step (all ran it), so all learn the same.
     fn learn(&mut self, measured: Option<PendingMeasurement>, slowest: f64) {
         if let Some(previous) = measured {
-            log::trace!("measured {} {:.1} us (slowest rank)", previous.engine.name(), slowest * 1e6);
+            log::trace!("step {}: measured {} {:.1} us (slowest rank)", previous.step, previous.engine.name(), slowest * 1e6);
             self.estimator.observe(previous.engine, &previous.features, slowest);
             self.stats.engine_mut(previous.engine).measured_slowest_seconds += slowest;
         }
@@ -356,13 +362,14 @@ impl Core {
             return None;
         }
         let decision = self.estimator.decide(features, backend);
-        Self::log_decision(features, node, &decision);
+        self.log_decision(features, node, &decision);
         Some(decision)
     }
 
-    fn log_decision(features: &StepFeatures, node: NodeFeatures, decision: &Decision) {
+    fn log_decision(&self, features: &StepFeatures, node: NodeFeatures, decision: &Decision) {
         log::trace!(
-            "{:?}, node-local {:?}: predicted one-sided {:.1} us, collective {:.1} us -> {}{}",
+            "step {}: {:?}, node-local {:?}: predicted one-sided {:.1} us, collective {:.1} us -> {}{}",
+            self.estimator.counters().decisions,
             features,
             node,
             decision.predicted_onesided * 1e6,
@@ -446,7 +453,7 @@ impl Core {
         let decision = self.decide(&step_features, node, agreed.backend_max);
         out_offsets.copy_from_slice(&plan.out_offsets);
         let prepared = PreparedFetch { plan, out, shape, known_batches: Some(known) };
-        self.run(decision.as_ref(), prepared, step_features, None)
+        self.run(decision.as_ref(), prepared, step_features, None).map(|_| ())
     }
 
     /// Collective: complete the agreement of a step that will not run (its epoch
@@ -458,15 +465,16 @@ impl Core {
     }
 
     /// Run a step: copy the local and node-local samples, then move the remote ones
-    /// with the decided engine (none when no rank has any). The estimator learns from
-    /// the engine's time alone: the copies cost the same whichever engine runs.
+    /// with the decided engine (none when no rank has any); returns the samples
+    /// fetched. The estimator learns from the engine's time alone: the copies cost the
+    /// same whichever engine runs.
     fn run(
         &mut self,
         decision: Option<&Decision>,
         prepared: PreparedFetch,
         features: StepFeatures,
         requests_to_me: Option<&[u64]>,
-    ) -> Result<()> {
+    ) -> Result<u64> {
         let PreparedFetch { plan, out, known_batches, .. } = prepared;
         let store = self.store.as_ref().expect("prepared fetches have a store");
         let step = StepContext {
@@ -487,6 +495,7 @@ impl Core {
             let result = fetch_remote(&step, decision.engine, out);
             let seconds = mpi::wtime() - copied;
             self.pending = Some(PendingMeasurement {
+                step: self.estimator.counters().decisions,
                 engine: decision.engine,
                 features,
                 seconds: if result.is_ok() { seconds } else { 0.0 },
@@ -496,6 +505,7 @@ impl Core {
             engine_stats.steps += 1;
             engine_stats.seconds += seconds;
             engine_stats.predicted_seconds += decision.predicted(decision.engine);
+            engine_stats.predicted_other_seconds += decision.predicted(other_engine(decision.engine));
         } else {
             self.stats.engine_free_steps += 1;
         }
@@ -504,26 +514,46 @@ impl Core {
         self.stats.bytes_local += plan.local_bytes() - plan.node_bytes;
         self.stats.bytes_remote += plan.remote_bytes();
         self.publish();
-        self.log_summary_every_epoch(samples);
-        Ok(())
+        Ok(samples)
     }
 
-    /// An info line each time this rank has fetched about an epoch's worth of samples
-    /// (its share of the dataset).
+    /// After a `mdl_fetch_batch`: a summary line each time this rank has fetched about
+    /// an epoch's worth of samples (its share of the dataset).
     fn log_summary_every_epoch(&mut self, samples: u64) {
         let share = self.num_samples().unwrap_or(0) / self.comm.size() as u64;
         self.samples_since_summary += samples;
         if share > 0 && self.samples_since_summary >= share {
-            self.samples_since_summary = 0;
-            let c = self.estimator.counters();
+            self.log_summary("an epoch's worth of samples");
+        }
+    }
+
+    /// An info line, on the loader's rank 0 (every rank decides alike), of what ran
+    /// since the last one and why: the engines' steps, their predicted and measured
+    /// times per step, probes and switches.
+    pub fn log_summary(&mut self, what: &str) {
+        let (stats, counters) = (self.stats.since(&self.summarised.0), self.estimator.counters());
+        if self.comm.rank() == 0 {
+            let chosen_by = if self.backend == Backend::Auto { "AUTO" } else { "forced (mdl_set_backend or MDL_BACKEND)" };
             log::info!(
-                "rank {}: {}; {} probes, {} switches",
-                self.comm.rank(),
-                self.stats.summary(),
-                c.probes,
-                c.switches
+                "{what}, engine {chosen_by}: {}; {} probes, {} switches",
+                stats.engines_and_why(),
+                counters.probes - self.summarised.1.probes,
+                counters.switches - self.summarised.1.switches
             );
         }
+        self.summarised = (self.stats.clone(), counters);
+        self.samples_since_summary = 0;
+    }
+
+    /// Collective: the job's statistics as JSON (see `stats::JobStats`): every rank's
+    /// numbers summed or maximised, the same text on every rank. `checks` carries an
+    /// argument error found by the caller, so that every rank fails together.
+    pub fn job_stats_json(&self, checks: Result<()>) -> Result<String> {
+        agree_on_checks(&self.comm, checks)?;
+        let sums = self.comm.allreduce_sum(&self.stats.summed())?;
+        let maxima = self.comm.allreduce_max(&self.stats.maximised())?;
+        let job = JobStats { ranks: self.comm.size(), backend: self.backend, counters: self.estimator.counters() };
+        Ok(job.to_json(&self.stats, &sums, &maxima))
     }
 
     /// Collective: free the window and the communicator. The ranks first agree that all
@@ -537,7 +567,7 @@ impl Core {
         }
         let Core { comm, store, stats, published, .. } = self;
         published.clear_index();
-        log::info!("rank {}: finalize after {}", comm.rank(), stats.summary());
+        log::info!("finalize after {}", stats.summary());
         let freed_store = store.map_or(Ok(()), Store::free);
         let freed_comm = comm.free();
         freed_store.and(freed_comm)
@@ -557,4 +587,8 @@ fn fits(plan: &BatchPlan, out_len: usize) -> Result<()> {
         ));
     }
     Ok(())
+}
+
+fn other_engine(engine: Backend) -> Backend {
+    if engine == Backend::Collective { Backend::OneSided } else { Backend::Collective }
 }

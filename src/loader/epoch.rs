@@ -135,6 +135,9 @@ impl EpochRun {
     /// Collective: the next batch, or None at the end of the epoch (on every rank at once).
     pub fn next(&mut self, core: &Arc<Mutex<Core>>) -> Result<Option<&Batch>> {
         if self.finished || self.next_step >= self.epoch.steps() {
+            if !self.finished {
+                core.lock().log_summary("epoch");
+            }
             self.finished = true;
             return Ok(None);
         }

@@ -117,6 +117,16 @@ impl Loader {
         self.core.lock().fetch_batch(args)
     }
 
+    /// Collective: the job's statistics as JSON. Refused during an epoch on every rank
+    /// alike (its steps are agreed ahead, perhaps on the prefetch thread, on the same
+    /// communicator).
+    pub fn job_stats_json(&mut self, checks: Result<()>) -> Result<String> {
+        if self.epoch.as_ref().is_some_and(EpochRun::is_active) {
+            return Err(Error::state("refused during a sampler epoch: call it before mdl_epoch_begin or after the epoch's last batch"));
+        }
+        self.core.lock().job_stats_json(checks)
+    }
+
     /// Collective: start an epoch of the built-in sampler.
     pub fn epoch_begin(&mut self, args: EpochArgs) -> Result<()> {
         let interrupted = self.interrupt_epoch()?;

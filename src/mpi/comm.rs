@@ -197,6 +197,17 @@ impl Comm {
 
     /// Element-wise maximum over all ranks.
     pub fn allreduce_max<T: Datatype>(&self, values: &[T]) -> Result<Vec<T>> {
+        // SAFETY: reading an extern constant that mpi-sys exports.
+        self.allreduce(values, unsafe { ffi::RSMPI_MAX })
+    }
+
+    /// Element-wise sum over all ranks.
+    pub fn allreduce_sum<T: Datatype>(&self, values: &[T]) -> Result<Vec<T>> {
+        // SAFETY: reading an extern constant that mpi-sys exports.
+        self.allreduce(values, unsafe { ffi::RSMPI_SUM })
+    }
+
+    fn allreduce<T: Datatype>(&self, values: &[T], op: ffi::MPI_Op) -> Result<Vec<T>> {
         let mut out = vec![T::default(); values.len()];
         let count = to_count(values.len() as u64, "allreduce length")?;
         let values = self.sendable(values);
@@ -206,8 +217,8 @@ impl Comm {
         let done = complete(
             &self.policy,
             "MPI_Allreduce",
-            || unsafe { ffi::MPI_Allreduce(send, recv, count, ty, ffi::RSMPI_MAX, self.raw) },
-            |req| unsafe { ffi::MPI_Iallreduce(send, recv, count, ty, ffi::RSMPI_MAX, self.raw, req) },
+            || unsafe { ffi::MPI_Allreduce(send, recv, count, ty, op, self.raw) },
+            |req| unsafe { ffi::MPI_Iallreduce(send, recv, count, ty, op, self.raw, req) },
         );
         keep_alive_on_timeout(done, out, values)
     }

@@ -68,6 +68,17 @@ pub fn thread_multiple() -> bool {
     provided == unsafe { ffi::RSMPI_THREAD_MULTIPLE }
 }
 
+/// This process's rank in `MPI_COMM_WORLD`, when MPI is usable (for log lines).
+pub fn world_rank() -> Option<usize> {
+    if !is_usable() {
+        return None;
+    }
+    let mut rank: c_int = 0;
+    // SAFETY: MPI is initialised and not finalised; COMM_WORLD is always valid then.
+    let rc = unsafe { ffi::MPI_Comm_rank(ffi::RSMPI_COMM_WORLD, &mut rank) };
+    (rc == ffi::MPI_SUCCESS as c_int).then_some(rank as usize)
+}
+
 /// Whether the MPI library is MPICH (or derived from it), from its version string.
 pub fn is_mpich() -> bool {
     let mut buf = vec![0 as c_char; ffi::MPI_MAX_LIBRARY_VERSION_STRING as usize + 1];

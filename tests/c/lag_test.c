@@ -9,7 +9,8 @@
  *  - a rank that arrives late does not hold the others up: while the last rank sleeps
  *    before taking a batch, the others take theirs (with L >= 1), whereas with L = 0
  *    they wait for it (so the check can fail);
- *  - every byte of every batch is right, with AUTO and both engines.
+ *  - every byte of every batch is right, with AUTO and both engines;
+ *  - mdl_stats_json_job: one text for the job on every rank, errors agreed.
  *
  * Run with MDL_AGREEMENT_LAG set (the test reads it to know L; default 2).
  * Usage: lag_test. Prints PASS/FAIL lines on rank 0; exit status 0 when all passed.
@@ -120,6 +121,22 @@ static long next(mdl_loader *h, int *bytes_ok)
         return -1;
     *bytes_ok &= batch_ok(ids, data, offs, n);
     return (long)n;
+}
+
+/* The integer after `key` in a JSON text (0 when absent). */
+static uint64_t json_u64(const char *json, const char *key)
+{
+    const char *at = strstr(json, key);
+    return at ? strtoull(at + strlen(key), NULL, 10) : 0;
+}
+
+/* Whether `text` is the same on every rank (its length and a hash). */
+static int same_text_on_all_ranks(const char *text)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (const char *c = text; *c; c++)
+        h = (h ^ (uint8_t)*c) * 1099511628211ull;
+    return same_on_all_ranks((double)(h >> 12)) && same_on_all_ranks((double)strlen(text));
 }
 
 static void reset_counts(void) { g_forbidden = g_exchange = g_iallreduce = 0; }
@@ -237,6 +254,26 @@ int main(int argc, char **argv)
     while ((n = next(h, &bytes_ok)) > 0)
         taken++;
     check(n == 0 && bytes_ok && taken > 0, "an epoch stopped with agreements under way, then a whole epoch");
+
+    /* The job's statistics: the same text on every rank, the samples summed over the
+       ranks; refused during an epoch and with needed NULL on one rank, everywhere. */
+    char mine[4096], job[4096];
+    size_t needed = 0;
+    mdl_stats_json(h, mine, sizeof mine);
+    mdl_status st = mdl_stats_json_job(h, job, sizeof job, &needed);
+    uint64_t my_samples = json_u64(mine, "\"samples\": "), sum = 0;
+    MPI_Allreduce(&my_samples, &sum, 1, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
+    uint64_t job_samples = json_u64(job, "\"samples\": ");
+    snprintf(what, sizeof what, "mdl_stats_json_job: samples %llu = the ranks' sum %llu, same text on every rank",
+             (unsigned long long)job_samples, (unsigned long long)sum);
+    check(st == MDL_OK && needed == strlen(job) && job_samples == sum && sum > 0 && same_text_on_all_ranks(job), what);
+    st = mdl_stats_json_job(h, job, sizeof job, g_rank == g_size - 1 ? NULL : &needed);
+    check(st == (g_rank == g_size - 1 ? MDL_ERR_NULL_ARG : MDL_ERR_REMOTE), "mdl_stats_json_job(needed NULL on the last rank): agreed error");
+    mdl_epoch_begin(h, 7, 0, 4, 1, 0);
+    st = mdl_stats_json_job(h, job, sizeof job, &needed);
+    check(st == MDL_ERR_STATE, "mdl_stats_json_job during an epoch: MDL_ERR_STATE on every rank");
+    while ((n = next(h, &bytes_ok)) > 0) {
+    }
 
     check(mdl_finalize(&h) == MDL_OK, "finalize");
     free(data);
