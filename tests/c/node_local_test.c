@@ -16,6 +16,7 @@
  *          identical to a second loader with MDL_NODE_LOCAL=off fetching the same
  *          batches; node-local and remote bytes exactly as expected; an engine runs
  *          exactly in the steps where some rank has a remote sample;
+ *  job     mdl_stats_json_job's node-local bytes are the sum of every rank's;
  *  sampler an epoch of the built-in sampler (steps agreed ahead): every byte checked,
  *          every sample seen once, node-local bytes as expected.
  *
@@ -260,6 +261,19 @@ int main(int argc, char **argv)
         check(same_on_all_ranks(after.onesided) && same_on_all_ranks(after.collective), what);
     }
     mdl_set_backend(on, MDL_BACKEND_AUTO);
+
+    /* The job's statistics: node-local bytes summed over the ranks. */
+    {
+        size_t needed = 0;
+        mdl_stats_json_job(on, NULL, 0, &needed);
+        char *js = malloc(needed + 1);
+        int ok = mdl_stats_json_job(on, js, needed + 1, &needed) == MDL_OK;
+        double job = ok ? json_number(js, "\"node_local\": {", "bytes") : -1;
+        double mine = read_counters(on).node_bytes;
+        snprintf(what, sizeof what, "mdl_stats_json_job: %.0f node-local bytes, the sum of every rank's", job);
+        check(ok && job == job_sum(mine), what);
+        free(js);
+    }
 
     /* sampler: an epoch, steps agreed ahead. */
     counters before = read_counters(on);
