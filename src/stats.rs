@@ -156,26 +156,26 @@ impl Stats {
         }
         format!(
             "{{\"rank\": {rank}, \"ranks\": {ranks}, \"backend\": \"{}\", \"steps\": {}, \
-             \"onesided\": {}, \"collective\": {}, \"node_local\": {{\"steps\": {}, \"bytes\": {}, \"samples\": {}, \
-             \"seconds\": {}}}, \"engine_free_steps\": {}, \"samples\": {}, \"bytes_local\": {}, \
+             \"onesided\": {}, \"collective\": {}, \"samples\": {}, \"bytes_local\": {}, \
              \"bytes_remote\": {}, \"decisions\": {}, \"probes\": {}, \"switches\": {}, \
-             \"calibration\": {{\"source\": \"{}\", \"seconds\": {}, \"points_onesided\": {}, \
+             \"node_local\": {{\"steps\": {}, \"bytes\": {}, \"samples\": {}, \"seconds\": {}}}, \
+             \"engine_free_steps\": {}, \"calibration\": {{\"source\": \"{}\", \"seconds\": {}, \"points_onesided\": {}, \
              \"points_collective\": {}, {params}}}}}",
             backend.name(),
             self.steps(),
             engine(&self.onesided),
             engine(&self.collective),
-            self.node_local.steps,
-            self.node_local.bytes,
-            self.node_local.samples,
-            number(self.node_local.seconds),
-            self.engine_free_steps,
             self.samples,
             self.bytes_local,
             self.bytes_remote,
             counters.decisions,
             counters.probes,
             counters.switches,
+            self.node_local.steps,
+            self.node_local.bytes,
+            self.node_local.samples,
+            number(self.node_local.seconds),
+            self.engine_free_steps,
             calibration.source,
             number(calibration.seconds),
             calibration.points[0],
@@ -231,23 +231,22 @@ impl JobStats {
         };
         format!(
             "{{\"ranks\": {}, \"backend\": \"{}\", \"steps\": {}, \"onesided\": {}, \"collective\": {}, \
-             \"node_local\": {{\"bytes\": {}, \"samples\": {}}}, \"engine_free_steps\": {}, \
              \"samples\": {}, \"bytes_local\": {}, \"bytes_remote\": {}, \"decisions\": {}, \"probes\": {}, \
-             \"switches\": {}}}",
+             \"switches\": {}, \"node_local\": {{\"bytes\": {}, \"samples\": {}}}, \"engine_free_steps\": {}}}",
             self.ranks,
             self.backend.name(),
             stats.steps(),
             engine(&stats.onesided, sums[3], maxima[0]),
             engine(&stats.collective, sums[4], maxima[1]),
-            sums[5] as u64,
-            sums[6] as u64,
-            stats.engine_free_steps,
             sums[0] as u64,
             sums[1] as u64,
             sums[2] as u64,
             self.counters.decisions,
             self.counters.probes,
-            self.counters.switches
+            self.counters.switches,
+            sums[5] as u64,
+            sums[6] as u64,
+            stats.engine_free_steps
         )
     }
 }
