@@ -173,14 +173,16 @@ impl Window {
     /// this rank after [`Window::publish_to_node`].
     pub fn segment(&self, rank: usize) -> Result<Segment> {
         let (mut size, mut unit, mut base): (ffi::MPI_Aint, c_int, *mut c_void) = (0, 0, std::ptr::null_mut());
+        let baseptr = &mut base as *mut *mut c_void as *mut c_void;
         // SAFETY: raw is a shared window; the out-pointers are locals.
         check(
-            unsafe { ffi::MPI_Win_shared_query(self.raw, rank as c_int, &mut size, &mut unit, &mut base as *mut *mut c_void as *mut c_void) },
+            unsafe { ffi::MPI_Win_shared_query(self.raw, rank as c_int, &mut size, &mut unit, baseptr) },
             "MPI_Win_shared_query",
         )?;
         let len = usize::try_from(size).unwrap_or(0);
         if len > 0 && base.is_null() {
-            return Err(Error::new(crate::error::mdl_status::MDL_ERR_MPI, format!("MPI_Win_shared_query: rank {rank}'s segment is not mapped")));
+            let message = format!("MPI_Win_shared_query: rank {rank}'s segment is not mapped");
+            return Err(Error::new(crate::error::mdl_status::MDL_ERR_MPI, message));
         }
         Ok(Segment { base: base as *const u8, len })
     }

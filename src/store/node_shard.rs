@@ -83,7 +83,9 @@ fn place_shared(comm: &Comm, node: &Comm, data: &[u8]) -> Result<Placed> {
     }
     let shared = shared.expect("agreed that every node shares memory");
     let rma = (node.size() < comm.size()).then(|| Window::create_over(comm, &shared));
-    let mapped = shared.publish_to_node(node).and_then(|()| (0..node.size()).map(|r| shared.segment(r)).collect::<Result<Vec<_>>>());
+    let mapped = shared
+        .publish_to_node(node)
+        .and_then(|()| (0..node.size()).map(|r| shared.segment(r)).collect::<Result<Vec<_>>>());
     let checks = rma.as_ref().map_or(Ok(()), |w| w.as_ref().map(|_| ()).map_err(Clone::clone));
     if let Err(err) = agree_on_checks(comm, checks.and(mapped.as_ref().map(|_| ()).map_err(Clone::clone))) {
         // A window that some rank failed to create cannot be freed collectively: left
