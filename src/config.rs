@@ -115,6 +115,15 @@ pub struct Config {
     /// runs, with a nonblocking reduction that completes while the steps in between
     /// run (default 2; 0: each step waits for its own agreement).
     pub agreement_lag: u64,
+    /// `MDL_NODE_LOCAL=on|off`: the shards of a node's ranks in one shared-memory
+    /// window, their samples copied with memcpy instead of going through an engine
+    /// (on), or every other rank's sample through the engines (off, the default for
+    /// now: the engines' tests and benchmarks on one machine rely on it).
+    pub node_local: bool,
+    /// `MDL_NODE_KEY`: ranks of one shared-memory node with different keys count as
+    /// different nodes (emulating hosts in tests and benchmarks). Not agreed: it is
+    /// meant to differ between ranks, and the node split it steers is collective.
+    pub node_key: u32,
 }
 
 /// Upper bounds of the knobs that size messages, work or memory per step.
@@ -145,6 +154,8 @@ impl Default for Config {
             timeout_seconds: 0.0,
             shared_index: true,
             agreement_lag: 2,
+            node_local: false,
+            node_key: 0,
         }
     }
 }
@@ -206,11 +217,14 @@ impl Config {
             },
         };
         let shared_index = env_word("MDL_SHARED_INDEX", &["off", "on"], 1)? == 1;
+        let node_local = env_word("MDL_NODE_LOCAL", &["off", "on"], 0)? == 1;
         let wait = [Wait::Auto, Wait::Spin, Wait::Yield][env_word("MDL_WAIT", &["auto", "spin", "yield"], 0)?];
         Ok(Config {
             wait,
             backend,
             shared_index,
+            node_local,
+            node_key: env_or("MDL_NODE_KEY", default.node_key, |k| *k <= i32::MAX as u32, "an integer in 0..=2147483647")?,
             agreement_lag: env_or(
                 "MDL_AGREEMENT_LAG",
                 default.agreement_lag,
@@ -290,6 +304,7 @@ impl Config {
             Setting::float("MDL_TIMEOUT", self.timeout_seconds),
             Setting::identical("MDL_AGREEMENT_LAG", self.agreement_lag),
             Setting::identical("MDL_SHARED_INDEX", self.shared_index as u64).shown_as(|v| ["off", "on"][(v as usize).min(1)].to_string()),
+            Setting::identical("MDL_NODE_LOCAL", self.node_local as u64).shown_as(|v| ["off", "on"][(v as usize).min(1)].to_string()),
         ]
     }
 }

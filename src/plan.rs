@@ -5,11 +5,13 @@
 
 use crate::error::{Error, Result, mdl_status};
 use crate::mpi::Get;
-use crate::store::GlobalIndex;
+use crate::store::{GlobalIndex, Topology};
 
-/// A sample this rank owns, copied from its own window.
+/// A sample this rank copies itself: its own, or one of a rank on its node (the
+/// node-local path), read from that rank's shard in the node's shared memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LocalCopy {
+    pub owner: usize,
     pub src_offset: u64,
     pub dest_offset: u64,
     pub len: u64,
@@ -29,7 +31,11 @@ pub struct RemoteSample {
 pub struct BatchPlan {
     /// n + 1 boundaries of the samples in the output buffer.
     pub out_offsets: Vec<u64>,
+    /// Samples copied with memcpy: this rank's and its node's.
     pub local: Vec<LocalCopy>,
+    /// Bytes and count of `local`'s samples owned by other ranks of the node.
+    pub node_bytes: u64,
+    pub node_samples: u64,
     /// Non-empty remote samples, grouped by owner in rank order, request order within
     /// an owner (the order the collective engine exchanges them in).
     pub remote: Vec<RemoteSample>,
@@ -43,11 +49,19 @@ pub struct BatchPlan {
 }
 
 impl BatchPlan {
-    /// The plan of fetching `ids` on rank `my_rank`. Its memory (about 40 bytes per id)
-    /// is allocated fallibly: a batch too large for this rank is `MDL_ERR_NO_MEMORY`
-    /// before any rank communicates, never an abort.
+    /// The plan of fetching `ids` on rank `my_rank`, which shares memory with no other
+    /// rank.
     pub fn new(index: &GlobalIndex, my_rank: usize, ids: &[u64]) -> Result<BatchPlan> {
+        Self::on_node(index, my_rank, ids, &Topology::default())
+    }
+
+    /// The plan of fetching `ids` on rank `my_rank`, which copies the samples of the
+    /// ranks it shares memory with (`topology`). Its memory (about 40 bytes per id) is
+    /// allocated fallibly: a batch too large for this rank is `MDL_ERR_NO_MEMORY`
+    /// before any rank communicates, never an abort.
+    pub fn on_node(index: &GlobalIndex, my_rank: usize, ids: &[u64], topology: &Topology) -> Result<BatchPlan> {
         let ranks = index.num_ranks();
+        let (mut node_bytes, mut node_samples) = (0u64, 0u64);
         let mut out_offsets = with_room(ids.len() + 1)?;
         let mut local = Vec::new();
         let mut in_request_order = Vec::new();
@@ -70,9 +84,13 @@ impl BatchPlan {
         for (k, &id) in ids.iter().enumerate() {
             let at = out_offsets[k];
             let loc = index.locate(id).expect("every id was found in range above");
-            if loc.len > 0 && loc.owner == my_rank {
+            if loc.len > 0 && topology.shares(my_rank, loc.owner) {
                 grow(&mut local, ids.len() / ranks.max(1) + 16)?;
-                local.push(LocalCopy { src_offset: loc.offset, dest_offset: at, len: loc.len });
+                local.push(LocalCopy { owner: loc.owner, src_offset: loc.offset, dest_offset: at, len: loc.len });
+                if loc.owner != my_rank {
+                    node_bytes += loc.len;
+                    node_samples += 1;
+                }
             } else if loc.len > 0 {
                 grow(&mut in_request_order, ids.len())?;
                 remote_bytes += loc.len;
@@ -90,7 +108,7 @@ impl BatchPlan {
         // By owner, request order within an owner (the output offset grows with it):
         // an unstable sort on that pair needs no buffer, unlike a stable sort.
         remote.sort_unstable_by_key(|s| (s.owner, s.dest_offset));
-        Ok(BatchPlan { out_offsets, local, remote, remote_bytes, ranks, gets })
+        Ok(BatchPlan { out_offsets, local, node_bytes, node_samples, remote, remote_bytes, ranks, gets })
     }
 
     /// Bytes of the whole batch, local and remote.
@@ -168,7 +186,7 @@ mod tests {
     fn splits_local_and_remote_and_lays_out_the_output() {
         let plan = BatchPlan::new(&index(), 0, &[5, 1, 2, 4, 5]).unwrap();
         assert_eq!(plan.out_offsets, vec![0, 5, 7, 7, 11, 16]);
-        assert_eq!(plan.local, vec![LocalCopy { src_offset: 1, dest_offset: 5, len: 2 }]);
+        assert_eq!(plan.local, vec![LocalCopy { owner: 0, src_offset: 1, dest_offset: 5, len: 2 }]);
         assert_eq!(plan.bytes_per_owner(), vec![0, 14]);
         assert_eq!(plan.remote.iter().map(|s| s.id).collect::<Vec<_>>(), vec![5, 4, 5]);
         assert_eq!(plan.total_bytes(), 16);
@@ -205,6 +223,30 @@ mod tests {
         let plan = BatchPlan::new(&index(), 1, &[2, 2]).unwrap();
         assert_eq!(plan.out_offsets, vec![0, 0, 0]);
         assert!(plan.remote.is_empty() && plan.local.is_empty() && plan.gets.is_empty());
+    }
+
+    #[test]
+    fn samples_of_the_node_are_copies_not_remote() {
+        // Three ranks, ranks 0 and 2 on one node: rank 0 holds 0..2, rank 1 2..3, rank 2 3..5.
+        let index = GlobalIndex::from_lengths(&[1, 2, 3, 4, 5], &[2, 1, 2]);
+        let topology = Topology::from_leaders(vec![0, 1, 0]);
+        let plan = BatchPlan::on_node(&index, 0, &[4, 2, 1, 3], &topology).unwrap();
+        assert_eq!(plan.out_offsets, vec![0, 5, 8, 10, 14]);
+        assert_eq!(
+            plan.local,
+            vec![
+                LocalCopy { owner: 2, src_offset: 4, dest_offset: 0, len: 5 },
+                LocalCopy { owner: 0, src_offset: 1, dest_offset: 8, len: 2 },
+                LocalCopy { owner: 2, src_offset: 0, dest_offset: 10, len: 4 },
+            ]
+        );
+        assert_eq!((plan.node_bytes, plan.node_samples), (9, 2));
+        assert_eq!(plan.remote.iter().map(|s| s.id).collect::<Vec<_>>(), vec![2]);
+        assert_eq!(plan.gets, vec![Get { target: 1, target_offset: 0, dest_offset: 5, len: 3 }]);
+        assert_eq!(plan.remote_bytes(), 3);
+        // Without the node-local path rank 2's samples are remote.
+        let alone = BatchPlan::new(&index, 0, &[4, 2, 1, 3]).unwrap();
+        assert_eq!((alone.remote.len(), alone.node_bytes), (3, 0));
     }
 
     #[test]

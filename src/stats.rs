@@ -21,11 +21,36 @@ pub struct EngineStats {
     pub measured_steps: u64,
 }
 
+/// The node-local path: samples of other ranks of this rank's node, copied from their
+/// shards with memcpy.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct NodeLocalStats {
+    /// Steps that copied at least one such sample.
+    pub steps: u64,
+    pub bytes: u64,
+    pub samples: u64,
+    /// This rank's time copying its local and node-local samples, in all steps.
+    pub seconds: f64,
+}
+
+impl NodeLocalStats {
+    pub fn record(&mut self, bytes: u64, samples: u64, seconds: f64) {
+        self.steps += (samples > 0) as u64;
+        self.bytes += bytes;
+        self.samples += samples;
+        self.seconds += seconds;
+    }
+}
+
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Stats {
     pub onesided: EngineStats,
     pub collective: EngineStats,
+    pub node_local: NodeLocalStats,
+    /// Steps in which no rank had a remote sample: no engine ran.
+    pub engine_free_steps: u64,
     pub samples: u64,
+    /// This rank's own samples' bytes.
     pub bytes_local: u64,
     pub bytes_remote: u64,
 }
@@ -39,7 +64,7 @@ impl Stats {
     }
 
     pub fn steps(&self) -> u64 {
-        self.onesided.steps + self.collective.steps
+        self.onesided.steps + self.collective.steps + self.engine_free_steps
     }
 
     /// What happened since `earlier` (a copy of these statistics taken then).
@@ -55,6 +80,13 @@ impl Stats {
         Stats {
             onesided: engine(&self.onesided, &earlier.onesided),
             collective: engine(&self.collective, &earlier.collective),
+            node_local: NodeLocalStats {
+                steps: self.node_local.steps - earlier.node_local.steps,
+                bytes: self.node_local.bytes - earlier.node_local.bytes,
+                samples: self.node_local.samples - earlier.node_local.samples,
+                seconds: self.node_local.seconds - earlier.node_local.seconds,
+            },
+            engine_free_steps: self.engine_free_steps - earlier.engine_free_steps,
             samples: self.samples - earlier.samples,
             bytes_local: self.bytes_local - earlier.bytes_local,
             bytes_remote: self.bytes_remote - earlier.bytes_remote,
@@ -89,14 +121,16 @@ impl Stats {
     /// One line for the log.
     pub fn summary(&self) -> String {
         format!(
-            "{} steps: one-sided {} ({:.3} s), collective {} ({:.3} s); {} samples, {} bytes remote, {} local",
+            "{} steps: one-sided {} ({:.3} s), collective {} ({:.3} s), no engine {}; {} samples, {} bytes remote, {} node-local, {} local",
             self.steps(),
             self.onesided.steps,
             self.onesided.seconds,
             self.collective.steps,
             self.collective.seconds,
+            self.engine_free_steps,
             self.samples,
             self.bytes_remote,
+            self.node_local.bytes,
             self.bytes_local
         )
     }
@@ -128,7 +162,8 @@ impl Stats {
             "{{\"rank\": {rank}, \"ranks\": {ranks}, \"backend\": \"{}\", \"steps\": {}, \
              \"onesided\": {}, \"collective\": {}, \"samples\": {}, \"bytes_local\": {}, \
              \"bytes_remote\": {}, \"decisions\": {}, \"probes\": {}, \"switches\": {}, \
-             \"calibration\": {{\"source\": \"{}\", \"seconds\": {}, \"points_onesided\": {}, \
+             \"node_local\": {{\"steps\": {}, \"bytes\": {}, \"samples\": {}, \"seconds\": {}}}, \
+             \"engine_free_steps\": {}, \"calibration\": {{\"source\": \"{}\", \"seconds\": {}, \"points_onesided\": {}, \
              \"points_collective\": {}, {params}}}}}",
             backend.name(),
             self.steps(),
@@ -140,6 +175,11 @@ impl Stats {
             counters.decisions,
             counters.probes,
             counters.switches,
+            self.node_local.steps,
+            self.node_local.bytes,
+            self.node_local.samples,
+            number(self.node_local.seconds),
+            self.engine_free_steps,
             calibration.source,
             number(calibration.seconds),
             calibration.points[0],
@@ -166,6 +206,8 @@ impl Stats {
             self.bytes_remote as f64,
             self.onesided.seconds,
             self.collective.seconds,
+            self.node_local.bytes as f64,
+            self.node_local.samples as f64,
         ]
     }
 
@@ -194,7 +236,7 @@ impl JobStats {
         format!(
             "{{\"ranks\": {}, \"backend\": \"{}\", \"steps\": {}, \"onesided\": {}, \"collective\": {}, \
              \"samples\": {}, \"bytes_local\": {}, \"bytes_remote\": {}, \"decisions\": {}, \"probes\": {}, \
-             \"switches\": {}}}",
+             \"switches\": {}, \"node_local\": {{\"bytes\": {}, \"samples\": {}}}, \"engine_free_steps\": {}}}",
             self.ranks,
             self.backend.name(),
             stats.steps(),
@@ -205,7 +247,10 @@ impl JobStats {
             sums[2] as u64,
             self.counters.decisions,
             self.counters.probes,
-            self.counters.switches
+            self.counters.switches,
+            sums[5] as u64,
+            sums[6] as u64,
+            stats.engine_free_steps
         )
     }
 }

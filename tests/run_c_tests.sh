@@ -62,7 +62,8 @@ build() {
     local link=(-L"$libdir" -lmdloader -Wl,-rpath,"$libdir" -lm)
     local ok=0 src name
     for src in tests/c/fetch_test.c tests/c/errors_test.c tests/c/idle_rank_test.c tests/c/sampler_test.c \
-        tests/c/estimator_test.c tests/c/hardening_test.c tests/c/finalize_test.c tests/c/lag_test.c c_examples/demo.c; do
+        tests/c/estimator_test.c tests/c/hardening_test.c tests/c/finalize_test.c tests/c/lag_test.c \
+        tests/c/node_local_test.c c_examples/demo.c; do
         [ -f "$ROOT/$src" ] || continue
         name=$(basename "$src" .c)
         echo "+ $cc ${flags[*]} $src -o $out/$name ${link[*]}" >>"$log"
@@ -203,6 +204,27 @@ for mpi in "${MPIS[@]}"; do
     # The initial backend from the environment must agree with explicit settings.
     run_case "$mpi" 2 "fetch_test-np2-env-collective" MDL_BACKEND=collective -- \
         "$bin/fetch_test" --iters $((ITERS / 4)) --seed $((SEED + 2)) --phases world
+    # The node-local path (MDL_NODE_LOCAL=on): one node of 2 ranks; two emulated hosts
+    # of 2 ranks (tests/node_key.sh splits MPI's node by MDL_NODE_KEY; the namespaces of
+    # tests/run_node_tests.sh are real hosts to MPI); 4 hosts of one rank (nothing to
+    # share: the plain window). Byte-exact fetches, node-local and remote bytes checked.
+    # Then the suites that check every byte under every engine and every bad input on
+    # one rank failing on all, with the node-local path on, and the sampler's collective
+    # engine in rounds (owners rebuild the requests of the ranks of other nodes only).
+    run_case "$mpi" 2 "node_local_test-np2" -- "$bin/node_local_test" --seed "$SEED"
+    run_case "$mpi" 4 "node_local_test-np4-2hosts" MDL_TEST_RANKS_PER_HOST=2 -- \
+        tests/node_key.sh "$bin/node_local_test" --seed "$SEED"
+    run_case "$mpi" 4 "node_local_test-np4-1rank-per-host" MDL_TEST_RANKS_PER_HOST=1 -- \
+        tests/node_key.sh "$bin/node_local_test" --seed "$SEED" --iters 20
+    run_case "$mpi" 4 "fetch_test-np4-2hosts-node-local" MDL_NODE_LOCAL=on MDL_TEST_RANKS_PER_HOST=2 -- \
+        tests/node_key.sh "$bin/fetch_test" --iters $((ITERS / 10)) --seed $((SEED + 6))
+    run_case "$mpi" 4 "fetch_test-np4-2hosts-node-local-maxmsg4096" MDL_NODE_LOCAL=on MDL_MAX_MESSAGE_BYTES=4096 \
+        MDL_TEST_RANKS_PER_HOST=2 -- tests/node_key.sh "$bin/fetch_test" --iters $((ITERS / 10)) --seed $((SEED + 7)) --phases world
+    run_case "$mpi" 2 "errors_test-np2-node-local" MDL_NODE_LOCAL=on -- "$bin/errors_test" --seed "$SEED"
+    run_case "$mpi" 4 "errors_test-np4-2hosts-node-local" MDL_NODE_LOCAL=on MDL_TEST_RANKS_PER_HOST=2 -- \
+        tests/node_key.sh "$bin/errors_test" --seed "$SEED"
+    run_case "$mpi" 4 "sampler_test-np4-2hosts-node-local-maxmsg2000" MDL_NODE_LOCAL=on MDL_MAX_MESSAGE_BYTES=2000 \
+        MDL_TEST_RANKS_PER_HOST=2 -- tests/node_key.sh "$bin/sampler_test"
     # The demo as a smoke test (small), when it has been built.
     if [ -x "$bin/demo" ]; then
         dnp=4

@@ -56,6 +56,15 @@ for mpi in "${MPIS[@]}"; do
         if [ "$np" -le 32 ]; then
             run_case "$mpi" "$np" "lag_test-np$np" "${progress[@]}" -- "$bin/lag_test"
         fi
+        # The node-local path with hosts of 3 ranks emulated (MDL_NODE_KEY; the last host
+        # smaller): its checks, and the sampler with the collective engine's owners
+        # leaving out their node's requesters.
+        if [ "$np" -le 32 ] && [ -x "$bin/node_local_test" ]; then
+            run_case "$mpi" "$np" "node_local_test-np$np-3-per-host" MDL_TEST_RANKS_PER_HOST=3 -- \
+                tests/node_key.sh "$bin/node_local_test" --iters 10
+            run_case "$mpi" "$np" "sampler_test-np$np-node-local" MDL_NODE_LOCAL=on MDL_TEST_RANKS_PER_HOST=3 -- \
+                tests/node_key.sh "$bin/sampler_test" --samples $((np * 64))
+        fi
     done
 done
 

@@ -139,11 +139,13 @@ fn asked_in_one_round(step: &StepContext, known: &dyn KnownBatches) -> AskedOfMe
     let first = index.first_ids();
     let budget = step.limits.max_message / ranks as u64;
     let mut asked = AskedOfMe { ids: Vec::new(), counts: vec![0; ranks] };
+    let topology = &step.store.topology;
     known.for_each_request(first[me]..first[me + 1], &mut |requester, id| {
-        // This rank's own samples are local copies, not requests; empty samples and
-        // those over the budget do not travel in the exchange.
+        // This rank's own samples, and those the ranks of its node read (node-local
+        // path), are copies, not requests; empty samples and those over the budget do
+        // not travel in the exchange.
         let travels = index.len_of(id).is_some_and(|len| len > 0 && len <= budget);
-        if requester != me && travels {
+        if !topology.shares(requester, me) && travels {
             asked.ids.push(id);
             asked.counts[requester] += 1;
         }
@@ -173,9 +175,10 @@ fn requests_of_others(step: &StepContext, known: &dyn KnownBatches) -> Result<Ve
     let (me, ranks) = (step.comm.rank(), step.comm.size());
     let mut per_round: Vec<Vec<Vec<u64>>> = Vec::new();
     let mut ids = Vec::new();
-    for requester in (0..ranks).filter(|&q| q != me) {
+    let topology = &step.store.topology;
+    for requester in (0..ranks).filter(|&q| !topology.shares(me, q)) {
         known.batch_of(requester, &mut ids);
-        let plan = BatchPlan::new(&step.store.index, requester, &ids)?;
+        let plan = BatchPlan::on_node(&step.store.index, requester, &ids, topology)?;
         let theirs = Rounds::of(&plan.remote, ranks, step.limits.max_message);
         for (r, range) in theirs.rounds.into_iter().enumerate() {
             if per_round.len() <= r {

@@ -1,6 +1,6 @@
 //! The two ways of moving a batch's remote samples into the caller's buffer. Local
-//! samples are copied by the loader before an engine runs; an engine moves exactly the
-//! plan's remote part.
+//! samples (this rank's and, on the node-local path, its node's) are copied with memcpy
+//! before an engine runs; an engine moves exactly the plan's remote part.
 
 mod collective;
 mod onesided;
@@ -58,11 +58,23 @@ pub trait Engine {
 
 /// Run one step with `engine`: copy the local samples, then move the remote ones.
 pub fn execute(step: &StepContext, engine: Backend, out: &mut [u8]) -> Result<()> {
-    let shard = step.store.window.local();
+    copy_local(step, out);
+    fetch_remote(step, engine, out)
+}
+
+/// Copy the plan's local samples, this rank's and its node's, from their shards: no
+/// MPI call (the node's shards were published at registration and never change).
+pub fn copy_local(step: &StepContext, out: &mut [u8]) {
+    let me = step.comm.rank();
     for copy in &step.plan.local {
+        let shard = step.store.shard_of(copy.owner, me);
         let (src, dest, len) = (copy.src_offset as usize, copy.dest_offset as usize, copy.len as usize);
         out[dest..dest + len].copy_from_slice(&shard[src..src + len]);
     }
+}
+
+/// Move the plan's remote samples with `engine` (collective: on every rank).
+pub fn fetch_remote(step: &StepContext, engine: Backend, out: &mut [u8]) -> Result<()> {
     match engine {
         Backend::Collective => Collective.fetch(step, out),
         Backend::OneSided | Backend::Auto => OneSided.fetch(step, out),

@@ -84,7 +84,10 @@ pub fn measure(comm: &Comm, settings: &CalibrationSettings) -> Result<Calibratio
     }
     let started = mpi::wtime();
     let (data, offsets) = scratch_shard();
-    let store = Store::register(comm, &ShardView::new(&data, &offsets)?, &settings.store)?;
+    // The engines' costs are what is calibrated: the scratch store keeps every other
+    // rank's shard behind RMA (no node-local copies), as on other nodes.
+    let scratch = StoreSettings { node_local: false, ..settings.store };
+    let store = Store::register(comm, &ShardView::new(&data, &offsets)?, &scratch)?;
     let measured = run_probes(comm, &store, settings, started);
     let freed = store.free();
     let (rows, times) = measured?;

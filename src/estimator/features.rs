@@ -2,7 +2,9 @@
 //! the all-reduce (maximum) combines them, and every rank derives the same
 //! [`StepFeatures`] from the result.
 //!
-//! Layout of a rank's contribution: `[G, S, B, R, bytes, requests]`, where, when the
+//! Layout of a rank's contribution: `[G, S, B, R, NB, NS, bytes, requests]`, where `NB`
+//! and `NS` are the bytes and samples it copies from other ranks of its node (the
+//! node-local path: not remote, not in `G`, `S`, `B`), and, when the
 //! communicator has at most `matrix_max_ranks` ranks, `bytes` and `requests` are P x P
 //! matrices of zeros with this rank's row filled in: the bytes it reads from each owner,
 //! and how many samples it asks each owner for in the collective exchange. The maximum
@@ -16,7 +18,7 @@ use super::model::StepFeatures;
 use crate::engine::ExchangeShape;
 use crate::plan::BatchPlan;
 
-const FIXED: usize = 4;
+const FIXED: usize = 6;
 
 fn has_matrix(ranks: usize, matrix_max_ranks: usize) -> bool {
     ranks <= matrix_max_ranks
@@ -35,6 +37,8 @@ pub fn encode(plan: &BatchPlan, shape: &ExchangeShape, rank: usize, matrix_max_r
     values[1] = plan.remote.len() as f64;
     values[2] = plan.remote_bytes() as f64;
     values[3] = shape.rounds as f64;
+    values[4] = plan.node_bytes as f64;
+    values[5] = plan.node_samples as f64;
     if has_matrix(ranks, matrix_max_ranks) {
         let row = FIXED + rank * ranks;
         let requests_row = row + ranks * ranks;
@@ -58,6 +62,26 @@ pub fn decode(values: &[f64], ranks: usize, matrix_max_ranks: usize) -> StepFeat
     StepFeatures { gets: values[0], samples: values[1], bytes: values[2], rounds: values[3], served }
 }
 
+/// The node-local term of a step: the most bytes and samples one rank copies from
+/// other ranks of its node. The engines do not move them, so they are not part of
+/// either engine's cost and do not steer the choice; the loader times and reports the
+/// copy on its own, and the estimator learns from the engines' time alone.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct NodeFeatures {
+    pub bytes: f64,
+    pub samples: f64,
+}
+
+/// The node-local term from the combined [`encode`] contributions.
+pub fn decode_node(values: &[f64]) -> NodeFeatures {
+    NodeFeatures { bytes: values[4], samples: values[5] }
+}
+
+/// The node-local term from the combined [`encode_known`] contributions.
+pub fn decode_known_node(values: &[f64]) -> NodeFeatures {
+    NodeFeatures { bytes: values[5], samples: values[6] }
+}
+
 /// From the combined contributions: how many samples each rank asks `owner` for in the
 /// collective exchange, when the matrices were carried.
 pub fn requests_to(values: &[f64], ranks: usize, matrix_max_ranks: usize, owner: usize) -> Option<Vec<u64>> {
@@ -67,11 +91,19 @@ pub fn requests_to(values: &[f64], ranks: usize, matrix_max_ranks: usize, owner:
     })
 }
 
-/// A sampler step's contribution, `[G, S, B, R, IN]`: with every batch known, each
+/// A sampler step's contribution, `[G, S, B, R, IN, NB, NS]`: with every batch known, each
 /// rank works out the bytes it serves itself (`served`, from the epoch's inversion),
 /// so no matrix is needed at any number of ranks. O(1) values.
 pub fn encode_known(plan: &BatchPlan, shape: &ExchangeShape, served: u64) -> Vec<f64> {
-    vec![plan.gets.len() as f64, plan.remote.len() as f64, plan.remote_bytes() as f64, shape.rounds as f64, served as f64]
+    vec![
+        plan.gets.len() as f64,
+        plan.remote.len() as f64,
+        plan.remote_bytes() as f64,
+        shape.rounds as f64,
+        served as f64,
+        plan.node_bytes as f64,
+        plan.node_samples as f64,
+    ]
 }
 
 /// The features of a sampler step from the combined [`encode_known`] contributions.
@@ -80,7 +112,7 @@ pub fn decode_known(values: &[f64]) -> StepFeatures {
 }
 
 /// Number of values of [`encode_known`].
-pub(crate) const KNOWN_LEN: usize = FIXED + 1;
+pub(crate) const KNOWN_LEN: usize = 7;
 
 #[cfg(test)]
 mod tests {
@@ -113,5 +145,23 @@ mod tests {
         // Without the matrices, IN is estimated from B and the counts are unknown.
         assert_eq!(decode(&combined[..FIXED], 3, 2).served, 60.0);
         assert_eq!(requests_to(&combined[..FIXED], 3, 2, 0), None);
+    }
+
+    #[test]
+    fn node_local_samples_are_a_term_of_their_own_not_remote() {
+        // Ranks 0 and 1 share a node, rank 2 is alone: 10, 20 and 30 bytes.
+        let index = GlobalIndex::from_lengths(&[10, 20, 30], &[1, 1, 1]);
+        let topology = crate::store::Topology::from_leaders(vec![0, 0, 2]);
+        let plan = BatchPlan::on_node(&index, 0, &[1, 2, 1, 0], &topology).unwrap();
+        let shape = exchange_shape(&plan.remote, 3, u64::MAX);
+        let values = encode(&plan, &shape, 0, 16);
+        let f = decode(&values, 3, 16);
+        assert_eq!((f.samples, f.bytes, f.gets), (1.0, 30.0, 1.0));
+        assert_eq!(decode_node(&values), NodeFeatures { bytes: 40.0, samples: 2.0 });
+        // The sampler's contributions carry the same split.
+        let known = encode_known(&plan, &shape, 0);
+        assert_eq!(known.len(), KNOWN_LEN);
+        assert_eq!((decode_known(&known).samples, decode_known(&known).bytes), (1.0, 30.0));
+        assert_eq!(decode_known_node(&known), NodeFeatures { bytes: 40.0, samples: 2.0 });
     }
 }

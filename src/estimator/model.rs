@@ -36,6 +36,17 @@ pub struct StepFeatures {
     pub rounds: f64,
 }
 
+impl StepFeatures {
+    /// Whether any rank has a remote sample: with the node-local path on, a step whose
+    /// samples all lie on their requesters' nodes runs no engine (the same on every
+    /// rank: the features are agreed maxima). Samples copied from the node's shards are
+    /// not in the features: their cost is the same whichever engine runs (see
+    /// `features::NodeFeatures`).
+    pub fn needs_engine(&self) -> bool {
+        self.samples > 0.0
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct CostParams {
     pub a_os: f64,

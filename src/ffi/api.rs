@@ -61,8 +61,11 @@ fn init_from(comm: Result<MPI_Comm>, out: *mut *mut mdl_loader) -> Result<()> {
 /// `MDL_PROBE_INTERVAL`, `MDL_HYSTERESIS` ([0, 1)), `MDL_MATRIX_MAX_RANKS` (0..64),
 /// `MDL_WARMUP_GETS` (0..65536), `MDL_TIMEOUT` (seconds a collective may wait before
 /// MDL_ERR_TIMEOUT, 0 = never, the default), `MDL_SHARED_INDEX=on|off` (the global
-/// index once per node in shared memory, or per rank); `MDL_LOG=error|warn|info|debug|trace`
-/// (logging to stderr, not agreed). The README documents each.
+/// index once per node in shared memory, or per rank), `MDL_NODE_LOCAL=on|off` (samples
+/// of the ranks of this rank's node copied from shared memory instead of through the
+/// engines; default off); `MDL_LOG=error|warn|info|debug|trace` (logging to stderr, not
+/// agreed) and `MDL_NODE_KEY` (ranks of a node with different keys count as different
+/// nodes, to emulate hosts; not agreed). The README documents each.
 ///
 /// What cannot be agreed: MPI_COMM_NULL or an invalid handle on one rank returns an
 /// error there at once while the other ranks wait in MPI_Comm_dup (MDL_TIMEOUT cannot
@@ -298,8 +301,11 @@ pub extern "C" fn mdl_finalize(h: *mut *mut mdl_loader) -> mdl_status {
 /// it answers on a loader that failed with MDL_ERR_PANIC or MDL_ERR_TIMEOUT too. Keys: "rank", "ranks",
 /// "backend" (in force), "steps", "onesided" and "collective" (each: "steps",
 /// "seconds" this rank spent, "predicted_seconds" and "measured_slowest_seconds" of the
-/// slowest rank), "samples", "bytes_local", "bytes_remote" (this rank's), "decisions",
-/// "probes", "switches", and "calibration" ("source": measured, default or file,
+/// slowest rank), "samples", "bytes_local" (own samples), "bytes_remote" (this rank's),
+/// "decisions", "probes", "switches", "node_local" (samples of this rank's node copied
+/// from shared memory: "steps", "bytes", "samples", and "seconds" spent copying local
+/// and node-local samples), "engine_free_steps" (steps in which no rank had a remote
+/// sample), and "calibration" ("source": measured, default or file,
 /// "seconds", "points_onesided", "points_collective" and the cost model's parameters,
 /// see README). The "calibration" object, saved to a file, can be loaded with
 /// MDL_CALIBRATION=<file> to skip measuring. Never waits on other ranks, even while a
@@ -320,7 +326,8 @@ pub extern "C" fn mdl_stats_json(h: *const mdl_loader, buf: *mut c_char, len: us
 /// "onesided" and "collective" ("steps", "seconds_max" and "seconds_mean" over the
 /// ranks, "predicted_seconds" and "measured_slowest_seconds" of the slowest rank),
 /// "samples", "bytes_local" and "bytes_remote" summed over the ranks, "decisions",
-/// "probes" and "switches". Copied into buf as mdl_stats_json does (truncated to len
+/// "probes", "switches", "node_local" ("bytes" and "samples" copied from the node's
+/// shards, summed over the ranks) and "engine_free_steps". Copied into buf as mdl_stats_json does (truncated to len
 /// and NUL-terminated; nothing is copied when buf is NULL or len is 0); *needed
 /// receives the full length (without the NUL). needed NULL is MDL_ERR_NULL_ARG on that
 /// rank, agreed by all. Refused with MDL_ERR_STATE on every rank during a sampler epoch.

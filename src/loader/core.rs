@@ -8,10 +8,11 @@
 use super::published::Published;
 use crate::agree::{Agreed, AgreementUnderWay, Proposal, Setting, agree, agree_identical, agree_on_checks, agree_settings, start_agreement};
 use crate::config::{Backend, Calibration as CalibrationMode, Config, Wait};
-use crate::engine::{ExchangeBuffers, ExchangeShape, KnownBatches, StepContext, exchange_shape, execute};
+use crate::engine::{ExchangeBuffers, ExchangeShape, KnownBatches, StepContext, copy_local, exchange_shape, fetch_remote};
 use crate::error::{Error, Result, mdl_status};
 use crate::estimator::calibrate::{self, Calibration, CalibrationSettings};
 use crate::estimator::model::{CostParams, StepFeatures};
+use crate::estimator::features::NodeFeatures;
 use crate::estimator::{Decision, Estimator, EstimatorCounters, Settings, features};
 use crate::mpi::{self, Comm, GetLimits, WaitPolicy};
 use crate::node;
@@ -226,7 +227,13 @@ impl Core {
     }
 
     fn store_settings(&self) -> StoreSettings {
-        StoreSettings { limits: self.limits(), warm_up_gets: self.config.warm_up_gets, shared_index: self.config.shared_index }
+        StoreSettings {
+            limits: self.limits(),
+            warm_up_gets: self.config.warm_up_gets,
+            shared_index: self.config.shared_index,
+            node_local: self.config.node_local,
+            node_key: self.config.node_key,
+        }
     }
 
     fn limits(&self) -> GetLimits {
@@ -301,9 +308,9 @@ impl Core {
         let prepared = prepared.expect("agreed that every rank prepared its fetch");
         let step_features = features::decode(&agreed.maxima[at..], ranks, matrix_max_ranks);
         let requests_to_me = features::requests_to(&agreed.maxima[at..], ranks, matrix_max_ranks, self.rank());
-        let decision = self.estimator.decide(&step_features, self.backend);
-        self.log_decision(&step_features, &decision);
-        let samples = self.run(&decision, prepared, step_features, requests_to_me.as_deref())?;
+        let node = features::decode_node(&agreed.maxima[at..]);
+        let decision = self.decide(&step_features, node, self.backend);
+        let samples = self.run(decision.as_ref(), prepared, step_features, requests_to_me.as_deref())?;
         self.log_summary_every_epoch(samples);
         Ok(())
     }
@@ -320,7 +327,7 @@ impl Core {
     /// Plan a fetch of `ids` and reserve what its exchange needs.
     fn plan_step(&self, ids: &[u64]) -> Result<PlannedStep> {
         let store = self.store()?;
-        let plan = BatchPlan::new(&store.index, self.comm.rank(), ids)?;
+        let plan = BatchPlan::on_node(&store.index, self.comm.rank(), ids, &store.topology)?;
         let ranks = self.comm.size();
         let shape = exchange_shape(&plan.remote, ranks, self.config.max_message_bytes);
         // A round of the collective engine receives at most this; reserved now, before
@@ -355,11 +362,25 @@ impl Core {
         Ok(())
     }
 
-    fn log_decision(&self, features: &StepFeatures, decision: &Decision) {
+    /// The engine of a step whose agreed features are `features`, the same on every
+    /// rank; None, with the node-local path on, when no rank has a remote sample (the
+    /// copies are the whole step). With it off every step runs its engine, as before.
+    fn decide(&mut self, features: &StepFeatures, node: NodeFeatures, backend: Backend) -> Option<Decision> {
+        if self.config.node_local && !features.needs_engine() {
+            log::trace!("{features:?}, node-local {node:?}: no remote sample on any rank, no engine");
+            return None;
+        }
+        let decision = self.estimator.decide(features, backend);
+        self.log_decision(features, node, &decision);
+        Some(decision)
+    }
+
+    fn log_decision(&self, features: &StepFeatures, node: NodeFeatures, decision: &Decision) {
         log::trace!(
-            "step {}: {:?}: predicted one-sided {:.1} us, collective {:.1} us -> {}{}",
+            "step {}: {:?}, node-local {:?}: predicted one-sided {:.1} us, collective {:.1} us -> {}{}",
             self.estimator.counters().decisions,
             features,
+            node,
             decision.predicted_onesided * 1e6,
             decision.predicted_collective * 1e6,
             decision.engine.name(),
@@ -392,7 +413,25 @@ impl Core {
     /// the one-sided engine is forced, the engine needs no estimate: the rank's own
     /// remote bytes stand in (as without the request matrix).
     fn served_bytes(&self, known: &dyn KnownBatches, plan: &BatchPlan) -> u64 {
-        self.owned_ids().map_or(plan.remote_bytes(), |owned| known.served_bytes(owned))
+        let Some(owned) = self.owned_ids() else { return plan.remote_bytes() };
+        let served = known.served_bytes(owned.clone());
+        match self.store() {
+            Ok(store) if store.topology.is_shared() => served - Self::read_by_node(store, known, owned, self.rank()),
+            _ => served,
+        }
+    }
+
+    /// Bytes of `owned` (this rank's samples) that the other ranks of its node take in
+    /// a step: they copy them (node-local path), so this rank does not serve them.
+    /// O(the samples asked of this rank), only with the node-local path on.
+    fn read_by_node(store: &Store, known: &dyn KnownBatches, owned: std::ops::Range<u64>, me: usize) -> u64 {
+        let mut bytes = 0;
+        known.for_each_request(owned, &mut |requester, id| {
+            if requester != me && store.topology.shares(requester, me) {
+                bytes += store.index.len_of(id).unwrap_or(0);
+            }
+        });
+        bytes
     }
 
     /// Prepare `epoch` for the collective engine's owners and for the bytes this rank
@@ -420,11 +459,11 @@ impl Core {
         Self::refuse_differing_backends(&agreed)?;
         let PlannedStep { plan, shape } = prepared.expect("agreed that every rank planned its step");
         let step_features = features::decode_known(&agreed.maxima[at..]);
-        let decision = self.estimator.decide(&step_features, agreed.backend_max);
-        self.log_decision(&step_features, &decision);
+        let node = features::decode_known_node(&agreed.maxima[at..]);
+        let decision = self.decide(&step_features, node, agreed.backend_max);
         out_offsets.copy_from_slice(&plan.out_offsets);
         let prepared = PreparedFetch { plan, out, shape, known_batches: Some(known) };
-        self.run(&decision, prepared, step_features, None).map(|_| ())
+        self.run(decision.as_ref(), prepared, step_features, None).map(|_| ())
     }
 
     /// Collective: complete the agreement of a step that will not run (its epoch
@@ -436,10 +475,13 @@ impl Core {
         Ok(())
     }
 
-    /// Run a step with the engine decided; returns the samples fetched.
+    /// Run a step: copy the local and node-local samples, then move the remote ones
+    /// with the decided engine (none when no rank has any); returns the samples
+    /// fetched. The estimator learns from the engine's time alone: the copies cost the
+    /// same whichever engine runs.
     fn run(
         &mut self,
-        decision: &Decision,
+        decision: Option<&Decision>,
         prepared: PreparedFetch,
         features: StepFeatures,
         requests_to_me: Option<&[u64]>,
@@ -457,23 +499,30 @@ impl Core {
             known_batches,
         };
         let started = mpi::wtime();
-        let result = execute(&step, decision.engine, out);
-        let seconds = mpi::wtime() - started;
-        self.pending.push(PendingMeasurement {
-            step: self.estimator.counters().decisions,
-            engine: decision.engine,
-            features,
-            seconds: if result.is_ok() { seconds } else { 0.0 },
-        });
-        result?;
-        let engine_stats = self.stats.engine_mut(decision.engine);
-        engine_stats.steps += 1;
-        engine_stats.seconds += seconds;
-        engine_stats.predicted_seconds += decision.predicted(decision.engine);
-        engine_stats.predicted_other_seconds += decision.predicted(other_engine(decision.engine));
+        copy_local(&step, out);
+        let copied = mpi::wtime();
+        self.stats.node_local.record(plan.node_bytes, plan.node_samples, copied - started);
+        if let Some(decision) = decision {
+            let result = fetch_remote(&step, decision.engine, out);
+            let seconds = mpi::wtime() - copied;
+            self.pending.push(PendingMeasurement {
+                step: self.estimator.counters().decisions,
+                engine: decision.engine,
+                features,
+                seconds: if result.is_ok() { seconds } else { 0.0 },
+            });
+            result?;
+            let engine_stats = self.stats.engine_mut(decision.engine);
+            engine_stats.steps += 1;
+            engine_stats.seconds += seconds;
+            engine_stats.predicted_seconds += decision.predicted(decision.engine);
+            engine_stats.predicted_other_seconds += decision.predicted(other_engine(decision.engine));
+        } else {
+            self.stats.engine_free_steps += 1;
+        }
         let samples = plan.out_offsets.len() as u64 - 1;
         self.stats.samples += samples;
-        self.stats.bytes_local += plan.local_bytes();
+        self.stats.bytes_local += plan.local_bytes() - plan.node_bytes;
         self.stats.bytes_remote += plan.remote_bytes();
         self.publish();
         Ok(samples)

@@ -133,6 +133,15 @@ impl Comm {
         self.split_with("MPI_Comm_split", |new| unsafe { ffi::MPI_Comm_split(self.raw, color, self.rank as c_int, new) })
     }
 
+    /// Collective: the ranks with the same `color`, ordered by their rank here, as a
+    /// communicator of their own.
+    pub fn split_by(&self, color: u32) -> Result<Comm> {
+        let color = c_int::try_from(color).map_err(|_| Error::invalid(format!("split color {color} exceeds an MPI int")))?;
+        // SAFETY: self.raw is valid; the new handle is owned by the returned Comm.
+        self.split_with("MPI_Comm_split", |new| unsafe { ffi::MPI_Comm_split(self.raw, color, self.rank as c_int, new) })
+            .map(|comm| comm.expect("a non-negative color keeps every rank"))
+    }
+
     fn split_with(&self, name: &str, split: impl FnOnce(*mut ffi::MPI_Comm) -> c_int) -> Result<Option<Comm>> {
         // SAFETY: mem::zeroed is a valid placeholder for the handle MPI writes.
         let mut raw: ffi::MPI_Comm = unsafe { std::mem::zeroed() };

@@ -36,6 +36,40 @@ pub struct GetLimits {
     pub max_in_flight: u64,
 }
 
+/// How a window's memory is allocated.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Flavor {
+    /// `MPI_Win_allocate`: RMA only.
+    Private,
+    /// `MPI_Win_allocate_shared`: also mapped into the other ranks of the node.
+    Shared,
+}
+
+/// Another rank's shard mapped into this process (see [`Window::segment`]): read-only
+/// memory of a window that the store keeps alive as long as the segment.
+#[derive(Clone, Copy, Debug)]
+pub struct Segment {
+    base: *const u8,
+    len: usize,
+}
+
+// SAFETY: the memory is immutable after registration (published before any read) and
+// lives as long as the window the store keeps with it.
+unsafe impl Send for Segment {}
+unsafe impl Sync for Segment {}
+
+impl Segment {
+    /// The segment's bytes (its rounded-up size: the shard and up to 63 bytes after).
+    pub fn bytes(&self) -> &[u8] {
+        if self.len == 0 {
+            return &[];
+        }
+        // SAFETY: base maps `len` bytes of a live shared window, never written after
+        // registration's publish_to_node.
+        unsafe { std::slice::from_raw_parts(self.base, self.len) }
+    }
+}
+
 pub struct Window {
     raw: ffi::MPI_Win,
     base: *mut u8,
@@ -52,43 +86,105 @@ impl Window {
     /// Collective over `comm`: allocate a window holding a copy of `data` and open the
     /// access epoch to all ranks.
     pub fn allocate(comm: &Comm, data: &[u8]) -> Result<Window> {
+        Self::allocate_with(comm, data, Flavor::Private)
+    }
+
+    /// Collective over `node`, a communicator of ranks that share memory (MPI's
+    /// `MPI_COMM_TYPE_SHARED`): like [`Window::allocate`], in memory every rank of
+    /// `node` can read (`MPI_Win_allocate_shared`, which both MPICH and Open MPI serve
+    /// from their shared-memory path). See [`Window::segment`].
+    pub fn allocate_shared(node: &Comm, data: &[u8]) -> Result<Window> {
+        Self::allocate_with(node, data, Flavor::Shared)
+    }
+
+    fn allocate_with(comm: &Comm, data: &[u8], flavor: Flavor) -> Result<Window> {
         let size = ffi::MPI_Aint::try_from(data.len().next_multiple_of(WINDOW_ALIGN))
             .map_err(|_| Error::invalid("shard larger than MPI_Aint"))?;
         let mut base: *mut u8 = std::ptr::null_mut();
         // SAFETY: mem::zeroed is a valid placeholder for the handle MPI writes.
         let mut raw: ffi::MPI_Win = unsafe { std::mem::zeroed() };
+        let baseptr = &mut base as *mut *mut u8 as *mut c_void;
         // SAFETY: baseptr receives the address of `size` bytes owned by the window.
         let rc = unsafe {
-            ffi::MPI_Win_allocate(
-                size,
-                1,
-                ffi::RSMPI_INFO_NULL,
-                comm.raw(),
-                &mut base as *mut *mut u8 as *mut c_void,
-                &mut raw,
-            )
+            match flavor {
+                Flavor::Private => ffi::MPI_Win_allocate(size, 1, ffi::RSMPI_INFO_NULL, comm.raw(), baseptr, &mut raw),
+                Flavor::Shared => ffi::MPI_Win_allocate_shared(size, 1, ffi::RSMPI_INFO_NULL, comm.raw(), baseptr, &mut raw),
+            }
         };
-        check(rc, "MPI_Win_allocate")?;
+        check(rc, if flavor == Flavor::Shared { "MPI_Win_allocate_shared" } else { "MPI_Win_allocate" })?;
         let window = Window { raw, base, len: data.len(), policy: *comm.wait_policy() };
-        // SAFETY: raw is the window just created.
-        check(
-            unsafe { ffi::MPI_Win_set_errhandler(raw, ffi::RSMPI_ERRORS_RETURN) },
-            "MPI_Win_set_errhandler",
-        )?;
         if !data.is_empty() {
             // SAFETY: the window owns `len` bytes at base; data does not overlap them.
             unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), base, data.len()) };
         }
+        window.open()?;
+        Ok(window)
+    }
+
+    /// Collective over `comm`: a window over the memory of `shared` (made by
+    /// [`Window::allocate_shared`] on a node of `comm`), for gets by the ranks of other
+    /// nodes. The memory is exposed in two windows, which MPI allows: it is only read.
+    /// `shared` must outlive the new window.
+    pub fn create_over(comm: &Comm, shared: &Window) -> Result<Window> {
+        let size = ffi::MPI_Aint::try_from(shared.len.next_multiple_of(WINDOW_ALIGN))
+            .map_err(|_| Error::invalid("shard larger than MPI_Aint"))?;
+        // SAFETY: mem::zeroed is a valid placeholder for the handle MPI writes.
+        let mut raw: ffi::MPI_Win = unsafe { std::mem::zeroed() };
+        // SAFETY: shared.base holds `size` bytes (the rounded size it was allocated with)
+        // for as long as `shared` lives, which the caller keeps longer than this window.
+        check(
+            unsafe { ffi::MPI_Win_create(shared.base as *mut c_void, size, 1, ffi::RSMPI_INFO_NULL, comm.raw(), &mut raw) },
+            "MPI_Win_create",
+        )?;
+        let window = Window { raw, base: shared.base, len: shared.len, policy: *comm.wait_policy() };
+        window.open()?;
+        Ok(window)
+    }
+
+    /// Set the error handler and open the access epoch the window keeps for life.
+    fn open(&self) -> Result<()> {
+        // SAFETY: raw is the window just created.
+        check(unsafe { ffi::MPI_Win_set_errhandler(self.raw, ffi::RSMPI_ERRORS_RETURN) }, "MPI_Win_set_errhandler")?;
         // SAFETY: raw is valid; MPI_MODE_NOCHECK because no rank ever takes an
         // exclusive lock on this window.
-        check(
-            unsafe { ffi::MPI_Win_lock_all(ffi::MPI_MODE_NOCHECK as _, raw) },
-            "MPI_Win_lock_all",
-        )?;
+        check(unsafe { ffi::MPI_Win_lock_all(ffi::MPI_MODE_NOCHECK as _, self.raw) }, "MPI_Win_lock_all")?;
         // Make the local stores above visible to RMA in the separate memory model.
         // SAFETY: called inside the passive-target epoch just opened.
-        check(unsafe { ffi::MPI_Win_sync(raw) }, "MPI_Win_sync")?;
-        Ok(window)
+        check(unsafe { ffi::MPI_Win_sync(self.raw) }, "MPI_Win_sync")
+    }
+
+    /// Collective over `node`, the communicator of a window from
+    /// [`Window::allocate_shared`]: make every rank's copy of its shard visible to the
+    /// loads of every other rank of the node. This is the MPI memory model's recipe for
+    /// shared windows: each rank stored its shard before `MPI_Win_sync`, the node's
+    /// barrier orders those stores before the other ranks' second `MPI_Win_sync`, after
+    /// which their loads see them. The shards are never written again, so no later
+    /// synchronisation is needed.
+    pub fn publish_to_node(&self, node: &Comm) -> Result<()> {
+        // SAFETY: inside the epoch opened at creation.
+        check(unsafe { ffi::MPI_Win_sync(self.raw) }, "MPI_Win_sync")?;
+        node.barrier()?;
+        // SAFETY: as above.
+        check(unsafe { ffi::MPI_Win_sync(self.raw) }, "MPI_Win_sync")
+    }
+
+    /// Where rank `rank` of the node keeps its segment of a window from
+    /// [`Window::allocate_shared`] (`MPI_Win_shared_query`), readable with loads on
+    /// this rank after [`Window::publish_to_node`].
+    pub fn segment(&self, rank: usize) -> Result<Segment> {
+        let (mut size, mut unit, mut base): (ffi::MPI_Aint, c_int, *mut c_void) = (0, 0, std::ptr::null_mut());
+        let baseptr = &mut base as *mut *mut c_void as *mut c_void;
+        // SAFETY: raw is a shared window; the out-pointers are locals.
+        check(
+            unsafe { ffi::MPI_Win_shared_query(self.raw, rank as c_int, &mut size, &mut unit, baseptr) },
+            "MPI_Win_shared_query",
+        )?;
+        let len = usize::try_from(size).unwrap_or(0);
+        if len > 0 && base.is_null() {
+            let message = format!("MPI_Win_shared_query: rank {rank}'s segment is not mapped");
+            return Err(Error::new(crate::error::mdl_status::MDL_ERR_MPI, message));
+        }
+        Ok(Segment { base: base as *const u8, len })
     }
 
     /// This rank's own shard bytes.

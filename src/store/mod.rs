@@ -8,16 +8,19 @@
 
 mod index;
 mod node_index;
+mod node_shard;
+mod topology;
 
 pub use index::GlobalIndex;
+pub use topology::Topology;
 
 use index::Starts;
 
 use crate::agree::agree_on_checks;
 use crate::error::{Error, Result};
 use crate::mpi::{Comm, Get, GetLimits, Window};
+use node_shard::NodeShards;
 use std::sync::Arc;
-
 
 /// A shard as the caller describes it, checked: sample i is
 /// `data[offsets[i] .. offsets[i + 1]]`.
@@ -75,11 +78,20 @@ pub struct StoreSettings {
     pub warm_up_gets: u64,
     /// `MDL_SHARED_INDEX`: one index per node, or one per rank.
     pub shared_index: bool,
+    /// `MDL_NODE_LOCAL`: the shards of a node's ranks in shared memory (see
+    /// `node_shard`), and `MDL_NODE_KEY`.
+    pub node_local: bool,
+    pub node_key: u32,
 }
 
-/// The registered store: this rank's window and the global index.
+/// The registered store: this rank's window, its node's shards and the global index.
 pub struct Store {
+    /// The window the engines read with RMA.
     pub window: Window,
+    /// The shards of this rank's node, mapped (None without the node-local path).
+    node: Option<NodeShards>,
+    /// Which ranks read each other's shards directly.
+    pub topology: Topology,
     pub index: Arc<GlobalIndex>,
 }
 
@@ -98,8 +110,13 @@ impl Store {
             Starts::Private(node_index::gather_private(comm, shard, &per_rank)?)
         };
         let index = GlobalIndex::from_starts(&per_rank, starts);
-        let window = Window::allocate(comm, shard.data)?;
-        let store = Store { window, index: Arc::new(index) };
+        let (window, node, topology) = if settings.node_local {
+            let placed = node_shard::place(comm, shard.data, settings.node_key)?;
+            (placed.window, placed.node, placed.topology)
+        } else {
+            (Window::allocate(comm, shard.data)?, None, Topology::default())
+        };
+        let store = Store { window, node, topology, index: Arc::new(index) };
         let warmed = warm_up(&store, comm.rank(), settings.limits, settings.warm_up_gets);
         // Every rank stays inside MPI until all have warmed up (over transports where a
         // get needs its target's progress, no rank waits for one that has left), and a
@@ -116,7 +133,8 @@ impl Store {
     /// Collective: free the window and the index (a node-shared index is freed with
     /// the node's ranks). Nothing else may hold the index any more.
     pub fn free(self) -> Result<()> {
-        let freed_window = self.window.free();
+        // The RMA window first: it may expose the node-shared window's memory.
+        let freed_window = self.window.free().and(self.node.map_or(Ok(()), NodeShards::free));
         let freed_index = match Arc::try_unwrap(self.index).map(GlobalIndex::into_starts) {
             Ok(Starts::Node(shared)) => shared.free(),
             Ok(Starts::Private(_)) => Ok(()),
@@ -126,6 +144,14 @@ impl Store {
             }
         };
         freed_window.and(freed_index)
+    }
+
+    /// The shard of `owner`, a rank sharing this rank's node (or this rank itself).
+    pub fn shard_of(&self, owner: usize, me: usize) -> &[u8] {
+        match &self.node {
+            Some(node) if owner != me => node.shard_of(owner),
+            _ => self.window.local(),
+        }
     }
 }
 
@@ -143,7 +169,8 @@ fn warm_up(store: &Store, me: usize, limits: GetLimits, gets: u64) -> Result<()>
     // Samples at a golden-ratio stride cover every shard evenly, the same way each time.
     let spread = (0..gets).map(|k| (((k as f64 + 0.5) * 0.618_033_988_749_895).fract() * total as f64) as u64);
     for id in spread {
-        let Some(loc) = store.index.locate(id).filter(|l| l.owner != me && l.len > 0) else { continue };
+        // Only other nodes' shards are ever read with gets.
+        let Some(loc) = store.index.locate(id).filter(|l| !store.topology.shares(me, l.owner) && l.len > 0) else { continue };
         let dest_offset = pending.len() as u64 * BYTES;
         pending.push(Get { target: loc.owner, target_offset: loc.offset, dest_offset, len: loc.len.min(BYTES) });
         if pending.len() == PER_FLUSH {

@@ -469,6 +469,7 @@ static void settings_cases(void)
     case_setting_differs("MDL_TIMEOUT", "0", "30");
     case_setting_differs("MDL_SHARED_INDEX", "on", "off");
     case_setting_differs("MDL_AGREEMENT_LAG", "2", "0");
+    case_setting_differs("MDL_NODE_LOCAL", "on", "off");
     case_setting_differs("MDL_WAIT", "spin", "yield");
 
     /* An invalid value on one rank (the others leave it unset). */
@@ -485,6 +486,8 @@ static void settings_cases(void)
     case_setting_invalid("MDL_SHARED_INDEX", "maybe");
     case_setting_invalid("MDL_AGREEMENT_LAG", "65");
     case_setting_invalid("MDL_AGREEMENT_LAG", "-1");
+    case_setting_invalid("MDL_NODE_LOCAL", "sometimes");
+    case_setting_invalid("MDL_NODE_KEY", "-1");
     case_setting_invalid("MDL_WAIT", "banana");
 }
 

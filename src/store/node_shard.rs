@@ -1,0 +1,133 @@
+//! The node-local path: the shards of the ranks of one node in one shared-memory
+//! window, so that a rank copies its node's samples with `memcpy`, with no MPI call per
+//! sample, while the engines move only what lies on other nodes.
+//!
+//! Each node's ranks (MPI's `MPI_COMM_TYPE_SHARED`, optionally split further by
+//! `MDL_NODE_KEY` to emulate hosts) allocate their shards with
+//! `MPI_Win_allocate_shared`; every rank maps its node's segments
+//! (`MPI_Win_shared_query`). When the job spans one node that window is also the
+//! shard's RMA window (both MPIs serve it from their shared-memory path); otherwise an
+//! `MPI_Win_create` over the same memory serves the other nodes' gets.
+//!
+//! Visibility: the shards are written once, at registration, before
+//! `Window::publish_to_node` (`MPI_Win_sync`, a node barrier, `MPI_Win_sync`), and never
+//! again; every load of another rank's segment comes after it.
+//!
+//! Where some node cannot share memory (`MPI_Win_allocate_shared` fails), every rank
+//! of the job falls back to the plain window, agreed, so that requesters and owners
+//! classify every sample alike. Where no node holds two ranks there is nothing to
+//! share, and the plain window (`MPI_Win_allocate`, the faster one for RMA) is kept.
+
+use super::topology::Topology;
+use crate::agree::agree_on_checks;
+use crate::error::{Error, Result};
+use crate::mpi::{Comm, Segment, Window};
+
+/// The segments of this rank's node, and the node-shared window when it is not the
+/// shard's RMA window.
+pub struct NodeShards {
+    /// Comm ranks of the node, in rank order.
+    members: Vec<usize>,
+    /// `segments[i]` is the shard of `members[i]`.
+    segments: Vec<Segment>,
+    /// The node-shared window under a separate RMA window (jobs of several nodes).
+    shared: Option<Window>,
+}
+
+impl NodeShards {
+    /// The shard of `rank`, which must be on this node.
+    pub fn shard_of(&self, rank: usize) -> &[u8] {
+        let i = self.members.binary_search(&rank).expect("a rank of this node");
+        self.segments[i].bytes()
+    }
+
+    /// Collective over the node, after the RMA window over its memory was freed.
+    pub fn free(self) -> Result<()> {
+        self.shared.map_or(Ok(()), Window::free)
+    }
+}
+
+/// The shard's windows as placed by [`place`].
+pub struct Placed {
+    /// The window the engines read with RMA (and this rank's own bytes).
+    pub window: Window,
+    pub node: Option<NodeShards>,
+    pub topology: Topology,
+}
+
+/// Collective over `comm`: copy `data` into node-shared memory where MPI allows it
+/// (see the module's comment), or into a plain window.
+pub fn place(comm: &Comm, data: &[u8], node_key: u32) -> Result<Placed> {
+    let hardware = comm.split_shared()?;
+    let node = hardware.split_by(node_key);
+    hardware.free()?;
+    let node = node?;
+    let largest = comm.allreduce_max(&[node.size() as u64])?[0];
+    let placed = if largest > 1 { place_shared(comm, &node, data) } else { plain(comm, data) };
+    let freed = node.free();
+    let placed = placed?;
+    freed?;
+    Ok(placed)
+}
+
+fn plain(comm: &Comm, data: &[u8]) -> Result<Placed> {
+    Ok(Placed { window: Window::allocate(comm, data)?, node: None, topology: Topology::default() })
+}
+
+fn place_shared(comm: &Comm, node: &Comm, data: &[u8]) -> Result<Placed> {
+    let shared = Window::allocate_shared(node, data);
+    if let Err(err) = agree_on_checks(comm, shared.as_ref().map(|_| ()).map_err(Clone::clone)) {
+        log::warn!("the shards cannot be shared within nodes ({}): node-local samples go through the engines", err.message);
+        release(node, shared)?;
+        return plain(comm, data);
+    }
+    let shared = shared.expect("agreed that every node shares memory");
+    let rma = (node.size() < comm.size()).then(|| Window::create_over(comm, &shared));
+    let mapped = shared
+        .publish_to_node(node)
+        .and_then(|()| (0..node.size()).map(|r| shared.segment(r)).collect::<Result<Vec<_>>>());
+    let checks = rma.as_ref().map_or(Ok(()), |w| w.as_ref().map(|_| ()).map_err(Clone::clone));
+    if let Err(err) = agree_on_checks(comm, checks.and(mapped.as_ref().map(|_| ()).map_err(Clone::clone))) {
+        // A window that some rank failed to create cannot be freed collectively: left
+        // to the end of the job, as MPI may still refer to it.
+        std::mem::forget((rma, shared));
+        return Err(Error { message: format!("mapping the node's shards: {}", err.message), ..err });
+    }
+    let members: Vec<usize> = node.allgather(comm.rank() as u64)?.into_iter().map(|r| r as usize).collect();
+    let node_of = comm.allgather(members[0] as u64)?.into_iter().map(|r| r as usize).collect();
+    let segments = mapped.expect("agreed that every rank mapped its node");
+    map_in(&segments);
+    let (window, shared) = match rma {
+        Some(rma) => (rma.expect("agreed that every rank created its window"), Some(shared)),
+        None => (shared, None),
+    };
+    Ok(Placed { window, node: Some(NodeShards { members, segments, shared }), topology: Topology::from_leaders(node_of) })
+}
+
+/// Read one byte of every page of the node's segments, so that this process's page
+/// tables map them now rather than in the first steps: MPI maps another rank's segment
+/// into this process, but each of its pages costs a page fault at its first touch here
+/// (measured, Open MPI, 32 MB shards of 256-byte samples: a 16-sample step took 32 us
+/// with the faults and a few after them), which the first epoch and the estimator's
+/// first measurements would otherwise see. One read per 4 KB (a larger page is only
+/// read more than once).
+fn map_in(segments: &[Segment]) {
+    let mut fold = 0u8;
+    for segment in segments {
+        fold ^= segment.bytes().iter().step_by(4096).fold(0, |a, &b| a ^ b);
+    }
+    std::hint::black_box(fold);
+}
+
+/// Free a node-shared window that not every node got, where its whole node has it
+/// (freeing is collective over the node); otherwise leave it to the end of the job.
+fn release(node: &Comm, shared: Result<Window>) -> Result<()> {
+    let whole_node = agree_on_checks(node, shared.as_ref().map(|_| ()).map_err(Clone::clone));
+    match (whole_node, shared) {
+        (Ok(()), Ok(shared)) => shared.free(),
+        (_, shared) => {
+            std::mem::forget(shared);
+            Ok(())
+        }
+    }
+}
