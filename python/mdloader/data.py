@@ -18,6 +18,7 @@ is called the same number of times everywhere (required by the library).
 
 from __future__ import annotations
 
+import ctypes
 import math
 from typing import Any, Callable, Iterator, Optional
 
@@ -25,17 +26,46 @@ import numpy as np
 
 from .loader import Batch, Loader, _id_array, _integer, _uint
 
-__all__ = ["DistributedSampler", "DataLoader", "BatchIterator"]
+__all__ = ["DistributedSampler", "DataLoader", "BatchIterator", "epoch_ids"]
+
+
+def epoch_ids(
+    num_samples: int,
+    num_replicas: int,
+    rank: int,
+    *,
+    seed: int,
+    epoch: int,
+    shuffle: bool,
+    drop_last: bool,
+    batch_size: int,
+    step: int,
+) -> np.ndarray:
+    """Rank ``rank``'s ids at ``step`` of the library's epoch (mdl_epoch_ids): the one
+    definition of the order, shared with the built-in sampler, C and Fortran."""
+    from . import _lib
+    from .loader import _check
+
+    lib = _lib.load_library()
+    fn = getattr(lib, "mdl_epoch_ids", None)
+    if fn is None:
+        raise RuntimeError(f"{_lib.library_path()} has no mdl_epoch_ids: rebuild the library")
+    out = np.empty(min(batch_size, num_samples), dtype=np.uint64)  # a step holds at most this many
+    n = ctypes.c_size_t()
+    _check(fn(num_samples, num_replicas, rank, seed, epoch, batch_size, int(bool(shuffle)), int(bool(drop_last)),
+              step, out.ctypes.data if out.size else None, out.size, ctypes.byref(n)))
+    return out[: n.value].astype(np.int64)
 
 
 class DistributedSampler:
-    """The global ids of one rank for one epoch.
+    """The global ids of one rank for one epoch, in the library's order.
 
-    shuffle: a fresh permutation of all ids every epoch, from ``seed + epoch`` (the same
-    on every rank, so the ranks' shares are disjoint). drop_last=False pads the epoch by
-    repeating ids from its start so that it divides evenly among the ranks (every rank
-    gets ceil(N / P) ids); drop_last=True drops the tail instead (floor(N / P) each).
-    Rank r takes positions r, r + P, r + 2P, ... of the epoch (as PyTorch does).
+    The order is the built-in sampler's (``Loader.epoch``, ``mdl_next_batch`` in C and
+    Fortran): a permutation of all ids drawn from ``(seed, epoch)`` (the identity
+    without shuffle), the same on every rank. The split is PyTorch's
+    ``DistributedSampler``: drop_last=False pads the epoch by wrapping around so that
+    every rank gets ceil(N / P) ids; drop_last=True drops the tail instead (floor(N / P)
+    each). Rank r takes positions r, r + P, r + 2P, ... of the epoch.
     """
 
     def __init__(
@@ -56,7 +86,7 @@ class DistributedSampler:
         self.num_replicas = num_replicas
         self.rank = rank
         self.shuffle = shuffle
-        self.seed = _uint(seed, "seed")  # numpy's PCG64 takes non-negative seeds; so does the library
+        self.seed = _uint(seed, "seed")
         self.drop_last = drop_last
         self.epoch = 0
         if drop_last:
@@ -70,21 +100,10 @@ class DistributedSampler:
     def __len__(self) -> int:
         return self.per_rank
 
-    def epoch_order(self) -> np.ndarray:
-        """All ids of the current epoch, in visiting order (before the split)."""
-        if self.shuffle:
-            rng = np.random.Generator(np.random.PCG64([self.seed, self.epoch]))
-            order = rng.permutation(self.total).astype(np.int64)
-        else:
-            order = np.arange(self.total, dtype=np.int64)
-        wanted = self.per_rank * self.num_replicas
-        if wanted <= order.size:
-            return order[:wanted]
-        return np.resize(order, wanted)  # pads by repeating from the start
-
     def indices(self) -> np.ndarray:
-        """This rank's ids for the current epoch."""
-        return self.epoch_order()[self.rank :: self.num_replicas]
+        """This rank's ids for the current epoch (one step of the whole share)."""
+        return epoch_ids(self.total, self.num_replicas, self.rank, seed=self.seed, epoch=self.epoch,
+                         shuffle=self.shuffle, drop_last=self.drop_last, batch_size=max(self.per_rank, 1), step=0)
 
     def __iter__(self) -> Iterator[int]:
         return iter(self.indices().tolist())
@@ -190,8 +209,6 @@ class DataLoader:
             self.batch_size, seed=self.seed, epoch=self.epoch, shuffle=self.shuffle, drop_last=self.drop_last
         )
         for batch in batches:
-            if self.drop_last and len(batch) < self.batch_size:
-                continue  # the last, incomplete batch: still taken (collective), not yielded
             yield self.collate_fn(batch) if self.collate_fn is not None else batch
         self.sampler.set_epoch(self.sampler.epoch + 1)
 
