@@ -31,8 +31,6 @@ How the work is split, and why:
 
 from __future__ import annotations
 
-import queue
-import threading
 from collections.abc import Sequence
 from typing import Any, Iterator, Optional
 
@@ -40,6 +38,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset, Sampler
 
+from .background import in_background
 from .loader import Batch, Loader, _integer, _uint, aligned_empty
 
 __all__ = ["BackgroundLoader", "DistributedBatchSampler", "Fetched", "Samples", "ShardDataset"]
@@ -329,14 +328,12 @@ class BackgroundLoader:
 
         loader = mdloader.torch.BackgroundLoader(DataLoader(ds, batch_sampler=sampler, collate_fn=collate))
 
-    The thread is the only one that calls the sampler's loader, so every rank makes the
-    same collective calls in the same order. A thread rather than torch's worker
-    processes: a batch then crosses no process boundary (worker processes hand every
-    tensor over through shared memory, measured at several ms per batch here), at the
-    price of sharing the interpreter's lock with the loop (numpy and torch release it
-    while they compute). Stopping early is safe: the thread then takes exactly
-    ``depth`` batches past the last one consumed (or up to the epoch's end), the same
-    count on every rank, before the next epoch may begin.
+    A thread rather than torch's worker processes: a batch then crosses no process
+    boundary (worker processes hand every tensor over through shared memory, several ms
+    per batch measured here), at the price of sharing the interpreter's lock with the
+    loop (numpy and torch release it while they compute). The thread is the only one
+    that calls the sampler's loader, and stopping early is safe: see
+    :func:`mdloader.background.in_background`.
     """
 
     def __init__(self, dataloader, depth: int = 2):
@@ -347,50 +344,4 @@ class BackgroundLoader:
         return len(self.dataloader)
 
     def __iter__(self):
-        batches = iter(self.dataloader)
-        permits = threading.Semaphore(self.depth)  # one per batch the thread may take ahead
-        ready: queue.Queue = queue.Queue()
-        limit: list = [None]  # set when the loop stops: the batches the thread takes in all
-
-        def produce() -> None:
-            taken = 0
-            try:
-                while True:
-                    permits.acquire()
-                    if limit[0] is not None and taken >= limit[0]:
-                        return
-                    try:
-                        item = next(batches)
-                    except StopIteration:
-                        ready.put(_END)
-                        return
-                    taken += 1
-                    ready.put(item)
-            except BaseException as err:  # handed to the loop, which raises it
-                ready.put(_Failure(err))
-
-        thread = threading.Thread(target=produce, name="mdloader-background", daemon=True)
-        thread.start()
-        consumed = 0
-        try:
-            while True:
-                item = ready.get()
-                if item is _END:
-                    return
-                if isinstance(item, _Failure):
-                    raise item.error
-                consumed += 1
-                permits.release()
-                yield item
-        finally:
-            limit[0] = consumed + self.depth
-            permits.release()  # wakes the thread if it waits for a permit
-            thread.join()
-
-
-_END = object()
-
-
-class _Failure:
-    def __init__(self, error: BaseException):
-        self.error = error
+        return in_background(self.dataloader, self.depth)
