@@ -55,8 +55,11 @@ def test_one_order_for_one_seed(comm, loader):
 def test_drop_last_means_full_batches_everywhere(comm, loader, drop_last):
     loader.register_shard(shard(comm))
     n, p, bs = loader.num_samples, comm.size, 5
-    sampler = mdt.DistributedBatchSampler(loader, bs, seed=1, drop_last=drop_last)
+    sampler = mdt.DistributedBatchSampler(loader, bs, seed=1, drop_last=drop_last, prefetch=0)
+    before = loader.stats()["samples"]
     got = ids_of(sampler)
+    # without prefetch nothing is fetched but what is yielded (no short batch thrown away)
+    assert loader.stats()["samples"] - before == len(sum(got, []))
     share = n // p if drop_last else -(-n // p)
     steps = share // bs if drop_last else -(-share // bs)
     assert len(got) == len(sampler) == loader.epoch_steps(bs, drop_last) == steps
