@@ -7,7 +7,8 @@
 #
 # Needs the binding tests' environment (.venv / .venv-mpich with torch) and the QM9 pack
 # file (target/qm9/qm9.qm9g; tests/run_binding_tests.sh makes both). Writes each run's
-# RESULT line to target/bench-qm9-gnn/<mpi>-np<NP>.jsonl and prints the medians
+# output to target/bench-qm9-gnn/, its RESULT line to <mpi>-np<NP>.jsonl there, and prints
+# the medians
 # (summarise.py).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -32,8 +33,11 @@ export MDLOADER_LIBRARY=$ROOT/target/$MPI/release/libmdloader.so PYTHONPATH=$ROO
 for repeat in $(seq "$REPEATS"); do
     for feeder in mdloader list; do
         echo "== $MPI np$NP run $repeat: $feeder ($(uptime | sed 's/.*load/load/'))"
+        log=$OUT/$MPI-np$NP-$feeder-$repeat.log
         timeout 1800 "${launch[@]}" "$PY" "$ROOT/python/examples/qm9_gnn.py" "$ROOT/target/qm9/qm9.qm9g" \
-            --feeder "$feeder" "$@" | tee /dev/stderr | sed -n 's/^RESULT //p' >>"$RESULTS"
+            --feeder "$feeder" "$@" >"$log" 2>&1
+        grep "^epoch" "$log"
+        sed -n 's/^RESULT //p' "$log" >>"$RESULTS"
     done
 done
 "$PY" "$ROOT/benches/qm9_gnn/summarise.py" "$RESULTS"

@@ -18,7 +18,8 @@ def main(path: str) -> int:
         return 1
     r0 = runs[0]
     print(f"{r0['mpi']}, {r0['ranks']} ranks, batch {r0['batch_size']} per rank, {r0['train']} training molecules, "
-          f"collate {r0['collate']}, torch {r0['torch']}; medians of {len(runs)} runs' epochs after the first")
+          f"collate {r0['collate']}, torch {r0['torch']}; medians over the epochs after the first of "
+          f"{len(runs) // 2} runs per feeder")
     print("| feeder | samples/s | wait for data per epoch (s) | library fetch per epoch (s) | wait / fetch, slowest ranks | wait / fetch, worst rank | val MAE after last epoch (eV) |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     for feeder in ("mdloader", "list"):
