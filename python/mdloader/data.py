@@ -24,8 +24,9 @@ from typing import Any, Callable, Iterator, Optional, Union
 
 import numpy as np
 
+from . import _lib
 from .background import in_background
-from .loader import Batch, Loader, _id_array, _integer, _uint
+from .loader import Batch, Loader, _check, _id_array, _integer, _uint
 
 __all__ = ["DistributedSampler", "DataLoader", "BatchIterator", "epoch_ids"]
 
@@ -44,9 +45,6 @@ def epoch_ids(
 ) -> np.ndarray:
     """Rank ``rank``'s ids at ``step`` of the library's epoch (mdl_epoch_ids): the one
     definition of the order, shared with the built-in sampler, C and Fortran."""
-    from . import _lib
-    from .loader import _check
-
     lib = _lib.load_library()
     fn = getattr(lib, "mdl_epoch_ids", None)
     if fn is None:
