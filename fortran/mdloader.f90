@@ -109,7 +109,7 @@ module mdloader
    public :: mdl_fetch_batch, mdl_fetch_batch_alloc, mdl_set_backend, mdl_finalize
    public :: mdl_last_error, mdl_status_string, mdl_initialized, mdl_c_handle, mdl_stats_json
    public :: mdl_stats_json_job
-   public :: mdl_epoch_begin, mdl_next_batch, mdl_epoch_seek, mdl_set_prefetch
+   public :: mdl_epoch_begin, mdl_next_batch, mdl_epoch_seek, mdl_set_prefetch, mdl_epoch_ids
 
    !> What mdl_next_batch points at when there is no batch (size 0, never written).
    integer(int64), target, save :: no_ids(0), no_offsets(0)
@@ -198,6 +198,17 @@ module mdloader
          integer(c_int32_t), value :: depth
          integer(c_int) :: status
       end function c_mdl_set_prefetch
+
+      function c_mdl_epoch_ids(n_samples, n_ranks, rank, seed, epoch, batch_size, shuffle, drop_last, step, &
+                               out, cap, n) result(status) bind(C, name='mdl_epoch_ids')
+         import :: c_int, c_int64_t, c_size_t
+         integer(c_int64_t), value :: n_samples, n_ranks, rank, seed, epoch, batch_size, step
+         integer(c_int), value :: shuffle, drop_last
+         integer(c_int64_t), intent(out) :: out(*)
+         integer(c_size_t), value :: cap
+         integer(c_size_t), intent(out) :: n
+         integer(c_int) :: status
+      end function c_mdl_epoch_ids
 
       function c_mdl_finalize(h) result(status) bind(C, name='mdl_finalize')
          import :: c_int, c_ptr
@@ -514,6 +525,30 @@ contains
       status = c_mdl_set_prefetch(loader%handle, int(depth, c_int32_t))
       call finish(status, ierr)
    end subroutine mdl_set_prefetch
+
+   !> Local, no loader needed. The 0-based ids that rank `rank` (0-based) of `n_ranks` gets
+   !> at step `step` (0-based) of the sampler's epoch over n_samples samples: exactly what
+   !> mdl_next_batch returns there for the same arguments. ids(1:n) receives them (n = 0
+   !> past the end); an ids array smaller than the count is MDL_ERR_BUFFER_TOO_SMALL with
+   !> n set to the count needed.
+   subroutine mdl_epoch_ids(n_samples, n_ranks, rank, seed, epoch, batch_size, shuffle, drop_last, step, &
+                            ids, n, ierr)
+      integer(int64), intent(in) :: n_samples, n_ranks, rank, seed, epoch, batch_size, step
+      logical, intent(in) :: shuffle, drop_last
+      integer(int64), intent(out) :: ids(:)
+      integer(int64), intent(out) :: n
+      integer, intent(out), optional :: ierr
+      integer(c_size_t) :: count
+      integer :: status
+
+      count = 0
+      status = c_mdl_epoch_ids(int(n_samples, c_int64_t), int(n_ranks, c_int64_t), int(rank, c_int64_t), &
+                               int(seed, c_int64_t), int(epoch, c_int64_t), int(batch_size, c_int64_t), &
+                               merge(1_c_int, 0_c_int, shuffle), merge(1_c_int, 0_c_int, drop_last), &
+                               int(step, c_int64_t), ids, int(size(ids), c_size_t), count)
+      n = int(count, int64)
+      call finish(status, ierr)
+   end subroutine mdl_epoch_ids
 
    !> Collective. Frees the loader; afterwards mdl_initialized(loader) is .false.
    !> Finalizing a loader that is not initialised does nothing.

@@ -320,6 +320,29 @@ const char *mdl_status_string(mdl_status s);
  */
 size_t mdl_last_error(char *buf, size_t len);
 
+/**
+ * Local, needs no loader nor MPI. The ids that rank `rank` of `n_ranks` gets at step
+ * `step` of the built-in sampler's epoch over `n_samples` samples: exactly the ids
+ * mdl_next_batch returns there for the same seed, epoch, batch_size, shuffle and
+ * drop_last (see mdl_epoch_begin). Writes them into out (cap entries) and their count
+ * into *n; a step past the end gives *n == 0. batch_size = ceil(n_samples / n_ranks)
+ * and step 0 give the rank's whole share of the epoch. n_ranks == 0, rank >= n_ranks
+ * or batch_size == 0 is MDL_ERR_INVALID_ARG; a cap smaller than the count is
+ * MDL_ERR_BUFFER_TOO_SMALL with *n set to the count needed (out is not written).
+ */
+enum mdl_status mdl_epoch_ids(uint64_t n_samples,
+                              uint64_t n_ranks,
+                              uint64_t rank,
+                              uint64_t seed,
+                              uint64_t epoch,
+                              uint64_t batch_size,
+                              int shuffle,
+                              int drop_last,
+                              uint64_t step,
+                              uint64_t *out,
+                              size_t cap,
+                              size_t *n);
+
 #ifdef __cplusplus
 }  // extern "C"
 #endif  // __cplusplus

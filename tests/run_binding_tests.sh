@@ -11,8 +11,10 @@
 # once (target/qm9/qm9.qm9g, reused while newer than the converter), and runs under
 # mpirun: the Fortran examples, the Python training loop, the QM9 decode test in C,
 # Fortran and Python (every fetched record compared with the source CSV rows), the QM9
-# epochs example, and the pytest suite (tests/python). Open MPI at 2 and 4 ranks, MPICH
-# at 2 ranks.
+# epochs example, the QM9 GNN (python/examples/qm9_gnn.py, DDP over gloo, which must
+# learn), and the pytest suite (tests/python, mdloader.torch included). Open MPI at 2
+# and 4 ranks, MPICH at 2 ranks. torch is installed into each environment (see
+# setup_torch; MDL_SKIP_TORCH=1 skips it and its tests, saying so).
 #
 # Prints one line per case, "PASS name" or "FAIL name", and as the very last line
 # "N passed, M failed"; exit status non-zero if anything failed. Each case's output goes
@@ -24,6 +26,7 @@
 #   MDL_BINDINGS_NPS     Open MPI rank counts (default "2 4"); MPICH runs at 2
 #   PYTHON               interpreter the virtual environments are made from (python3)
 #   MDL_QM9_FORCE=1      convert QM9 again even if target/qm9/qm9.qm9g is up to date
+#   MDL_SKIP_TORCH=1     no torch: the mdloader.torch tests skip and the GNN does not run
 # The library is built with scripts/build.sh <mpi> when it is missing.
 set -u
 
@@ -84,6 +87,24 @@ setup_python() {
     fi
     step "$log" "$py" -c "import mpi4py, numpy; print('mpi4py', mpi4py.__version__, 'numpy', numpy.__version__)"
     return 0
+}
+
+# setup_torch <mpi>: torch in the same environment, for mdloader.torch and the QM9 GNN.
+# PyPI's only Linux wheel is the CUDA build: about 5.3 GB installed with its nvidia-*
+# libraries, 1.5-2.5 minutes here (measured); `pip install --no-deps torch` cannot even
+# be imported without them, and pinning only the libraries it loads saved a quarter of
+# the size at the price of a dozen version pins. The tests use the CPU.
+setup_torch() {
+    local mpi=$1 venv log
+    venv=$(venv_of "$mpi")
+    log=$LOGDIR/bindings-$mpi-torch-install.log
+    : >"$log"
+    if "$venv/bin/python" -c "import torch" >>"$log" 2>&1; then
+        return 0
+    fi
+    local start=$SECONDS
+    step "$log" "$venv/bin/python" -m pip install --disable-pip-version-check -q torch || return 1
+    TORCH_INSTALLED="installed in $((SECONDS - start)) s"
 }
 
 # build <mpi>: the library (if missing), Fortran and C programs.
@@ -188,6 +209,19 @@ for mpi in "${MPIS[@]}"; do
         fail "$mpi/python-env" "$LOGDIR/bindings-$mpi-python-env.log"
         python_ok=0
     fi
+    torch_ok=0
+    if [ $python_ok -eq 1 ] && [ "${MDL_SKIP_TORCH:-0}" = 1 ]; then
+        echo "SKIP $mpi/torch: MDL_SKIP_TORCH=1, the mdloader.torch tests and the QM9 GNN do NOT run"
+    elif [ $python_ok -eq 1 ]; then
+        TORCH_INSTALLED="already installed"
+        if setup_torch "$mpi"; then
+            pass "$mpi/torch-env ($TORCH_INSTALLED)"
+            torch_ok=1
+        else
+            fail "$mpi/torch-env (the mdloader.torch tests and the QM9 GNN cannot run)" \
+                "$LOGDIR/bindings-$mpi-torch-install.log"
+        fi
+    fi
     if [ $QM9_READY -eq 0 ] && [ $python_ok -eq 1 ]; then
         QM9_CONVERTED="up to date"
         if qm9_data "$py"; then
@@ -235,7 +269,17 @@ for mpi in "${MPIS[@]}"; do
                 "$ROOT/python/examples/qm9_epochs.py" "$QM9DIR/qm9.qm9g" --epochs 1 --max-steps 40 --batch-size 128 \
                 --sampler library --prefetch 2
         fi
-        run_case "$mpi" "$np" "pytest-np$np" "${pyenv[@]}" -- "$py" -m pytest -q -p no:cacheprovider --color=no \
+        if [ $QM9_READY -eq 1 ] && [ $torch_ok -eq 1 ]; then
+            # The GNN must learn (--check: the validation MAE falls over the epochs).
+            gnn=("$py" "$ROOT/python/examples/qm9_gnn.py" "$QM9DIR/qm9.qm9g" --train 2048 --val 512 --batch-size 32
+                --epochs 3 --hidden 32 --check)
+            run_case "$mpi" "$np" "qm9-gnn-np$np" "${pyenv[@]}" -- "${gnn[@]}"
+            if [ "$np" = 2 ]; then
+                run_case "$mpi" "$np" "qm9-gnn-worker-processes-np$np" "${pyenv[@]}" -- "${gnn[@]}" --collate workers
+                run_case "$mpi" "$np" "qm9-gnn-list-baseline-np$np" "${pyenv[@]}" -- "${gnn[@]}" --feeder list
+            fi
+        fi
+        run_case "$mpi" "$np" "pytest-np$np" "${pyenv[@]}" -- "$py" -m pytest -q -rs -p no:cacheprovider --color=no \
             "$ROOT/tests/python" -k "not matches_the_csv"
     done
     # The decode test must notice a wrong value: one coordinate of the reference changed

@@ -18,24 +18,53 @@ is called the same number of times everywhere (required by the library).
 
 from __future__ import annotations
 
+import ctypes
 import math
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional, Union
 
 import numpy as np
 
-from .loader import Batch, Loader, _id_array, _integer, _uint
+from . import _lib
+from .background import in_background
+from .loader import Batch, Loader, _check, _id_array, _integer, _uint
 
-__all__ = ["DistributedSampler", "DataLoader", "BatchIterator"]
+__all__ = ["DistributedSampler", "DataLoader", "BatchIterator", "epoch_ids"]
+
+
+def epoch_ids(
+    num_samples: int,
+    num_replicas: int,
+    rank: int,
+    *,
+    seed: int,
+    epoch: int,
+    shuffle: bool,
+    drop_last: bool,
+    batch_size: int,
+    step: int,
+) -> np.ndarray:
+    """Rank ``rank``'s ids at ``step`` of the library's epoch (mdl_epoch_ids): the one
+    definition of the order, shared with the built-in sampler, C and Fortran."""
+    lib = _lib.load_library()
+    fn = getattr(lib, "mdl_epoch_ids", None)
+    if fn is None:
+        raise RuntimeError(f"{_lib.library_path()} has no mdl_epoch_ids: rebuild the library")
+    out = np.empty(min(batch_size, num_samples), dtype=np.uint64)  # a step holds at most this many
+    n = ctypes.c_size_t()
+    _check(fn(num_samples, num_replicas, rank, seed, epoch, batch_size, int(bool(shuffle)), int(bool(drop_last)),
+              step, out.ctypes.data if out.size else None, out.size, ctypes.byref(n)))
+    return out[: n.value].astype(np.int64)
 
 
 class DistributedSampler:
-    """The global ids of one rank for one epoch.
+    """The global ids of one rank for one epoch, in the library's order.
 
-    shuffle: a fresh permutation of all ids every epoch, from ``seed + epoch`` (the same
-    on every rank, so the ranks' shares are disjoint). drop_last=False pads the epoch by
-    repeating ids from its start so that it divides evenly among the ranks (every rank
-    gets ceil(N / P) ids); drop_last=True drops the tail instead (floor(N / P) each).
-    Rank r takes positions r, r + P, r + 2P, ... of the epoch (as PyTorch does).
+    The order is the built-in sampler's (``Loader.epoch``, ``mdl_next_batch`` in C and
+    Fortran): a permutation of all ids drawn from ``(seed, epoch)`` (the identity
+    without shuffle), the same on every rank. The split is PyTorch's
+    ``DistributedSampler``: drop_last=False pads the epoch by wrapping around so that
+    every rank gets ceil(N / P) ids; drop_last=True drops the tail instead (floor(N / P)
+    each). Rank r takes positions r, r + P, r + 2P, ... of the epoch.
     """
 
     def __init__(
@@ -56,7 +85,7 @@ class DistributedSampler:
         self.num_replicas = num_replicas
         self.rank = rank
         self.shuffle = shuffle
-        self.seed = _uint(seed, "seed")  # numpy's PCG64 takes non-negative seeds; so does the library
+        self.seed = _uint(seed, "seed")
         self.drop_last = drop_last
         self.epoch = 0
         if drop_last:
@@ -70,21 +99,10 @@ class DistributedSampler:
     def __len__(self) -> int:
         return self.per_rank
 
-    def epoch_order(self) -> np.ndarray:
-        """All ids of the current epoch, in visiting order (before the split)."""
-        if self.shuffle:
-            rng = np.random.Generator(np.random.PCG64([self.seed, self.epoch]))
-            order = rng.permutation(self.total).astype(np.int64)
-        else:
-            order = np.arange(self.total, dtype=np.int64)
-        wanted = self.per_rank * self.num_replicas
-        if wanted <= order.size:
-            return order[:wanted]
-        return np.resize(order, wanted)  # pads by repeating from the start
-
     def indices(self) -> np.ndarray:
-        """This rank's ids for the current epoch."""
-        return self.epoch_order()[self.rank :: self.num_replicas]
+        """This rank's ids for the current epoch (one step of the whole share)."""
+        return epoch_ids(self.total, self.num_replicas, self.rank, seed=self.seed, epoch=self.epoch,
+                         shuffle=self.shuffle, drop_last=self.drop_last, batch_size=max(self.per_rank, 1), step=0)
 
     def __iter__(self) -> Iterator[int]:
         return iter(self.indices().tolist())
@@ -105,6 +123,16 @@ class DataLoader:
     same seed and epoch, batches fetched ahead on a library thread when ``prefetch`` > 0,
     and batches that are views of the library's memory, valid until the next batch.
 
+    sampler may also be a :class:`DistributedSampler` (its order is the library's too).
+
+    num_workers: 0 (default) fetches and collates on the calling thread; 1 or more runs
+    both on one background thread (threads, not processes: the fetch is an MPI call),
+    ``prefetch_factor`` batches ahead (default 2), overlapped with the caller's step;
+    that thread makes every collective call of the iteration. persistent_workers is
+    accepted with num_workers > 0, as in torch (the thread lives for one epoch; there is
+    no state to keep). pin_memory=True is refused: numpy batches cannot be pinned (torch's
+    DataLoader over ``mdloader.torch`` pins). For PyTorch, prefer ``mdloader.torch``.
+
     Iterating makes one pass over the current epoch and then advances the epoch, so
     ``for epoch in range(E): for batch in loader: ...`` sees a new shuffle each time;
     :meth:`set_epoch` sets it explicitly (as with PyTorch's DistributedSampler).
@@ -122,15 +150,37 @@ class DataLoader:
         reuse_buffer: bool = False,
         num_replicas: Optional[int] = None,
         rank: Optional[int] = None,
-        sampler: str = "python",
+        sampler: Union[str, DistributedSampler] = "python",
         prefetch: int = 0,
+        num_workers: int = 0,
+        prefetch_factor: Optional[int] = None,
+        persistent_workers: bool = False,
+        pin_memory: bool = False,
     ):
         # Checked here, where the loader is built (a local call), not at the first
         # collective fetch, where one rank raising alone would leave the others waiting.
         batch_size = _uint(batch_size, "batch_size", lo=1)
         prefetch = _uint(prefetch, "prefetch", hi=2**32 - 1)
+        self.num_workers = _uint(num_workers, "num_workers")
+        # torch's own rules for these two
+        if prefetch_factor is not None and not self.num_workers:
+            raise ValueError("prefetch_factor needs num_workers > 0 (as in torch's DataLoader)")
+        if persistent_workers and not self.num_workers:
+            raise ValueError("persistent_workers needs num_workers > 0 (as in torch's DataLoader)")
+        self.ahead = _uint(prefetch_factor if prefetch_factor is not None else 2, "prefetch_factor", lo=1)
+        if pin_memory:
+            raise ValueError(
+                "pin_memory: mdloader.DataLoader yields numpy batches, which cannot be pinned; use torch's "
+                "DataLoader over mdloader.torch.ShardDataset (pin_memory works there as in torch)"
+            )
+        if self.num_workers and reuse_buffer:
+            raise ValueError("reuse_buffer cannot be used with num_workers > 0 (batches are taken ahead)")
+        if isinstance(sampler, DistributedSampler):
+            given, sampler = sampler, "python"
+        else:
+            given = None
         if sampler not in ("python", "library"):
-            raise ValueError(f"sampler must be 'python' or 'library', not {sampler!r}")
+            raise ValueError(f"sampler must be 'python', 'library' or a mdloader.DistributedSampler, not {sampler!r}")
         if sampler == "library" and (num_replicas is not None or rank is not None):
             raise ValueError("the library's sampler splits over the loader's communicator: no num_replicas/rank")
         if prefetch and sampler != "library":
@@ -144,7 +194,7 @@ class DataLoader:
         self.drop_last = drop_last
         self.collate_fn = collate_fn
         self.reuse_buffer = reuse_buffer
-        self.sampler = DistributedSampler(
+        self.sampler = given or DistributedSampler(
             loader.num_samples,
             loader.size if num_replicas is None else num_replicas,
             loader.rank if rank is None else rank,
@@ -166,6 +216,11 @@ class DataLoader:
         return n // self.batch_size if self.drop_last else math.ceil(n / self.batch_size)
 
     def __iter__(self) -> Iterator[Any]:
+        if self.num_workers:
+            return in_background(self._batches(), self.ahead)
+        return self._batches()
+
+    def _batches(self) -> Iterator[Any]:
         if self.sampler_kind == "library":
             yield from self._iter_library()
             return
@@ -190,8 +245,9 @@ class DataLoader:
             self.batch_size, seed=self.seed, epoch=self.epoch, shuffle=self.shuffle, drop_last=self.drop_last
         )
         for batch in batches:
-            if self.drop_last and len(batch) < self.batch_size:
-                continue  # the last, incomplete batch: still taken (collective), not yielded
+            if self.num_workers:
+                # taken ahead: the library reuses its buffer at its next step
+                batch = Batch(batch.ids, batch.data.copy(), batch.offsets)
             yield self.collate_fn(batch) if self.collate_fn is not None else batch
         self.sampler.set_epoch(self.sampler.epoch + 1)
 

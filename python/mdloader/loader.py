@@ -274,23 +274,46 @@ class Batch(Sequence):
 SampleLike = Union[bytes, bytearray, memoryview, np.ndarray]
 
 
+def aligned_empty(nbytes: int, align: int) -> np.ndarray:
+    """A new uint8 buffer of nbytes whose first byte sits at a multiple of align."""
+    if align <= 1:
+        return np.empty(nbytes, dtype=np.uint8)
+    raw = np.empty(nbytes + align, dtype=np.uint8)
+    start = -raw.ctypes.data % align
+    return raw[start : start + nbytes]
+
+
 def _as_bytes(a: Any) -> np.ndarray:
-    """Any buffer (bytes, numpy array of any dtype, ...) as a flat uint8 array (a view
-    when possible)."""
+    """Any buffer (bytes, numpy array of any dtype, a CPU torch tensor or any other
+    DLPack array, ...) as a flat uint8 array (a view when possible)."""
+    if not isinstance(a, np.ndarray) and hasattr(a, "__dlpack__"):
+        # torch refuses to export a tensor that requires grad; its bytes are what we want
+        a = np.from_dlpack(a.detach() if hasattr(a, "detach") else a)
     if isinstance(a, np.ndarray):
         a = np.ascontiguousarray(a)
         return a.reshape(-1).view(np.uint8)
     return np.frombuffer(memoryview(a).cast("B"), dtype=np.uint8)
 
 
-def _shard_arrays(data: Any, offsets: Any) -> tuple[np.ndarray, np.ndarray]:
+def _padded(parts: list, align: int) -> list:
+    """The samples with zeros appended so that each size is a multiple of align."""
+    if align == 1:
+        return parts
+    out = []
+    for p in parts:
+        pad = -p.size % align
+        out.append(np.concatenate([p, np.zeros(pad, dtype=np.uint8)]) if pad else p)
+    return out
+
+
+def _shard_arrays(data: Any, offsets: Any, align: int = 1) -> tuple[np.ndarray, np.ndarray]:
     if offsets is None:
         if isinstance(data, np.ndarray) and data.dtype != object:
             raise TypeError(
                 "register_shard(data) without offsets takes a list of samples; for one buffer "
                 "pass its offsets too: register_shard(data, offsets)"
             )
-        parts = [_as_bytes(s) for s in data]
+        parts = _padded([_as_bytes(s) for s in data], align)
         sizes = np.fromiter((p.size for p in parts), dtype=np.uint64, count=len(parts))
         offs = np.zeros(len(parts) + 1, dtype=np.uint64)
         np.cumsum(sizes, out=offs[1:])
@@ -305,6 +328,8 @@ def _shard_arrays(data: Any, offsets: Any) -> tuple[np.ndarray, np.ndarray]:
     offs = np.ascontiguousarray(raw, dtype=np.uint64)
     if offs.size and int(offs[-1]) > buf.size:
         raise ValueError(f"offsets[-1] = {int(offs[-1])} is beyond the data ({buf.size} bytes)")
+    if align > 1 and offs.size > 1:
+        return _shard_arrays([buf[int(a) : int(b)] for a, b in zip(offs[:-1], offs[1:])], None, align)
     return buf, offs
 
 
@@ -352,6 +377,7 @@ class Loader:
         self._n_local = 0
         self._max_size = 0  # the largest sample on any rank (sizes fetch buffers; see fetch)
         self._epoch_steps: int | None = None  # steps of the built-in epoch in progress
+        self._align = 1  # register_shard's align: every sample's size is a multiple of it
         try:
             initial = None if backend is None else Backend.parse(backend)
         except ValueError as err:
@@ -392,18 +418,29 @@ class Loader:
         return self._h
 
     # -- data -------------------------------------------------------------------------
-    def register_shard(self, data: Any, offsets: Any = None) -> None:
+    def register_shard(self, data: Any, offsets: Any = None, *, align: int = 1) -> None:
         """Collective. Registers this rank's shard (once per loader); the data is copied.
 
-        Either a sequence of samples (bytes, bytearray, numpy arrays of any dtype:
-        each becomes one sample, its raw bytes), or one buffer ``data`` with ``offsets``
-        (n + 1 byte offsets, offsets[0] == 0, non-decreasing): sample i is
-        ``data[offsets[i]:offsets[i+1]]``. Global ids follow rank order: rank r's local
+        Either a sequence of samples (bytes, bytearray, numpy arrays of any dtype, CPU
+        torch tensors: each becomes one sample, its raw bytes), or one buffer ``data``
+        with ``offsets`` (n + 1 byte offsets, offsets[0] == 0, non-decreasing): sample i
+        is ``data[offsets[i]:offsets[i+1]]``. Global ids follow rank order: rank r's local
         sample i has id (sum of the shard sizes of ranks < r) + i.
+
+        align: samples are stored back to back, so a sample starts wherever the previous
+        one ended (a float32 array may sit at an odd byte). With ``align`` (a power of
+        two, e.g. 8 or 64) every sample's size is rounded up to a multiple of it with
+        zero bytes, so that in every fetched batch each sample starts at a multiple of
+        ``align`` from the batch's start (and :meth:`fetch` allocates its buffers
+        ``align``-aligned): zero-copy typed views. Sizes then include the padding
+        (``sample_size``, ``batch.sizes``): pick the largest itemsize of your records to
+        change no size, or records that know their own length. The same on every rank
+        (checked: a mismatch raises ValueError on every rank).
         """
         h = self._handle()
         try:
-            buf, offs = _shard_arrays(data, offsets)
+            align = self._agreed_align(align)
+            buf, offs = _shard_arrays(data, offsets, align)
         except Exception as err:
             # Fail on every rank together: n_samples = 1 with no offsets is refused.
             self._lib.mdl_register_shard(h, None, None, 1)
@@ -420,6 +457,30 @@ class Loader:
         self._first_id = sum(count for count, _ in pairs[: self.rank])
         self._n_local = n
         self._max_size = max(m for _, m in pairs)
+
+    def _agreed_align(self, align: Any) -> int:
+        """align, checked and compared across ranks (one allgather): any rank's bad or
+        differing value raises on every rank, naming the values."""
+        try:
+            mine = _uint(align, "align", lo=1, hi=1 << 20)
+            problem = "" if mine & (mine - 1) == 0 else f"align = {mine} is not a power of two"
+        except (TypeError, ValueError) as err:
+            mine, problem = -1, str(err)
+        everyone = self.comm.allgather((mine, problem))
+        bad = [(r, p) for r, (_, p) in enumerate(everyone) if p]
+        if bad:
+            raise ValueError(f"register_shard: on rank {bad[0][0]}: {bad[0][1]}")
+        values = sorted({a for a, _ in everyone})
+        if len(values) > 1:
+            raise ValueError(f"register_shard: align differs across ranks ({values[0]} and {values[-1]}); "
+                             "pass the same value on every rank")
+        self._align = mine
+        return mine
+
+    @property
+    def align(self) -> int:
+        """The alignment samples were registered with (1: packed back to back)."""
+        return self._align
 
     @property
     def num_samples(self) -> int:
@@ -512,7 +573,7 @@ class Loader:
         try:
             idv, problem = _id_array(ids)
             # (allocations too: a MemoryError here must not leave the other ranks waiting)
-            buf = np.empty(self._batch_bytes(idv), dtype=np.uint8) if out is None else _out_bytes(out)
+            buf = aligned_empty(self._batch_bytes(idv), self._align) if out is None else _out_bytes(out)
             offs = np.empty(idv.size + 1, dtype=np.uint64)
         except Exception as err:
             # Fail on every rank together: n = 1 with no ids is refused by the library.
@@ -571,7 +632,8 @@ class Loader:
         """Collective. One epoch of the library's built-in sampler (mdl_epoch_begin /
         mdl_next_batch): a permutation of all ids drawn from (seed, epoch), the same in
         every language and on every rank, split like PyTorch's DistributedSampler, in
-        batches of batch_size (the last may be smaller), fetched ahead when
+        batches of batch_size (the last may be smaller; with drop_last only full batches
+        are taken, see :meth:`epoch_steps`), fetched ahead when
         :meth:`set_prefetch` asked for it.
 
         The yielded batches are zero-copy views of the library's memory, **valid until
@@ -601,9 +663,14 @@ class Loader:
             _note(err, _FAILED_EVERYWHERE)
             raise
         _check(begin(h, *args))
-        self._epoch_steps = self.epoch_steps(args[2], bool(args[4]))
+        self._epoch_steps = self._library_steps(args[2], bool(args[4]))
+        # drop_last means full batches only, as everywhere in Python: past them the epoch
+        # is ended by a seek to its end, so that the short last batch is never taken
+        # (with prefetch, the library's thread may have fetched it already).
+        last = self.epoch_steps(args[2], bool(args[4]))
         if start_step:
             self.seek(start_step)
+        step = start_step
         next_batch = self._lib.mdl_next_batch
         ids_p = _lib.c_u64_p()
         offs_p = _lib.c_u64_p()
@@ -611,7 +678,10 @@ class Loader:
         n = ctypes.c_size_t()
         refs = (ctypes.byref(ids_p), ctypes.byref(data_p), ctypes.byref(offs_p), ctypes.byref(n))
         while True:
+            if step == last < self._epoch_steps:
+                self.seek(self._epoch_steps)
             _check(next_batch(h, *refs))
+            step += 1
             count = n.value
             if count == 0:
                 self._epoch_steps = None
@@ -646,8 +716,21 @@ class Loader:
         _check(status)
 
     def epoch_steps(self, batch_size: int, drop_last: bool = False) -> int:
-        """Steps of a built-in sampler epoch on every rank (the same everywhere)."""
+        """Batches of an epoch on every rank (the same everywhere), as :meth:`epoch`,
+        :class:`mdloader.DataLoader` and ``mdloader.torch`` yield them: with drop_last,
+        every rank's share is floor(N / P) and only full batches are taken (PyTorch's
+        DistributedSampler and BatchSampler, each with drop_last); without, the share is
+        ceil(N / P) (padded by wrapping around) and the last batch may be smaller."""
         batch_size = _uint(batch_size, "batch_size", lo=1)
+        total, ranks = self.num_samples, self.size
+        if drop_last:
+            return total // ranks // batch_size
+        per_rank = -(-total // ranks)
+        return -(-per_rank // batch_size)
+
+    def _library_steps(self, batch_size: int, drop_last: bool) -> int:
+        """Steps of the C sampler's epoch, whose drop_last drops only the uneven tail
+        across ranks and keeps a short last batch."""
         total, ranks = self.num_samples, self.size
         per_rank = total // ranks if drop_last else -(-total // ranks)
         return -(-per_rank // batch_size)

@@ -5,8 +5,10 @@
 mod api;
 mod args;
 mod handle;
+mod order;
 
 pub use api::*;
+pub use order::mdl_epoch_ids;
 
 use crate::error::{Result, mdl_status};
 use std::cell::RefCell;

@@ -143,6 +143,49 @@ int main(int argc, char **argv)
         check(st == MDL_OK && !memcmp(all, pinned, sizeof pinned), "pinned permutation (seed 12345, epoch 7, N 1000)");
     }
 
+    /* mdl_epoch_ids, which needs no loader, gives what mdl_next_batch gives at every
+       step (with and without drop_last), the pinned order with one rank, and refuses
+       bad arguments. */
+    int ids_same = 1;
+    for (int drop = 0; drop <= 1; drop++) {
+        mdl_set_prefetch(h, 0);
+        mdl_status st = mdl_epoch_begin(h, 42, 3, 5, 1, drop);
+        for (uint64_t step = 0; st == MDL_OK; step++) {
+            const uint64_t *ids, *offs;
+            const void *d;
+            size_t n = 0, m = 99;
+            uint64_t got[5];
+            st = mdl_next_batch(h, &ids, &d, &offs, &n);
+            mdl_status by_ids = mdl_epoch_ids(g_n, (uint64_t)g_size, (uint64_t)g_rank, 42, 3, 5, 1, drop, step, got, 5, &m);
+            if (st != MDL_OK || by_ids != MDL_OK || m != n || (n && memcmp(got, ids, n * sizeof *ids)))
+                ids_same = 0;
+            if (n == 0)
+                break;
+        }
+        ids_same &= st == MDL_OK;
+    }
+    check(ids_same, "mdl_epoch_ids: the ids of mdl_next_batch at every step, with and without drop_last");
+    if (g_n == 1000) {
+        static const uint64_t pinned[8] = {323, 698, 341, 780, 723, 929, 760, 87};
+        uint64_t got[8];
+        size_t m = 0;
+        check(mdl_epoch_ids(1000, 1, 0, 12345, 7, 8, 1, 0, 0, got, 8, &m) == MDL_OK && m == 8 &&
+                  !memcmp(got, pinned, sizeof pinned),
+              "mdl_epoch_ids: the pinned permutation at one rank");
+    }
+    {
+        uint64_t got[4];
+        size_t m = 0;
+        int refused = mdl_epoch_ids(10, 0, 0, 0, 0, 1, 1, 0, 0, got, 4, &m) == MDL_ERR_INVALID_ARG &&
+                      mdl_epoch_ids(10, 2, 2, 0, 0, 1, 1, 0, 0, got, 4, &m) == MDL_ERR_INVALID_ARG &&
+                      mdl_epoch_ids(10, 2, 0, 0, 0, 0, 1, 0, 0, got, 4, &m) == MDL_ERR_INVALID_ARG &&
+                      mdl_epoch_ids(10, 1, 0, 0, 0, 4, 1, 0, 0, NULL, 4, &m) == MDL_ERR_NULL_ARG &&
+                      mdl_epoch_ids(10, 1, 0, 0, 0, 4, 1, 0, 0, got, 4, NULL) == MDL_ERR_NULL_ARG &&
+                      mdl_epoch_ids(10, 1, 0, 0, 0, 8, 1, 0, 0, got, 4, &m) == MDL_ERR_BUFFER_TOO_SMALL && m == 8 &&
+                      mdl_epoch_ids(10, 1, 0, 0, 0, 8, 1, 0, 2, NULL, 0, &m) == MDL_OK && m == 0;
+        check(refused, "mdl_epoch_ids: bad arguments refused, a small buffer says the count needed");
+    }
+
     /* (batch, shuffle, drop_last) cases, every engine and prefetch depth. */
     static const struct { uint64_t batch; int shuffle, drop_last; } cases[] = {
         {16, 1, 1}, {16, 1, 0}, {7, 0, 0}, {1000, 1, 0}, {3, 1, 1},

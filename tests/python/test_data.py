@@ -139,3 +139,34 @@ def test_library_sampler_stopped_early(comm):
         ld.end_epoch()
         assert bytes(ld.fetch([1])[0]) == bytes([0, 1])
         ld.end_epoch()  # nothing open: no-op
+
+
+@pytest.mark.parametrize("kind", ["python", "library"])
+def test_num_workers_collate_on_a_thread_with_the_same_batches(comm, kind):
+    with mdloader.Loader(comm) as ld:
+        ld.register_shard([np.full(2 + i % 3, comm.rank * 100 + i, dtype=np.int32) for i in range(30)])
+        sums = lambda b: [int(b.view(k, np.int32).sum()) for k in range(len(b))]  # noqa: E731
+        inline = [sums(b) for b in DataLoader(ld, 4, seed=1, sampler=kind)]
+        loader = DataLoader(ld, 4, seed=1, sampler=kind, num_workers=1, prefetch_factor=3, persistent_workers=True,
+                            collate_fn=sums)
+        assert list(loader) == inline
+        for k, _ in enumerate(loader):  # stopping early, then the next epoch: every rank in step
+            if k == 1:
+                break
+        if kind == "library":
+            ld.end_epoch()
+        assert len(list(loader)) == len(inline)
+
+
+def test_torch_style_arguments(comm):
+    with mdloader.Loader(comm) as ld:
+        ld.register_shard([bytes([comm.rank, i]) for i in range(10)])
+        with pytest.raises(ValueError, match="prefetch_factor needs num_workers"):
+            DataLoader(ld, 2, prefetch_factor=2)
+        with pytest.raises(ValueError, match="persistent_workers needs num_workers"):
+            DataLoader(ld, 2, persistent_workers=True)
+        with pytest.raises(ValueError, match="pin_memory"):
+            DataLoader(ld, 2, pin_memory=True)
+        sampler = DistributedSampler(ld.num_samples, comm.size, comm.rank, seed=4)
+        by_object = [b.ids.tolist() for b in DataLoader(ld, 2, sampler=sampler)]
+        assert by_object == [b.ids.tolist() for b in DataLoader(ld, 2, seed=4)]
