@@ -157,6 +157,10 @@ def _declare(lib: ctypes.CDLL) -> None:
     if hasattr(lib, "mdl_stats_json"):
         lib.mdl_stats_json.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t]
         lib.mdl_stats_json.restype = ctypes.c_size_t
+    if hasattr(lib, "mdl_stats_json_job"):
+        lib.mdl_stats_json_job.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t,
+                                           ctypes.POINTER(ctypes.c_size_t)]
+        lib.mdl_stats_json_job.restype = c_int
     lib.mdl_status_string.argtypes = [c_int]
     lib.mdl_status_string.restype = ctypes.c_char_p
     lib.mdl_last_error.argtypes = [ctypes.c_char_p, ctypes.c_size_t]

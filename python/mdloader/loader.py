@@ -608,6 +608,20 @@ class Loader:
         fn(self._handle(), buf, n + 1)
         return json.loads(buf.value.decode()) if n else {}
 
+    def job_stats(self) -> dict:
+        """Collective: the whole job's statistics (mdl_stats_json_job) as a dict, the same
+        on every rank: bytes, samples and seconds over all ranks. Raises MDLError on every
+        rank during a sampler epoch (MDL_ERR_STATE)."""
+        fn = self._lib.mdl_stats_json_job
+        needed = ctypes.c_size_t(0)
+        buf = ctypes.create_string_buffer(4096)
+        _check(fn(self._handle(), buf, len(buf), ctypes.byref(needed)))
+        if needed.value >= len(buf):
+            # The same length on every rank: every rank makes this second call.
+            buf = ctypes.create_string_buffer(needed.value + 1)
+            _check(fn(self._handle(), buf, len(buf), ctypes.byref(needed)))
+        return json.loads(buf.value.decode())
+
     # -- the library's built-in sampler ----------------------------------------------------
     @property
     def has_sampler(self) -> bool:

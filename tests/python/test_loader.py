@@ -1,6 +1,8 @@
 """mdloader.Loader under MPI: registration forms, fetch round trips on every engine,
 zero-copy views, and errors that fail on every rank together (never a hang)."""
 
+import json
+
 import numpy as np
 import pytest
 
@@ -190,6 +192,14 @@ def test_stats(comm, loader):
     if stats:  # a library with mdl_stats_json
         assert stats["rank"] == comm.rank and stats["ranks"] == comm.size
         assert stats["samples"] == 1
+
+
+def test_job_stats(comm, loader):
+    loader.register_shard([b"abcd"] * 3)
+    loader.fetch([0, comm.size * 3 - 1])
+    job = loader.job_stats()
+    assert job["ranks"] == comm.size and job["samples"] == 2 * comm.size
+    assert comm.allgather(json.dumps(job, sort_keys=True)) == [json.dumps(job, sort_keys=True)] * comm.size
 
 
 def test_verdicts_agree(comm):
