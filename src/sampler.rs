@@ -274,7 +274,10 @@ impl Epoch {
         // Sorted by (step, requester, place in its batch): position i = k * P + rank is
         // place k % B of step k / B, so the key (step * P + rank) * B + place orders
         // them as plain integers (no division in the comparisons), and is one-to-one.
-        let (ranks, batch) = (self.ranks, self.batch);
+        // A batch larger than a rank's share (up to u64::MAX) holds the share: step and
+        // place are the same with the share as the batch, and the keys cannot overflow
+        // (they stay below the padded total plus a step).
+        let (ranks, batch) = (self.ranks, self.batch.min(self.per_rank).max(1));
         let steps_key = ranks * batch;
         for entry in &mut positions {
             let (k, rank) = (*entry / ranks, *entry % ranks);
@@ -429,6 +432,25 @@ mod tests {
         }
         assert!(found > 20, "{found} requests of the owner found");
         assert_eq!(found, requested);
+    }
+
+    /// A batch size far above a rank's share (u64::MAX is valid): one step, and the
+    /// inversion's keys do not overflow (the fuzzer found that they did).
+    #[test]
+    fn batch_size_beyond_the_share() {
+        let (n, p) = (189u64, 2usize);
+        let e = Epoch::new(n, p, 5, 0, u64::MAX, true, false).unwrap();
+        assert_eq!(e.steps(), 1);
+        let owned = 0..163;
+        e.prepare_owned(owned.clone(), 0, &|_| 1).unwrap();
+        let mut by_rank = vec![Vec::new(); p];
+        e.owned_in_batches(0, owned.clone(), &mut by_rank);
+        let mut ids = Vec::new();
+        for (q, got) in by_rank.iter().enumerate() {
+            e.batch_into(0, q, &mut ids);
+            let expected: Vec<u64> = ids.iter().copied().filter(|id| owned.contains(id)).collect();
+            assert_eq!(got, &expected, "rank {q}");
+        }
     }
 
     /// The inversion gives each owner exactly its ids of every rank's batch, in batch
