@@ -6,6 +6,7 @@ import ctypes
 import enum
 import json
 import operator
+import sys
 import warnings
 from collections.abc import Sequence
 from typing import Any, Iterable, Iterator, Union
@@ -61,14 +62,18 @@ class MDLError(RuntimeError):
     A collective call that failed on another rank raises with ``Status.ERR_REMOTE`` here.
     """
 
-    def __init__(self, status: int, message: str):
+    def __init__(self, status: int, message: str, call: str = ""):
         try:
             self.status: Union[Status, int] = Status(status)
         except ValueError:
             self.status = status
         self.message = message
+        #: The Python call that failed (``Loader.fetch``, ...), when known; ``message``
+        #: names the library's call inside it.
+        self.call = call
         name = self.status.name if isinstance(self.status, Status) else str(status)
-        super().__init__(f"{message} [MDL_{name}]" if message else f"MDL_{name}")
+        text = f"{message} [MDL_{name}]" if message else f"MDL_{name}"
+        super().__init__(f"{call}: {text}" if call else text)
 
 
 def status_string(status: int) -> str:
@@ -90,10 +95,25 @@ def last_error() -> str:
 
 
 def _check(status: int, prefix: str = "") -> None:
-    """Raises MDLError for a failed call, with the library's own message (mdl_last_error)."""
+    """Raises MDLError for a failed call, with the library's own message (mdl_last_error)
+    and the name of the package's public call the user made."""
     if status != 0:
         message = last_error() or status_string(status)
-        raise MDLError(status, prefix + message if prefix else message)
+        raise MDLError(status, prefix + message if prefix else message, call=_public_caller())
+
+
+def _public_caller() -> str:
+    """The qualified name of the innermost public function or method of this package
+    on the stack (``Loader.fetch``, ``DataLoader.__iter__``), skipping private helpers."""
+    frame = sys._getframe(2)
+    while frame is not None and frame.f_globals.get("__name__", "").startswith("mdloader"):
+        name = frame.f_code.co_name
+        if not name.startswith("_") or (name.startswith("__") and name.endswith("__")):
+            qualified = getattr(frame.f_code, "co_qualname", None)  # Python 3.11
+            owner = frame.f_locals.get("self")
+            return qualified or (f"{type(owner).__name__}.{name}" if owner is not None else name)
+        frame = frame.f_back
+    return ""
 
 
 # -- integers crossing ctypes ----------------------------------------------------------

@@ -194,6 +194,15 @@ def test_stats(comm, loader):
         assert stats["samples"] == 1
 
 
+def test_errors_name_the_python_call(comm, loader):
+    loader.register_shard([b"abc"])
+    with pytest.raises(MDLError) as info:
+        loader.fetch([comm.size])  # out of range on every rank
+    err = info.value
+    assert err.call == "Loader.fetch" and str(err).startswith("Loader.fetch: mdl_fetch_batch: ")
+    assert err.message == mdloader.last_error()  # the library's text, unchanged
+
+
 def test_job_stats(comm, loader):
     loader.register_shard([b"abcd"] * 3)
     loader.fetch([0, comm.size * 3 - 1])
