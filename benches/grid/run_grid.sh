@@ -278,7 +278,7 @@ for mpi in $MPIS; do
                     # ranks share 2 cores and would busy-poll (56 ms per all-reduce,
                     # measured): mpi_yield_when_idle.
                     launch=(mpirun.openmpi --bind-to none --oversubscribe --mca mpi_yield_when_idle 1
-                        --mca plm_rsh_agent "$NSEXEC" --host "$NS_A:2,$NS_B:2"
+                        --mca plm_rsh_agent "$NSEXEC" --host "$NS_A:2,$NS_B:2" --mca rtc ^hwloc
                         --mca btl tcp,self --mca btl_tcp_if_include $VETH --mca oob_tcp_if_include $VETH
                         --mca osc pt2pt -n "$np")
                     ;;
