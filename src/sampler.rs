@@ -137,7 +137,7 @@ struct OwnedPositions {
     /// Per position, its requester and id ([`pack`]), in that order.
     requests: Vec<u64>,
     step_starts: Vec<usize>,
-    /// Per step: bytes of the owner's samples in the other ranks' batches.
+    /// Per step: bytes of the owner's samples in the batches of the ranks it serves.
     served: Vec<u64>,
 }
 
@@ -192,14 +192,15 @@ impl Epoch {
         ids.extend((first..end).map(|k| self.perm.at((rank as u64 + k * self.ranks) % self.n)));
     }
 
-    /// Build, if not yet built, where the ids in `owned` (rank `owner`'s samples, of
-    /// lengths `len_of`) sit in the epoch: 8 bytes per owned sample and per step,
+    /// Build, if not yet built, where the ids in `owned` (one rank's samples, of lengths
+    /// `len_of`) sit in the epoch, and the bytes it serves per step to the ranks for which
+    /// `serves(rank)` (not itself, nor the ranks that copy its samples on the node): 8 bytes per owned sample and per step,
     /// allocated fallibly. Called before a step's agreement, so that running out of
     /// memory fails every rank together. O(owned) once per epoch; the steps then need
     /// O(their requests of the owner), and [`Epoch::served_bytes`] O(1).
-    pub fn prepare_owned(&self, owned: Range<u64>, owner: usize, len_of: &dyn Fn(u64) -> u64) -> Result<()> {
+    pub fn prepare_owned(&self, owned: Range<u64>, serves: &dyn Fn(usize) -> bool, len_of: &dyn Fn(u64) -> u64) -> Result<()> {
         if self.inverse.get().is_none() {
-            let _ = self.inverse.set(self.invert(owned, owner, len_of)?);
+            let _ = self.inverse.set(self.invert(owned, serves, len_of)?);
         }
         Ok(())
     }
@@ -210,7 +211,7 @@ impl Epoch {
         inverse
     }
 
-    /// Bytes of the prepared owner's samples that the other ranks take at `step` (0
+    /// Bytes of the prepared owner's samples that the ranks it serves take at `step` (0
     /// past the end).
     pub fn served_bytes(&self, step: u64, owned: Range<u64>) -> u64 {
         self.inverse(&owned).served.get(step as usize).copied().unwrap_or(0)
@@ -240,7 +241,7 @@ impl Epoch {
     /// Where every id in `owned` is requested (found through its positions in the
     /// padded split order), sorted by step, then rank, then place in the batch, and the
     /// bytes the owner serves per step.
-    fn invert(&self, owned: Range<u64>, owner: usize, len_of: &dyn Fn(u64) -> u64) -> Result<OwnedPositions> {
+    fn invert(&self, owned: Range<u64>, serves: &dyn Fn(usize) -> bool, len_of: &dyn Fn(u64) -> u64) -> Result<OwnedPositions> {
         let total = self.per_rank * self.ranks;
         // Each id appears total / n times, and once more for the first total % n
         // positions of the order (the padding wraps around).
@@ -265,7 +266,7 @@ impl Epoch {
             let mut i = self.perm.position_of(id);
             while i < total {
                 positions.push(i);
-                if (i % self.ranks) as usize != owner {
+                if serves((i % self.ranks) as usize) {
                     served[step_of(i) as usize] += len;
                 }
                 i += self.n;
@@ -414,7 +415,7 @@ mod tests {
         let (n, ranks) = (5u64 << 32, 4096usize);
         let e = Epoch::new(n, ranks, 3, 0, 256, true, false).unwrap();
         let owned = n - 700_000..n;
-        e.prepare_owned(owned.clone(), 17, &|_| 1).unwrap();
+        e.prepare_owned(owned.clone(), &|q| q != 17, &|_| 1).unwrap();
         let mut ids = Vec::new();
         let (mut found, mut requested) = (0u64, 0u64);
         // The first steps alone: the test only needs to see that what the inversion
@@ -442,7 +443,7 @@ mod tests {
         let e = Epoch::new(n, p, 5, 0, u64::MAX, true, false).unwrap();
         assert_eq!(e.steps(), 1);
         let owned = 0..163;
-        e.prepare_owned(owned.clone(), 0, &|_| 1).unwrap();
+        e.prepare_owned(owned.clone(), &|q| q != 0, &|_| 1).unwrap();
         let mut by_rank = vec![Vec::new(); p];
         e.owned_in_batches(0, owned.clone(), &mut by_rank);
         let mut ids = Vec::new();
@@ -462,7 +463,7 @@ mod tests {
             let len_of = |id: u64| id * 7 % 13 + 1;
             for (owner, owned) in owners.into_iter().enumerate() {
                 let e = Epoch::new(n, p, 9, 2, batch, true, drop_last).unwrap();
-                e.prepare_owned(owned.clone(), owner, &len_of).unwrap();
+                e.prepare_owned(owned.clone(), &|q| q != owner, &len_of).unwrap();
                 let mut by_rank = vec![Vec::new(); p];
                 let mut ids = Vec::new();
                 for s in 0..e.steps() + 1 {

@@ -246,6 +246,20 @@ def _ptr(a: np.ndarray | None) -> int | None:
     return None if a is None or a.size == 0 else a.ctypes.data
 
 
+def sample_at(samples: Sequence, k, data, offsets, what: str):
+    """``samples[k]`` for a sequence of samples laid out back to back in ``data`` with
+    ``offsets`` (n + 1 entries): the k-th one (negative k from the end), or a list for a
+    slice; IndexError naming ``what`` otherwise."""
+    if isinstance(k, slice):
+        return [samples[i] for i in range(*k.indices(len(samples)))]
+    n = len(samples)
+    if k < 0:
+        k += n
+    if not 0 <= k < n:
+        raise IndexError(f"{what} index {k} out of range for {n} samples")
+    return data[int(offsets[k]) : int(offsets[k + 1])]
+
+
 class Batch(Sequence):
     """The samples of one fetch: ``data`` (one uint8 buffer, the samples back to back)
     and ``offsets`` (n + 1 uint64): sample k is ``data[offsets[k]:offsets[k+1]]``.
@@ -266,13 +280,7 @@ class Batch(Sequence):
         return len(self.ids)
 
     def __getitem__(self, k):  # type: ignore[override]
-        if isinstance(k, slice):
-            return [self[i] for i in range(*k.indices(len(self)))]
-        if k < 0:
-            k += len(self)
-        if not 0 <= k < len(self):
-            raise IndexError(f"batch index {k} out of range for {len(self)} samples")
-        return self.data[int(self.offsets[k]) : int(self.offsets[k + 1])]
+        return sample_at(self, k, self.data, self.offsets, "batch")
 
     def view(self, k: int, dtype: Any) -> np.ndarray:
         """Sample k reinterpreted as an array of dtype (zero copy)."""

@@ -39,7 +39,7 @@ import torch
 from torch.utils.data import Dataset, Sampler
 
 from .background import in_background
-from .loader import Batch, Loader, _integer, _uint, aligned_empty
+from .loader import Batch, Loader, _integer, _uint, aligned_empty, sample_at
 
 __all__ = ["BackgroundLoader", "DistributedBatchSampler", "Fetched", "Samples", "ShardDataset"]
 
@@ -120,13 +120,7 @@ class Samples(Sequence):
         return len(self._offsets) - 1
 
     def __getitem__(self, k):  # type: ignore[override]
-        if isinstance(k, slice):
-            return [self[i] for i in range(*k.indices(len(self)))]
-        if k < 0:
-            k += len(self)
-        if not 0 <= k < len(self):
-            raise IndexError(f"sample index {k} out of range for {len(self)} samples")
-        return self.data[int(self._offsets[k]) : int(self._offsets[k + 1])]
+        return sample_at(self, k, self.data, self._offsets, "sample")
 
     def view(self, k: int, dtype: torch.dtype) -> torch.Tensor:
         """Sample k's bytes as a tensor of dtype (zero copy; its size must be a multiple

@@ -413,25 +413,7 @@ impl Core {
     /// the one-sided engine is forced, the engine needs no estimate: the rank's own
     /// remote bytes stand in (as without the request matrix).
     fn served_bytes(&self, known: &dyn KnownBatches, plan: &BatchPlan) -> u64 {
-        let Some(owned) = self.owned_ids() else { return plan.remote_bytes() };
-        let served = known.served_bytes(owned.clone());
-        match self.store() {
-            Ok(store) if store.topology.is_shared() => served - Self::read_by_node(store, known, owned, self.rank()),
-            _ => served,
-        }
-    }
-
-    /// Bytes of `owned` (this rank's samples) that the other ranks of its node take in
-    /// a step: they copy them (node-local path), so this rank does not serve them.
-    /// O(the samples asked of this rank), only with the node-local path on.
-    fn read_by_node(store: &Store, known: &dyn KnownBatches, owned: std::ops::Range<u64>, me: usize) -> u64 {
-        let mut bytes = 0;
-        known.for_each_request(owned, &mut |requester, id| {
-            if requester != me && store.topology.shares(requester, me) {
-                bytes += store.index.len_of(id).unwrap_or(0);
-            }
-        });
-        bytes
+        self.owned_ids().map_or(plan.remote_bytes(), |owned| known.served_bytes(owned))
     }
 
     /// Prepare `epoch` for the collective engine's owners and for the bytes this rank
@@ -439,7 +421,10 @@ impl Core {
     /// before a step's agreement. Nothing to do when the one-sided engine is forced.
     pub fn prepare_epoch(&self, epoch: &Epoch) -> Result<()> {
         let (Some(owned), Ok(store)) = (self.owned_ids(), self.store()) else { return Ok(()) };
-        epoch.prepare_owned(owned, self.rank(), &|id| store.index.len_of(id).unwrap_or(0))
+        let me = self.rank();
+        // Not itself, nor (node-local path) the ranks of its node, which copy its samples.
+        let serves = |rank: usize| rank != me && !(store.topology.is_shared() && store.topology.shares(rank, me));
+        epoch.prepare_owned(owned, &serves, &|id| store.index.len_of(id).unwrap_or(0))
     }
 
     /// Collective: wait for the agreement of a step started by

@@ -41,7 +41,7 @@ pub fn build(comm: &Comm, shard: &ShardView, per_rank: &[u64]) -> Result<Starts>
         (Ok(()), Ok(shared)) => fill(comm, &node, shard, per_rank, &shared).map(|()| Starts::Node(shared)),
         (Err(err), shared) => {
             log::warn!("the index cannot be shared within nodes ({}); every rank keeps its own copy", err.message);
-            release(&node, shared)?;
+            super::release_where_whole_node(&node, shared, SharedArray::free)?;
             gather_private(comm, shard, per_rank).map(Starts::Private)
         }
         (Ok(()), Err(_)) => unreachable!("agreed that every rank allocated"),
@@ -59,18 +59,6 @@ fn total_entries(per_rank: &[u64]) -> Result<usize> {
     entries.map(|n| n as usize).ok_or_else(|| Error::invalid("the shards hold too many samples for an index in memory"))
 }
 
-/// Free a shared array that not every node got, where the whole node has one
-/// (freeing is collective over the node); otherwise leave it to the end of the job.
-fn release(node: &Comm, shared: Result<SharedArray>) -> Result<()> {
-    let whole_node = agree_on_checks(node, shared.as_ref().map(|_| ()).map_err(Clone::clone));
-    match (whole_node, shared) {
-        (Ok(()), Ok(shared)) => shared.free(),
-        (_, shared) => {
-            std::mem::forget(shared);
-            Ok(())
-        }
-    }
-}
 
 /// Fill the node's copy: own lengths, the other nodes' lengths, prefix sums.
 fn fill(comm: &Comm, node: &Comm, shard: &ShardView, per_rank: &[u64], shared: &SharedArray) -> Result<()> {

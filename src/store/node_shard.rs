@@ -78,7 +78,7 @@ fn place_shared(comm: &Comm, node: &Comm, data: &[u8]) -> Result<Placed> {
     let shared = Window::allocate_shared(node, data);
     if let Err(err) = agree_on_checks(comm, shared.as_ref().map(|_| ()).map_err(Clone::clone)) {
         log::warn!("the shards cannot be shared within nodes ({}): node-local samples go through the engines", err.message);
-        release(node, shared)?;
+        super::release_where_whole_node(node, shared, Window::free)?;
         return plain(comm, data);
     }
     let shared = shared.expect("agreed that every node shares memory");
@@ -119,15 +119,3 @@ fn map_in(segments: &[Segment]) {
     std::hint::black_box(fold);
 }
 
-/// Free a node-shared window that not every node got, where its whole node has it
-/// (freeing is collective over the node); otherwise leave it to the end of the job.
-fn release(node: &Comm, shared: Result<Window>) -> Result<()> {
-    let whole_node = agree_on_checks(node, shared.as_ref().map(|_| ()).map_err(Clone::clone));
-    match (whole_node, shared) {
-        (Ok(()), Ok(shared)) => shared.free(),
-        (_, shared) => {
-            std::mem::forget(shared);
-            Ok(())
-        }
-    }
-}
