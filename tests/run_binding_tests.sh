@@ -13,8 +13,9 @@
 # Fortran and Python (every fetched record compared with the source CSV rows), the QM9
 # epochs example, the QM9 GNN (python/examples/qm9_gnn.py, DDP over gloo, which must
 # learn), and the pytest suite (tests/python, mdloader.torch included). Open MPI at 2
-# and 4 ranks, MPICH at 2 ranks. torch is installed into each environment (see
-# setup_torch; MDL_SKIP_TORCH=1 skips it and its tests, saying so).
+# and 4 ranks, MPICH at 2 ranks. torch comes from one copy shared by both environments
+# (scripts/install-torch.sh); MDL_SKIP_TORCH=1 skips it and its tests, saying so, and so
+# does a disk too small to hold it.
 #
 # Prints one line per case, "PASS name" or "FAIL name", and as the very last line
 # "N passed, M failed"; exit status non-zero if anything failed. Each case's output goes
@@ -89,22 +90,15 @@ setup_python() {
     return 0
 }
 
-# setup_torch <mpi>: torch in the same environment, for mdloader.torch and the QM9 GNN.
-# PyPI's only Linux wheel is the CUDA build: about 5.3 GB installed with its nvidia-*
-# libraries, 1.5-2.5 minutes here (measured); `pip install --no-deps torch` cannot even
-# be imported without them, and pinning only the libraries it loads saved a quarter of
-# the size at the price of a dozen version pins. The tests use the CPU.
+# setup_torch <mpi>: torch seen from this MPI's environment, for mdloader.torch and the
+# QM9 GNN: one copy shared by every environment (scripts/install-torch.sh says why).
+# Returns 3 when the disk cannot hold it.
 setup_torch() {
-    local mpi=$1 venv log
-    venv=$(venv_of "$mpi")
+    local mpi=$1 log start=$SECONDS
     log=$LOGDIR/bindings-$mpi-torch-install.log
-    : >"$log"
-    if "$venv/bin/python" -c "import torch" >>"$log" 2>&1; then
-        return 0
-    fi
-    local start=$SECONDS
-    step "$log" "$venv/bin/python" -m pip install --disable-pip-version-check -q torch || return 1
-    TORCH_INSTALLED="installed in $((SECONDS - start)) s"
+    echo "+ scripts/install-torch.sh $(venv_of "$mpi")" >"$log"
+    "$ROOT/scripts/install-torch.sh" "$(venv_of "$mpi")" >>"$log" 2>&1 || return $?
+    TORCH_INSTALLED="ready in $((SECONDS - start)) s"
 }
 
 # build <mpi>: the library (if missing), Fortran and C programs.
@@ -213,14 +207,21 @@ for mpi in "${MPIS[@]}"; do
     if [ $python_ok -eq 1 ] && [ "${MDL_SKIP_TORCH:-0}" = 1 ]; then
         echo "SKIP $mpi/torch: MDL_SKIP_TORCH=1, the mdloader.torch tests and the QM9 GNN do NOT run"
     elif [ $python_ok -eq 1 ]; then
-        TORCH_INSTALLED="already installed"
-        if setup_torch "$mpi"; then
+        setup_torch "$mpi"
+        case $? in
+        0)
             pass "$mpi/torch-env ($TORCH_INSTALLED)"
             torch_ok=1
-        else
+            ;;
+        3)
+            echo "SKIP $mpi/torch: this machine's disk cannot hold torch, the mdloader.torch tests and the QM9 GNN do NOT run"
+            sed 's/^/    /' "$LOGDIR/bindings-$mpi-torch-install.log"
+            ;;
+        *)
             fail "$mpi/torch-env (the mdloader.torch tests and the QM9 GNN cannot run)" \
                 "$LOGDIR/bindings-$mpi-torch-install.log"
-        fi
+            ;;
+        esac
     fi
     if [ $QM9_READY -eq 0 ] && [ $python_ok -eq 1 ]; then
         QM9_CONVERTED="up to date"
