@@ -29,6 +29,9 @@
 !> Calls ([, ierr] is the optional status; kinds: int8, int64 from iso_fortran_env):
 !>   Collective (every rank, same order):
 !>   mdl_init(loader, comm [, ierr])                       integer :: comm
+!>   mdl_init_replicated(loader, comm, group_size [, ierr]) integer :: comm, group_size
+!>        replica groups of group_size consecutive ranks (0: one per node), each
+!>        holding a full copy of the dataset; see mdl_init_replicated below
 !>   mdl_register_shard(loader, data, offsets [, ierr])    integer(int8) :: data(:); integer(int64) :: offsets(n+1)
 !>   mdl_fetch_batch(loader, ids, out, out_offsets [, ierr])
 !>        integer(int64) :: ids(n); integer(int8) :: out(:); integer(int64) :: out_offsets(n+1)
@@ -47,6 +50,10 @@
 !>   mdl_sample_size(loader, id, nbytes [, ierr])          integer(int64) :: id; integer(int64), intent(out) :: nbytes
 !>   mdl_set_backend(loader, backend [, ierr])             integer :: backend (MDL_BACKEND_*)
 !>   mdl_set_prefetch(loader, depth [, ierr])              integer :: depth (0 .. MDL_MAX_PREFETCH)
+!>   mdl_replica_info(loader, group, num_groups, rank_in_group, group_size [, ierr])
+!>        integer, intent(out) (group and rank_in_group 0-based, as MPI ranks)
+!>   mdl_replica_part(loader, num_samples, first, count [, ierr])
+!>        integer(int64): this rank's part of its group's copy, ids first .. first+count-1
 !>   Functions:
 !>   mdl_stats_json(loader)      character(:), allocatable: this rank's statistics (JSON)
 !>   mdl_last_error()            character(:), allocatable: why the last call failed
@@ -105,7 +112,7 @@ module mdloader
       type(c_ptr) :: handle = c_null_ptr
    end type mdl_loader
 
-   public :: mdl_init, mdl_register_shard, mdl_num_samples, mdl_sample_size
+   public :: mdl_init, mdl_init_replicated, mdl_replica_info, mdl_replica_part, mdl_register_shard, mdl_num_samples, mdl_sample_size
    public :: mdl_fetch_batch, mdl_fetch_batch_alloc, mdl_set_backend, mdl_finalize
    public :: mdl_last_error, mdl_status_string, mdl_initialized, mdl_c_handle, mdl_stats_json
    public :: mdl_stats_json_job
@@ -126,6 +133,29 @@ module mdloader
          type(c_ptr), value :: out      ! mdl_loader **
          integer(c_int) :: status
       end function c_mdl_init_f
+
+      function c_mdl_init_replicated_f(comm, group_size, out) result(status) bind(C, name='mdl_init_replicated_f')
+         import :: c_int, c_ptr
+         integer(c_int), value :: comm, group_size
+         type(c_ptr), value :: out      ! mdl_loader **
+         integer(c_int) :: status
+      end function c_mdl_init_replicated_f
+
+      function c_mdl_replica_info(h, group, num_groups, rank_in_group, group_size) result(status) &
+         bind(C, name='mdl_replica_info')
+         import :: c_int, c_int32_t, c_ptr
+         type(c_ptr), value :: h
+         integer(c_int32_t), intent(out) :: group, num_groups, rank_in_group, group_size
+         integer(c_int) :: status
+      end function c_mdl_replica_info
+
+      function c_mdl_replica_part(h, num_samples, first, count) result(status) bind(C, name='mdl_replica_part')
+         import :: c_int, c_int64_t, c_ptr
+         type(c_ptr), value :: h
+         integer(c_int64_t), value :: num_samples
+         integer(c_int64_t), intent(out) :: first, count
+         integer(c_int) :: status
+      end function c_mdl_replica_part
 
       function c_mdl_register_shard(h, data, offsets, n_samples) result(status) &
          bind(C, name='mdl_register_shard')
@@ -268,6 +298,73 @@ contains
       if (status == MDL_OK) loader%handle = out
       call finish(status, ierr)
    end subroutine mdl_init
+
+   !> Collective over comm: mdl_init with comm split into replica groups that each hold a
+   !> full copy of the dataset: group_size consecutive ranks per group (dividing comm's
+   !> size), or 0 for one group per node. Each rank registers its part of its group's
+   !> copy (mdl_replica_part); a rank fetches only inside its group, while the sampler
+   !> still splits every epoch over all of comm. group_size must match on every rank.
+   subroutine mdl_init_replicated(loader, comm, group_size, ierr)
+      type(mdl_loader), intent(inout) :: loader
+      integer, intent(in) :: comm, group_size
+      integer, intent(out), optional :: ierr
+      type(c_ptr), target :: out
+      integer :: status
+
+      out = c_null_ptr
+      if (c_associated(loader%handle)) then
+         ! Passing no out-pointer makes every rank fail together (MDL_ERR_NULL_ARG here).
+         status = c_mdl_init_replicated_f(int(comm, c_int), int(group_size, c_int), c_null_ptr)
+         call finish(status, ierr, MDL_ERR_STATE, &
+                     'mdl_init_replicated: this mdl_loader is already initialised (call mdl_finalize first)')
+         return
+      end if
+      status = c_mdl_init_replicated_f(int(comm, c_int), int(group_size, c_int), c_loc(out))
+      if (status == MDL_OK) loader%handle = out
+      call finish(status, ierr)
+   end subroutine mdl_init_replicated
+
+   !> Local. This rank's replica group (0-based), the number of groups, its rank in the
+   !> group (0-based) and the group's size. Without groups: 0, 1, its rank, comm's size.
+   subroutine mdl_replica_info(loader, group, num_groups, rank_in_group, group_size, ierr)
+      type(mdl_loader), intent(in) :: loader
+      integer, intent(out) :: group, num_groups, rank_in_group, group_size
+      integer, intent(out), optional :: ierr
+      integer(c_int32_t) :: values(4)
+      integer :: status
+
+      values = 0
+      status = c_mdl_replica_info(loader%handle, values(1), values(2), values(3), values(4))
+      group = values(1)
+      num_groups = values(2)
+      rank_in_group = values(3)
+      group_size = values(4)
+      call finish(status, ierr)
+   end subroutine mdl_replica_info
+
+   !> Local. This rank's even part of a dataset of num_samples samples, for its group
+   !> to hold a full copy: 0-based ids first .. first + count - 1.
+   subroutine mdl_replica_part(loader, num_samples, first, count, ierr)
+      type(mdl_loader), intent(in) :: loader
+      integer(int64), intent(in) :: num_samples
+      integer(int64), intent(out) :: first, count
+      integer, intent(out), optional :: ierr
+      integer(c_int64_t) :: f, c
+      integer :: status
+
+      f = 0
+      c = 0
+      if (num_samples < 0) then
+         first = 0
+         count = 0
+         call finish(MDL_ERR_INVALID_ARG, ierr, MDL_ERR_INVALID_ARG, 'mdl_replica_part: num_samples is negative')
+         return
+      end if
+      status = c_mdl_replica_part(loader%handle, num_samples, f, c)
+      first = f
+      count = c
+      call finish(status, ierr)
+   end subroutine mdl_replica_part
 
    !> Collective. Registers this rank's shard (once per loader); the data is copied.
    !> offsets: n + 1 entries, offsets(1) == 0, non-decreasing, offsets(n+1) <= size(data);

@@ -157,6 +157,53 @@ enum mdl_status mdl_init(MPI_Comm comm, struct mdl_loader **out);
 enum mdl_status mdl_init_f(MPI_Fint comm, struct mdl_loader **out);
 
 /**
+ * Collective over comm: mdl_init, with comm split into replica groups that each hold
+ * a full copy of the dataset. group_size ranks per group, consecutive in comm (it must
+ * divide comm's size; comm's size is the same as mdl_init), or 0: one group per node
+ * (MPI's shared-memory node, split further by MDL_NODE_KEY). group_size must be the
+ * same on every rank; a bad or differing value is MDL_ERR_INVALID_ARG on every rank.
+ *
+ * Each group registers the whole dataset, every rank its part (mdl_replica_part
+ * gives an even split; any split works), with the same samples in the same order in
+ * every group: ids are the group's, 0 .. N-1, in the order of the group's ranks.
+ * mdl_register_shard checks that every group holds the same number of samples and
+ * the same lengths (MDL_ERR_INVALID_ARG on every rank otherwise); the bytes are the
+ * caller's promise. Fetches (mdl_fetch_batch and the sampler's) read only the rank's
+ * own group, through the engines and, with MDL_NODE_LOCAL=on, the node's shared
+ * memory. The built-in sampler still splits each epoch over every rank of comm: every
+ * sample is read once per epoch across the job, as without groups. Engine choices
+ * and errors stay agreed over all of comm.
+ */
+enum mdl_status mdl_init_replicated(MPI_Comm comm, int group_size, struct mdl_loader **out);
+
+/**
+ * mdl_init_replicated for Fortran and Python (a Fortran handle, as mdl_init_f).
+ */
+enum mdl_status mdl_init_replicated_f(MPI_Fint comm, int group_size, struct mdl_loader **out);
+
+/**
+ * Local. Where this rank sits among the replica groups: its group (0-based, groups
+ * numbered by their lowest rank in comm), the number of groups, its rank in the group
+ * and the group's size. Without groups (mdl_init): 0, 1, its rank in comm, comm's size.
+ */
+enum mdl_status mdl_replica_info(const struct mdl_loader *h,
+                                 uint32_t *group,
+                                 uint32_t *num_groups,
+                                 uint32_t *rank_in_group,
+                                 uint32_t *group_size);
+
+/**
+ * Local. This rank's even part of a dataset of num_samples samples, for its group to
+ * hold a full copy: ids first .. first + count - 1, where first = num_samples * r / g
+ * for rank r of a group of g (parts differ by at most one sample). Without groups:
+ * the same split over comm.
+ */
+enum mdl_status mdl_replica_part(const struct mdl_loader *h,
+                                 uint64_t num_samples,
+                                 uint64_t *first,
+                                 uint64_t *count);
+
+/**
  * Collective. This rank's shard: n_samples samples, sample i is
  * data[offsets[i] .. offsets[i+1]); offsets has n_samples + 1 entries,
  * offsets[0] == 0, non-decreasing. Zero-length samples and empty shards are valid

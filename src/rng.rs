@@ -1,6 +1,14 @@
 //! A small, fast, reproducible pseudo-random generator (SplitMix64), for calibration
 //! batches. Not for anything that needs statistical or cryptographic strength.
 
+/// SplitMix64's output function: a bijection of u64 that scatters nearby inputs (also
+/// the sampler's Feistel rounds and the registration's lengths checksum).
+pub fn mix(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
 pub struct SplitMix64 {
     state: u64,
 }
@@ -12,10 +20,7 @@ impl SplitMix64 {
 
     pub fn next_u64(&mut self) -> u64 {
         self.state = self.state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        mix(self.state)
     }
 
     /// Uniform in [0, n) (n > 0), by Lemire's multiply-shift (bias below 2^-64 * n).

@@ -38,18 +38,13 @@
 //! costs O(samples asked of this rank).
 
 use crate::error::{Error, Result};
+use crate::rng::mix;
 use std::ops::Range;
 use std::sync::OnceLock;
 
 const ROUNDS: usize = 6;
 const GOLDEN: u64 = 0x9E37_79B9_7F4A_7C15;
 
-/// SplitMix64's output function.
-fn mix(mut z: u64) -> u64 {
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
 
 /// A keyed bijection on `[0, n)`.
 #[derive(Clone, Debug)]
@@ -193,14 +188,21 @@ impl Epoch {
     }
 
     /// Build, if not yet built, where the ids in `owned` (one rank's samples, of lengths
-    /// `len_of`) sit in the epoch, and the bytes it serves per step to the ranks for which
-    /// `serves(rank)` (not itself, nor the ranks that copy its samples on the node): 8 bytes per owned sample and per step,
-    /// allocated fallibly. Called before a step's agreement, so that running out of
+    /// `len_of`) sit in the batches of the ranks for which `asks(rank)` (with replica
+    /// groups, its own group's), and the bytes it serves per step to the ranks for which
+    /// `serves(rank)` (of those, not itself, nor the ranks that copy its samples on the
+    /// node): 8 bytes per owned sample and per step, allocated fallibly. Called before a step's agreement, so that running out of
     /// memory fails every rank together. O(owned) once per epoch; the steps then need
     /// O(their requests of the owner), and [`Epoch::served_bytes`] O(1).
-    pub fn prepare_owned(&self, owned: Range<u64>, serves: &dyn Fn(usize) -> bool, len_of: &dyn Fn(u64) -> u64) -> Result<()> {
+    pub fn prepare_owned(
+        &self,
+        owned: Range<u64>,
+        asks: &dyn Fn(usize) -> bool,
+        serves: &dyn Fn(usize) -> bool,
+        len_of: &dyn Fn(u64) -> u64,
+    ) -> Result<()> {
         if self.inverse.get().is_none() {
-            let _ = self.inverse.set(self.invert(owned, serves, len_of)?);
+            let _ = self.inverse.set(self.invert(owned, asks, serves, len_of)?);
         }
         Ok(())
     }
@@ -241,7 +243,13 @@ impl Epoch {
     /// Where every id in `owned` is requested (found through its positions in the
     /// padded split order), sorted by step, then rank, then place in the batch, and the
     /// bytes the owner serves per step.
-    fn invert(&self, owned: Range<u64>, serves: &dyn Fn(usize) -> bool, len_of: &dyn Fn(u64) -> u64) -> Result<OwnedPositions> {
+    fn invert(
+        &self,
+        owned: Range<u64>,
+        asks: &dyn Fn(usize) -> bool,
+        serves: &dyn Fn(usize) -> bool,
+        len_of: &dyn Fn(u64) -> u64,
+    ) -> Result<OwnedPositions> {
         let total = self.per_rank * self.ranks;
         // Each id appears total / n times, and once more for the first total % n
         // positions of the order (the padding wraps around).
@@ -265,8 +273,11 @@ impl Epoch {
             let len = len_of(id);
             let mut i = self.perm.position_of(id);
             while i < total {
-                positions.push(i);
-                if serves((i % self.ranks) as usize) {
+                let requester = (i % self.ranks) as usize;
+                if asks(requester) {
+                    positions.push(i);
+                }
+                if serves(requester) {
                     served[step_of(i) as usize] += len;
                 }
                 i += self.n;
@@ -415,7 +426,7 @@ mod tests {
         let (n, ranks) = (5u64 << 32, 4096usize);
         let e = Epoch::new(n, ranks, 3, 0, 256, true, false).unwrap();
         let owned = n - 700_000..n;
-        e.prepare_owned(owned.clone(), &|q| q != 17, &|_| 1).unwrap();
+        e.prepare_owned(owned.clone(), &|_| true, &|q| q != 17, &|_| 1).unwrap();
         let mut ids = Vec::new();
         let (mut found, mut requested) = (0u64, 0u64);
         // The first steps alone: the test only needs to see that what the inversion
@@ -443,7 +454,7 @@ mod tests {
         let e = Epoch::new(n, p, 5, 0, u64::MAX, true, false).unwrap();
         assert_eq!(e.steps(), 1);
         let owned = 0..163;
-        e.prepare_owned(owned.clone(), &|q| q != 0, &|_| 1).unwrap();
+        e.prepare_owned(owned.clone(), &|_| true, &|q| q != 0, &|_| 1).unwrap();
         let mut by_rank = vec![Vec::new(); p];
         e.owned_in_batches(0, owned.clone(), &mut by_rank);
         let mut ids = Vec::new();
@@ -463,7 +474,7 @@ mod tests {
             let len_of = |id: u64| id * 7 % 13 + 1;
             for (owner, owned) in owners.into_iter().enumerate() {
                 let e = Epoch::new(n, p, 9, 2, batch, true, drop_last).unwrap();
-                e.prepare_owned(owned.clone(), &|q| q != owner, &len_of).unwrap();
+                e.prepare_owned(owned.clone(), &|_| true, &|q| q != owner, &len_of).unwrap();
                 let mut by_rank = vec![Vec::new(); p];
                 let mut ids = Vec::new();
                 for s in 0..e.steps() + 1 {

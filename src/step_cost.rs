@@ -55,7 +55,7 @@ pub fn measure(ranks: usize, rank: usize, batch: u64, per_rank: u64, max_steps: 
     let owned = index.first_ids()[rank]..index.first_ids()[rank + 1];
     let mut asked = Vec::new();
     let started = Instant::now();
-    epoch.prepare_owned(owned.clone(), &|q| q != rank, &|id| index.len_of(id).unwrap_or(0)).expect("the inversion fits in memory");
+    epoch.prepare_owned(owned.clone(), &|_| true, &|q| q != rank, &|id| index.len_of(id).unwrap_or(0)).expect("the inversion fits in memory");
     let inversion_per_epoch = started.elapsed().as_secs_f64() * 1e6;
 
     let mut parts: [Vec<f64>; 6] = Default::default();

@@ -24,7 +24,7 @@ for the same MPI as mpi4py. See mdloader._lib.
 
 from ._lib import LibraryNotFound, library_path, load_library
 from .data import BatchIterator, DataLoader, DistributedSampler
-from .loader import Backend, Batch, Loader, MDLError, Status, last_error, status_string
+from .loader import Backend, Batch, Loader, MDLError, ReplicaInfo, Status, last_error, status_string
 
 __version__ = "0.1.0"
 
@@ -37,6 +37,7 @@ __all__ = [
     "LibraryNotFound",
     "Loader",
     "MDLError",
+    "ReplicaInfo",
     "Status",
     "last_error",
     "library_path",

@@ -120,6 +120,14 @@ def _declare(lib: ctypes.CDLL) -> None:
     c_int = ctypes.c_int
     lib.mdl_init_f.argtypes = [c_int, c_handle_p]
     lib.mdl_init_f.restype = c_int
+    if hasattr(lib, "mdl_init_replicated_f"):
+        lib.mdl_init_replicated_f.argtypes = [c_int, c_int, c_handle_p]
+        lib.mdl_init_replicated_f.restype = c_int
+        c_u32_p = ctypes.POINTER(ctypes.c_uint32)
+        lib.mdl_replica_info.argtypes = [ctypes.c_void_p, c_u32_p, c_u32_p, c_u32_p, c_u32_p]
+        lib.mdl_replica_info.restype = c_int
+        lib.mdl_replica_part.argtypes = [ctypes.c_void_p, c_u64, c_u64_p, c_u64_p]
+        lib.mdl_replica_part.restype = c_int
     lib.mdl_register_shard.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, c_u64]
     lib.mdl_register_shard.restype = c_int
     lib.mdl_num_samples.argtypes = [ctypes.c_void_p, c_u64_p]

@@ -9,7 +9,7 @@ import operator
 import sys
 import warnings
 from collections.abc import Sequence
-from typing import Any, Iterable, Iterator, Union
+from typing import Any, Iterable, Iterator, NamedTuple, Union
 
 import numpy as np
 
@@ -52,6 +52,15 @@ class Backend(enum.IntEnum):
             return cls(_integer(value, "backend"))
         except TypeError as err:
             raise ValueError(str(err)) from None
+
+
+class ReplicaInfo(NamedTuple):
+    """Where a rank sits among the replica groups (:attr:`Loader.replica`)."""
+
+    group: int
+    num_groups: int
+    rank_in_group: int
+    group_size: int
 
 
 class MDLError(RuntimeError):
@@ -374,7 +383,11 @@ class Loader:
     comm: an mpi4py communicator (default ``MPI.COMM_WORLD``) or a Fortran handle
     (int, as from ``comm.py2f()``). The library duplicates it. backend: optional initial
     backend ("auto", "onesided", "collective"); ``MDL_BACKEND`` in the environment sets it
-    too. Methods marked collective must be called by every rank, in the same order; if
+    too. group_size: replica groups (``mdl_init_replicated``): comm is split into groups
+    of ``group_size`` consecutive ranks (dividing comm's size), or one group per node
+    with 0, each holding a full copy of the dataset: every rank registers its part of
+    its group's copy (:meth:`replica_part`), fetches read only the rank's own group, and
+    the sampler still splits every epoch over all of comm (see :attr:`replica`). Methods marked collective must be called by every rank, in the same order; if
     one rank passes a bad argument every rank raises (that rank its own error, the others
     :class:`MDLError` with ``Status.ERR_REMOTE``), nobody hangs.
 
@@ -388,7 +401,8 @@ class Loader:
     (these raise on that rank alone, as in the C API, docs/hardening.md 5).
     """
 
-    def __init__(self, comm: Any = None, *, backend: Union[str, int, Backend, None] = None):
+    def __init__(self, comm: Any = None, *, backend: Union[str, int, Backend, None] = None,
+                 group_size: int | None = None):
         from mpi4py import MPI
 
         if comm is None:
@@ -407,13 +421,19 @@ class Loader:
         self._epoch_steps: int | None = None  # steps of the built-in epoch in progress
         self._align = 1  # register_shard's align: every sample's size is a multiple of it
         try:
+            groups = None if group_size is None else _uint(group_size, "group_size", hi=(1 << 31) - 1)
             initial = None if backend is None else Backend.parse(backend)
-        except ValueError as err:
+        except (TypeError, ValueError) as err:
             # Collective: a NULL out-pointer makes mdl_init fail on every rank.
             self._lib.mdl_init_f(comm.py2f(), None)
             _note(err, _FAILED_EVERYWHERE)
+            if isinstance(err, TypeError):
+                raise
             raise MDLError(Status.ERR_INVALID_ARG, str(err)) from err
-        _check(self._lib.mdl_init_f(comm.py2f(), ctypes.byref(self._h)))
+        if groups is None:
+            _check(self._lib.mdl_init_f(comm.py2f(), ctypes.byref(self._h)))
+        else:
+            _check(self._lib.mdl_init_replicated_f(comm.py2f(), groups, ctypes.byref(self._h)))
         if initial is not None:
             _check(self._lib.mdl_set_backend(self._h, int(initial)))
 
@@ -481,10 +501,13 @@ class Loader:
         # and count (local_ids) and the largest sample anywhere, which bounds a batch's
         # bytes without asking the library per id (fetch). One allgather of P pairs.
         local_max = int(np.diff(offs).max()) if n else 0
-        pairs = self.comm.allgather((n, local_max))
-        self._first_id = sum(count for count, _ in pairs[: self.rank])
+        mine = self.replica
+        everyone = self.comm.allgather((mine.group, mine.rank_in_group, n, local_max))
+        # Ids are the group's, in the order of its ranks.
+        self._first_id = sum(count for group, rank, count, _ in everyone
+                             if group == mine.group and rank < mine.rank_in_group)
         self._n_local = n
-        self._max_size = max(m for _, m in pairs)
+        self._max_size = max(m for *_, m in everyone)
 
     def _agreed_align(self, align: Any) -> int:
         """align, checked and compared across ranks (one allgather): any rank's bad or
@@ -506,13 +529,32 @@ class Loader:
         return mine
 
     @property
+    def replica(self) -> "ReplicaInfo":
+        """This rank's replica group: ``(group, num_groups, rank_in_group, group_size)``,
+        group and rank 0-based; without groups ``(0, 1, rank, size)``. Local."""
+        if not hasattr(self._lib, "mdl_replica_info"):
+            return ReplicaInfo(0, 1, self.rank, self.size)
+        values = [ctypes.c_uint32() for _ in range(4)]
+        _check(self._lib.mdl_replica_info(self._handle(), *(ctypes.byref(v) for v in values)))
+        return ReplicaInfo(*(v.value for v in values))
+
+    def replica_part(self, num_samples: int) -> range:
+        """This rank's even part of a dataset of ``num_samples`` samples, for its group
+        to hold a full copy (without groups, the same split over comm). Local."""
+        n = _uint(num_samples, "num_samples")
+        first, count = ctypes.c_uint64(), ctypes.c_uint64()
+        _check(self._lib.mdl_replica_part(self._handle(), n, ctypes.byref(first), ctypes.byref(count)))
+        return range(first.value, first.value + count.value)
+
+    @property
     def align(self) -> int:
         """The alignment samples were registered with (1: packed back to back)."""
         return self._align
 
     @property
     def num_samples(self) -> int:
-        """The number of samples over all ranks (ids are 0 .. num_samples - 1)."""
+        """The number of samples over all ranks, or in one replica group's copy (ids are
+        0 .. num_samples - 1)."""
         out = ctypes.c_uint64()
         _check(self._lib.mdl_num_samples(self._handle(), ctypes.byref(out)))
         return out.value

@@ -38,10 +38,10 @@ pub type MdlBackendArg = c_int;
 /// `mdl_status` as it arrives from C, for the same reason.
 pub type MdlStatusArg = c_int;
 
-fn init_from(comm: Result<MPI_Comm>, out: *mut *mut mdl_loader) -> Result<()> {
+fn init_from(comm: Result<MPI_Comm>, group_size: Option<c_int>, out: *mut *mut mdl_loader) -> Result<()> {
     init_logging();
     let local_checks = if out.is_null() { Err(Error::null_arg("out")) } else { install_finalize_hook() };
-    let loader = Loader::init(comm?, local_checks)?;
+    let loader = Loader::init(comm?, local_checks, group_size.map(i64::from))?;
     let handle = Box::into_raw(mdl_loader::open(loader));
     // SAFETY: checked non-NULL above (and agreed on by all ranks).
     unsafe { *out = handle };
@@ -72,7 +72,7 @@ fn init_from(comm: Result<MPI_Comm>, out: *mut *mut mdl_loader) -> Result<()> {
 /// help: there is no loader yet). A call after MPI_Finalize returns MDL_ERR_STATE.
 #[unsafe(no_mangle)]
 pub extern "C" fn mdl_init(comm: MPI_Comm, out: *mut *mut mdl_loader) -> mdl_status {
-    boundary("mdl_init", || init_from(Ok(comm), out))
+    boundary("mdl_init", || init_from(Ok(comm), None, out))
 }
 
 /// The same as mdl_init for Fortran (`comm` with `use mpi`, `comm%MPI_VAL` with
@@ -81,7 +81,75 @@ pub extern "C" fn mdl_init(comm: MPI_Comm, out: *mut *mut mdl_loader) -> mdl_sta
 /// does not abort the job).
 #[unsafe(no_mangle)]
 pub extern "C" fn mdl_init_f(comm: RSMPI_Fint, out: *mut *mut mdl_loader) -> mdl_status {
-    boundary("mdl_init_f", || init_from(Comm::from_fortran(comm), out))
+    boundary("mdl_init_f", || init_from(Comm::from_fortran(comm), None, out))
+}
+
+/// Collective over comm: mdl_init, with comm split into replica groups that each hold
+/// a full copy of the dataset. group_size ranks per group, consecutive in comm (it must
+/// divide comm's size; comm's size is the same as mdl_init), or 0: one group per node
+/// (MPI's shared-memory node, split further by MDL_NODE_KEY). group_size must be the
+/// same on every rank; a bad or differing value is MDL_ERR_INVALID_ARG on every rank.
+///
+/// Each group registers the whole dataset, every rank its part (mdl_replica_part
+/// gives an even split; any split works), with the same samples in the same order in
+/// every group: ids are the group's, 0 .. N-1, in the order of the group's ranks.
+/// mdl_register_shard checks that every group holds the same number of samples and
+/// the same lengths (MDL_ERR_INVALID_ARG on every rank otherwise); the bytes are the
+/// caller's promise. Fetches (mdl_fetch_batch and the sampler's) read only the rank's
+/// own group, through the engines and, with MDL_NODE_LOCAL=on, the node's shared
+/// memory. The built-in sampler still splits each epoch over every rank of comm: every
+/// sample is read once per epoch across the job, as without groups. Engine choices
+/// and errors stay agreed over all of comm.
+#[unsafe(no_mangle)]
+pub extern "C" fn mdl_init_replicated(comm: MPI_Comm, group_size: c_int, out: *mut *mut mdl_loader) -> mdl_status {
+    boundary("mdl_init_replicated", || init_from(Ok(comm), Some(group_size), out))
+}
+
+/// mdl_init_replicated for Fortran and Python (a Fortran handle, as mdl_init_f).
+#[unsafe(no_mangle)]
+pub extern "C" fn mdl_init_replicated_f(comm: RSMPI_Fint, group_size: c_int, out: *mut *mut mdl_loader) -> mdl_status {
+    boundary("mdl_init_replicated_f", || init_from(Comm::from_fortran(comm), Some(group_size), out))
+}
+
+/// Local. Where this rank sits among the replica groups: its group (0-based, groups
+/// numbered by their lowest rank in comm), the number of groups, its rank in the group
+/// and the group's size. Without groups (mdl_init): 0, 1, its rank in comm, comm's size.
+#[unsafe(no_mangle)]
+pub extern "C" fn mdl_replica_info(
+    h: *const mdl_loader,
+    group: *mut u32,
+    num_groups: *mut u32,
+    rank_in_group: *mut u32,
+    group_size: *mut u32,
+) -> mdl_status {
+    boundary("mdl_replica_info", || {
+        let info = with_published(h, |p| Ok(p.replicas()))?;
+        // SAFETY (each): checked, and points to a writable u32 (caller's contract).
+        for (ptr, value, name) in [
+            (group, info.group, "group"),
+            (num_groups, info.groups, "num_groups"),
+            (rank_in_group, info.rank_in_group, "rank_in_group"),
+            (group_size, info.group_size, "group_size"),
+        ] {
+            *unsafe { args::out(ptr, name) }? = value as u32;
+        }
+        Ok(())
+    })
+}
+
+/// Local. This rank's even part of a dataset of num_samples samples, for its group to
+/// hold a full copy: ids first .. first + count - 1, where first = num_samples * r / g
+/// for rank r of a group of g (parts differ by at most one sample). Without groups:
+/// the same split over comm.
+#[unsafe(no_mangle)]
+pub extern "C" fn mdl_replica_part(h: *const mdl_loader, num_samples: u64, first: *mut u64, count: *mut u64) -> mdl_status {
+    boundary("mdl_replica_part", || {
+        let part = with_published(h, |p| Ok(p.replicas().part(num_samples)))?;
+        // SAFETY (both): checked, and points to a writable u64 (caller's contract).
+        *unsafe { args::out(first, "first") }? = part.start;
+        *unsafe { args::out(count, "count") }? = part.end - part.start;
+        Ok(())
+    })
 }
 
 /// Collective. This rank's shard: n_samples samples, sample i is

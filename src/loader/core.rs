@@ -6,6 +6,7 @@
 //! communicate. See `agree.rs`.
 
 use super::published::Published;
+use super::replica::{GroupBatches, GroupSpec, ReplicaGroup, ReplicaInfo};
 use crate::agree::{Agreed, AgreementUnderWay, Proposal, Setting, agree, agree_identical, agree_on_checks, agree_settings, start_agreement};
 use crate::config::{Backend, Calibration as CalibrationMode, Config, Wait};
 use crate::engine::{ExchangeBuffers, ExchangeShape, KnownBatches, StepContext, copy_local, exchange_shape, fetch_remote};
@@ -36,7 +37,11 @@ pub struct FetchArgs<'a> {
 }
 
 pub struct Core {
+    /// The host's ranks (a duplicate): agreements, the sampler's split, job statistics.
     comm: Comm,
+    /// This rank's replica group, when the host is split into several
+    /// (`mdl_init_replicated`): the store and the engines live on it. None: the host.
+    group: Option<ReplicaGroup>,
     config: Config,
     backend: Backend,
     store: Option<Store>,
@@ -103,10 +108,13 @@ impl Core {
     /// Collective: duplicate `host`, read the configuration and agree on it (every
     /// setting identical on every rank, and one wait policy). `local_check` carries an
     /// argument error found by the caller, so that every rank fails together.
-    pub fn init(host: MPI_Comm, local_check: Result<()>) -> Result<Core> {
+    /// `group_size` is `mdl_init_replicated`'s (None for `mdl_init`: the whole host):
+    /// checked and agreed with the configuration, then the host is split into groups.
+    pub fn init(host: MPI_Comm, local_check: Result<()>, group_size: Option<i64>) -> Result<Core> {
         let mut comm = Comm::duplicate(host)?;
-        let agreed = Self::agree_on_config(&comm, local_check);
-        let (config, policy) = match agreed {
+        let spec = group_size.map_or(Ok(GroupSpec::Whole), |size| GroupSpec::from_arg(size, comm.size()));
+        let agreed = Self::agree_on_config(&comm, local_check, spec);
+        let (config, policy, spec) = match agreed {
             Ok(agreed) => agreed,
             Err(err) => {
                 comm.free()?;
@@ -114,6 +122,7 @@ impl Core {
             }
         };
         comm.set_wait_policy(policy);
+        let group = ReplicaGroup::split(&comm, spec, config.node_key)?;
         log::debug!(
             "loader rank {}/{}: backend {}, max message {} bytes, waits {}",
             comm.rank(),
@@ -122,10 +131,15 @@ impl Core {
             config.max_message_bytes,
             if policy.yield_between_tests { "yield (more ranks than cores)" } else { "spin" }
         );
-        let published = Arc::new(Published::new(comm.rank(), comm.size(), config.backend));
+        let replicas = group.as_ref().map_or(ReplicaInfo::whole(comm.rank(), comm.size()), ReplicaGroup::info);
+        if replicas.groups > 1 {
+            log::debug!("replica group {} of {}: rank {} of {}", replicas.group, replicas.groups, replicas.rank_in_group, replicas.group_size);
+        }
+        let published = Arc::new(Published::new(comm.rank(), comm.size(), config.backend, replicas));
         Ok(Core {
             backend: config.backend,
             comm,
+            group,
             config,
             store: None,
             published,
@@ -145,14 +159,17 @@ impl Core {
     /// blocking collective never matches a nonblocking one, so if any node is
     /// oversubscribed every rank yields. Open MPI's blocking calls yield by themselves
     /// when oversubscribed (and beat test-and-yield 2-3x there, measured).
-    fn agree_on_config(comm: &Comm, local_check: Result<()>) -> Result<(Config, WaitPolicy)> {
+    fn agree_on_config(comm: &Comm, local_check: Result<()>, spec: Result<GroupSpec>) -> Result<(Config, WaitPolicy, GroupSpec)> {
         let read = Config::from_env();
         // A rank whose environment is invalid still sends a full set of values, so
         // that every rank's all-reduce has the same length.
-        let settings = read.as_ref().map_or_else(|_| Config::default().settings(), Config::settings);
-        let checks = local_check.and(read.as_ref().map(|_| ()).map_err(Clone::clone));
+        let mut settings = read.as_ref().map_or_else(|_| Config::default().settings(), Config::settings);
+        let group_size = spec.as_ref().map_or(0, |s| s.agreed_value(comm.size()));
+        settings.push(Setting::identical("group_size (mdl_init_replicated; mdl_init is the whole communicator)", group_size));
+        let checks = local_check.and(spec.as_ref().map(|_| ()).map_err(Clone::clone)).and(read.as_ref().map(|_| ()).map_err(Clone::clone));
         agree_identical(comm, checks, &settings)?;
         let config = read.expect("agreed that every rank read its configuration");
+        let spec = spec.expect("agreed that every rank's group_size is valid");
         let yield_between_tests = match config.wait {
             Wait::Spin => false,
             Wait::Yield => true,
@@ -169,7 +186,7 @@ impl Core {
             trust_flush: !mpi::is_mpich(),
             timeout_seconds: config.timeout_seconds,
         };
-        Ok((config, policy))
+        Ok((config, policy, spec))
     }
 
     /// Collective: copy this rank's shard into the store, build the global index and
@@ -195,7 +212,7 @@ impl Core {
         agree_identical(&self.comm, checks, &file_settings)?;
         let shard = shard.expect("agreed that every rank's shard is valid");
         let started = mpi::wtime();
-        let store = Store::register(&self.comm, &shard, &self.store_settings())?;
+        let store = self.register_copy(&shard)?;
         log::info!(
             "registered {} samples ({} bytes) of {} in {:.3} s",
             shard.num_samples(),
@@ -208,14 +225,7 @@ impl Core {
         self.calibration = match loaded {
             Some(loaded) => loaded.expect("agreed that every rank loaded its file"),
             None if self.config.calibration == CalibrationMode::Off => Calibration::default_params("default"),
-            None => calibrate::measure(
-                &self.comm,
-                &CalibrationSettings {
-                    budget_seconds: self.config.calibration_seconds,
-                    matrix_max_ranks: self.config.matrix_max_ranks,
-                    store: self.store_settings(),
-                },
-            )?,
+            None => self.measure_calibration()?,
         };
         self.estimator = Estimator::new(
             self.calibration.params,
@@ -224,6 +234,63 @@ impl Core {
         self.published.set_calibration(&self.calibration);
         self.publish();
         Ok(())
+    }
+
+    /// Collective: the store of this rank's group (the host, without groups), checked
+    /// to hold the same dataset as every other group: the same number of samples and
+    /// the same lengths (a checksum; the bytes themselves are the caller's promise). A
+    /// group that fails fails every group.
+    fn register_copy(&self, shard: &ShardView) -> Result<Store> {
+        let Some(group) = &self.group else { return Store::register(&self.comm, shard, &self.store_settings()) };
+        let registered = Store::register(group.comm(), shard, &self.store_settings());
+        let (samples, lengths) = match &registered {
+            Ok(store) => {
+                let first_id = store.index.first_ids()[group.comm().rank()];
+                (store.index.num_samples(), group.comm().allreduce_sum(&[shard.lengths_checksum(first_id)])?[0])
+            }
+            Err(_) => (0, 0),
+        };
+        let same_dataset = [
+            Setting::identical("the number of samples a replica group holds", samples),
+            Setting::identical("the sample lengths a replica group holds (a checksum)", lengths),
+        ];
+        match agree_identical(&self.comm, registered.as_ref().map(|_| ()).map_err(Clone::clone), &same_dataset) {
+            Ok(()) => registered,
+            Err(err) => {
+                registered.map_or(Ok(()), Store::free)?;
+                Err(err)
+            }
+        }
+    }
+
+    /// Collective: the cost model's parameters measured on this rank's group (each
+    /// group at once, on its own ranks), then host rank 0's taken by every rank, so that
+    /// every rank of the job decides alike.
+    fn measure_calibration(&self) -> Result<Calibration> {
+        let settings = CalibrationSettings {
+            budget_seconds: self.config.calibration_seconds,
+            matrix_max_ranks: self.config.matrix_max_ranks,
+            store: self.store_settings(),
+        };
+        let mut measured = calibrate::measure(self.data_comm(), &settings)?;
+        if self.group.is_some() {
+            let mut values: Vec<f64> = measured.params.named().iter().map(|(_, v)| *v).collect();
+            self.comm.bcast_into(0, &mut values)?;
+            let named: Vec<(String, f64)> = measured.params.named().iter().zip(values).map(|((n, _), v)| (n.to_string(), v)).collect();
+            measured.params = CostParams::from_named(&named).expect("the same names");
+        }
+        Ok(measured)
+    }
+
+    /// The communicator the store and the engines use: the group's, or the host's.
+    fn data_comm(&self) -> &Comm {
+        self.group.as_ref().map_or(&self.comm, ReplicaGroup::comm)
+    }
+
+    /// `MDL_MATRIX_MAX_RANKS`, or 0 with replica groups: the request matrix would be
+    /// combined across groups (the agreement is the host's), where it means nothing.
+    fn matrix_max_ranks(&self) -> usize {
+        if self.group.is_some() { 0 } else { self.config.matrix_max_ranks }
     }
 
     fn store_settings(&self) -> StoreSettings {
@@ -271,10 +338,11 @@ impl Core {
         Ok(self.store()?.index.num_samples())
     }
 
-    /// This rank's global ids, when the collective engine may run (not forced one-sided).
+    /// This rank's global ids (its group's, with replica groups), when the collective
+    /// engine may run (not forced one-sided).
     pub fn owned_ids(&self) -> Option<std::ops::Range<u64>> {
         let first = self.store.as_ref()?.index.first_ids();
-        let me = self.comm.rank();
+        let me = self.data_comm().rank();
         (self.backend != Backend::OneSided).then(|| first[me]..first[me + 1])
     }
 
@@ -291,13 +359,13 @@ impl Core {
     /// Collective: fetch a batch into the caller's buffer.
     pub fn fetch_batch(&mut self, args: Result<FetchArgs>) -> Result<()> {
         let prepared = args.and_then(|args| self.prepare(args));
-        let ranks = self.comm.size();
-        let matrix_max_ranks = self.config.matrix_max_ranks;
+        let (ranks, me) = (self.data_comm().size(), self.data_comm().rank());
+        let matrix_max_ranks = self.matrix_max_ranks();
         let measured = std::mem::take(&mut self.pending);
         let at = measured.len();
         let mut maxima = agreement_values(&measured, features::encoded_len(ranks, matrix_max_ranks));
         if let Ok(p) = &prepared {
-            let mine = features::encode(&p.plan, &p.shape, self.comm.rank(), matrix_max_ranks);
+            let mine = features::encode(&p.plan, &p.shape, me, matrix_max_ranks);
             maxima[at..].copy_from_slice(&mine);
         }
         let error = prepared.as_ref().err().cloned();
@@ -307,7 +375,7 @@ impl Core {
         Self::refuse_differing_backends(&agreed)?;
         let prepared = prepared.expect("agreed that every rank prepared its fetch");
         let step_features = features::decode(&agreed.maxima[at..], ranks, matrix_max_ranks);
-        let requests_to_me = features::requests_to(&agreed.maxima[at..], ranks, matrix_max_ranks, self.rank());
+        let requests_to_me = features::requests_to(&agreed.maxima[at..], ranks, matrix_max_ranks, me);
         let node = features::decode_node(&agreed.maxima[at..]);
         let decision = self.decide(&step_features, node, self.backend);
         let samples = self.run(decision.as_ref(), prepared, step_features, requests_to_me.as_deref())?;
@@ -327,8 +395,9 @@ impl Core {
     /// Plan a fetch of `ids` and reserve what its exchange needs.
     fn plan_step(&self, ids: &[u64]) -> Result<PlannedStep> {
         let store = self.store()?;
-        let plan = BatchPlan::on_node(&store.index, self.comm.rank(), ids, &store.topology)?;
-        let ranks = self.comm.size();
+        let data = self.data_comm();
+        let plan = BatchPlan::on_node(&store.index, data.rank(), ids, &store.topology)?;
+        let ranks = data.size();
         let shape = exchange_shape(&plan.remote, ranks, self.config.max_message_bytes);
         // A round of the collective engine receives at most this; reserved now, before
         // the agreement, so that running out of memory fails every rank together.
@@ -366,7 +435,7 @@ impl Core {
     /// rank; None, with the node-local path on, when no rank has a remote sample (the
     /// copies are the whole step). With it off every step runs its engine, as before.
     fn decide(&mut self, features: &StepFeatures, node: NodeFeatures, backend: Backend) -> Option<Decision> {
-        if self.config.node_local && !features.needs_engine() {
+        if (self.config.node_local || self.group.is_some()) && !features.needs_engine() {
             log::trace!("{features:?}, node-local {node:?}: no remote sample on any rank, no engine");
             return None;
         }
@@ -421,10 +490,19 @@ impl Core {
     /// before a step's agreement. Nothing to do when the one-sided engine is forced.
     pub fn prepare_epoch(&self, epoch: &Epoch) -> Result<()> {
         let (Some(owned), Ok(store)) = (self.owned_ids(), self.store()) else { return Ok(()) };
-        let me = self.rank();
+        // The sampler's ranks are the host's; only this rank's group asks it for its
+        // samples (every group holds its own copy of the same ids).
+        let in_group = |host_rank: usize| match &self.group {
+            Some(group) => group.rank_of(host_rank),
+            None => Some(host_rank),
+        };
+        let me = self.data_comm().rank();
+        let asks = |host_rank: usize| in_group(host_rank).is_some();
         // Not itself, nor (node-local path) the ranks of its node, which copy its samples.
-        let serves = |rank: usize| rank != me && !(store.topology.is_shared() && store.topology.shares(rank, me));
-        epoch.prepare_owned(owned, &serves, &|id| store.index.len_of(id).unwrap_or(0))
+        let serves = |host_rank: usize| {
+            in_group(host_rank).is_some_and(|rank| rank != me && !(store.topology.is_shared() && store.topology.shares(rank, me)))
+        };
+        epoch.prepare_owned(owned, &asks, &serves, &|id| store.index.len_of(id).unwrap_or(0))
     }
 
     /// Collective: wait for the agreement of a step started by
@@ -473,8 +551,14 @@ impl Core {
     ) -> Result<u64> {
         let PreparedFetch { plan, out, known_batches, .. } = prepared;
         let store = self.store.as_ref().expect("prepared fetches have a store");
+        let in_group = match (&self.group, known_batches) {
+            (Some(group), Some(all)) => Some(GroupBatches { all, group }),
+            _ => None,
+        };
+        let known_batches = in_group.as_ref().map_or(known_batches, |b| Some(b as &dyn KnownBatches));
         let step = StepContext {
-            comm: &self.comm,
+            // Not data_comm(): the statistics are borrowed mutably below.
+            comm: self.group.as_ref().map_or(&self.comm, ReplicaGroup::comm),
             store,
             plan: &plan,
             limits: self.limits(),
@@ -566,12 +650,13 @@ impl Core {
             std::mem::forget(self); // MPI may still use its buffers
             return Err(err);
         }
-        let Core { comm, store, stats, published, .. } = self;
+        let Core { comm, group, store, stats, published, .. } = self;
         published.clear_index();
         log::info!("finalize after {}", stats.summary());
         let freed_store = store.map_or(Ok(()), Store::free);
+        let freed_group = group.map_or(Ok(()), ReplicaGroup::free);
         let freed_comm = comm.free();
-        freed_store.and(freed_comm)
+        freed_store.and(freed_group).and(freed_comm)
     }
 }
 

@@ -5,6 +5,7 @@ mod core;
 mod epoch;
 mod pipeline;
 mod published;
+mod replica;
 
 pub use self::core::FetchArgs;
 pub use epoch::Batch;
@@ -57,8 +58,10 @@ pub struct EpochArgs {
 }
 
 impl Loader {
-    pub fn init(host: MPI_Comm, local_check: Result<()>) -> Result<Loader> {
-        let core = Core::init(host, local_check)?;
+    /// Collective over `host`. `group_size`: `mdl_init_replicated`'s (None: `mdl_init`,
+    /// one group of every rank).
+    pub fn init(host: MPI_Comm, local_check: Result<()>, group_size: Option<i64>) -> Result<Loader> {
+        let core = Core::init(host, local_check, group_size)?;
         Ok(Loader {
             published: core.published().clone(),
             core: Arc::new(Mutex::new(core)),

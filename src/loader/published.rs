@@ -6,6 +6,7 @@
 //! a node-shared index is freed), the statistics after every step, each behind a lock
 //! held only to read or copy them.
 
+use super::replica::ReplicaInfo;
 use crate::config::Backend;
 use crate::error::{Error, Result, mdl_status};
 use crate::estimator::EstimatorCounters;
@@ -18,6 +19,7 @@ use std::sync::Arc;
 pub struct Published {
     rank: usize,
     ranks: usize,
+    replicas: ReplicaInfo,
     index: Mutex<Option<Arc<GlobalIndex>>>,
     stats: Mutex<StatsView>,
 }
@@ -30,14 +32,19 @@ struct StatsView {
 }
 
 impl Published {
-    pub fn new(rank: usize, ranks: usize, backend: Backend) -> Published {
+    pub fn new(rank: usize, ranks: usize, backend: Backend, replicas: ReplicaInfo) -> Published {
         let stats = StatsView {
             stats: Stats::default(),
             backend,
             counters: EstimatorCounters::default(),
             calibration: Calibration::default_params("default"),
         };
-        Published { rank, ranks, index: Mutex::new(None), stats: Mutex::new(stats) }
+        Published { rank, ranks, replicas, index: Mutex::new(None), stats: Mutex::new(stats) }
+    }
+
+    /// This rank's replica group (fixed at init).
+    pub fn replicas(&self) -> ReplicaInfo {
+        self.replicas
     }
 
     pub fn set_index(&self, index: Arc<GlobalIndex>) {

@@ -18,6 +18,7 @@ use index::Starts;
 
 use crate::agree::agree_on_checks;
 use crate::error::{Error, Result};
+use crate::rng::mix;
 use crate::mpi::{Comm, Get, GetLimits, Window};
 use node_shard::NodeShards;
 use std::sync::Arc;
@@ -59,6 +60,15 @@ impl<'a> ShardView<'a> {
 
     pub fn lengths(&self) -> Vec<u64> {
         self.offsets.windows(2).map(|w| w[1] - w[0]).collect()
+    }
+
+    /// A checksum of the shard's lengths, its samples numbered from `first_id`: a sum
+    /// of one hash per sample, so that the sums over any split of the same dataset
+    /// agree (replica groups compare their copies with it).
+    pub fn lengths_checksum(&self, first_id: u64) -> u64 {
+        self.offsets.windows(2).zip(first_id..).fold(0u64, |sum, (w, id)| {
+            sum.wrapping_add(mix(mix(id) ^ (w[1] - w[0])))
+        })
     }
 }
 
