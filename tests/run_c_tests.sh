@@ -63,7 +63,7 @@ build() {
     local ok=0 src name
     for src in tests/c/fetch_test.c tests/c/errors_test.c tests/c/idle_rank_test.c tests/c/sampler_test.c \
         tests/c/estimator_test.c tests/c/hardening_test.c tests/c/finalize_test.c tests/c/lag_test.c \
-        tests/c/node_local_test.c c_examples/demo.c; do
+        tests/c/node_local_test.c tests/c/replica_test.c c_examples/demo.c; do
         [ -f "$ROOT/$src" ] || continue
         name=$(basename "$src" .c)
         echo "+ $cc ${flags[*]} $src -o $out/$name ${link[*]}" >>"$log"
@@ -225,6 +225,19 @@ for mpi in "${MPIS[@]}"; do
         tests/node_key.sh "$bin/errors_test" --seed "$SEED"
     run_case "$mpi" 4 "sampler_test-np4-2hosts-node-local-maxmsg2000" MDL_NODE_LOCAL=on MDL_MAX_MESSAGE_BYTES=2000 \
         MDL_TEST_RANKS_PER_HOST=2 -- tests/node_key.sh "$bin/sampler_test"
+    # Replica groups (mdl_init_replicated): groups of 1, 2 and the whole job, one group
+    # per emulated host with and without the node-local path, and the collective
+    # engine in rounds (owners rebuild their group's requests); every byte must come
+    # from the rank's own group and the sampler must still see every sample once.
+    for g in 1 2 4; do
+        run_case "$mpi" 4 "replica_test-np4-group$g" -- "$bin/replica_test" $g --seed "$SEED"
+    done
+    run_case "$mpi" 4 "replica_test-np4-2hosts-per-node" MDL_TEST_RANKS_PER_HOST=2 -- \
+        tests/node_key.sh "$bin/replica_test" 0 --seed "$SEED"
+    run_case "$mpi" 4 "replica_test-np4-2hosts-per-node-node-local" MDL_NODE_LOCAL=on MDL_TEST_RANKS_PER_HOST=2 -- \
+        tests/node_key.sh "$bin/replica_test" 0 --seed "$SEED"
+    run_case "$mpi" 4 "replica_test-np4-group2-maxmsg2000" MDL_MAX_MESSAGE_BYTES=2000 -- \
+        "$bin/replica_test" 2 --seed "$SEED"
     # The demo as a smoke test (small), when it has been built.
     if [ -x "$bin/demo" ]; then
         dnp=4

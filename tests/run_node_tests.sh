@@ -11,6 +11,8 @@
 #   node_local_test   byte-exact fetches of the node's samples alone and mixed with the
 #                     other host's, node-local and remote bytes checked, a sampler epoch
 #   errors_test       every bad input on one rank fails on every rank, node-local on
+#   replica_test      replica groups: one per host (group_size 0), whose fetches and
+#                     sampler epochs must never cross the network, and groups of one
 #   no-sharing        Open MPI with only its pt2pt one-sided component cannot allocate
 #                     shared windows: the library falls back, agreed, on every rank
 #
@@ -67,7 +69,7 @@ build() {
     local mpi=$1 libdir=$ROOT/target/$1/release log=$LOGDIR/$1-hosts-build.log src
     mkdir -p "$BUILDROOT/$mpi"
     : >"$log"
-    for src in node_local_test errors_test; do
+    for src in node_local_test errors_test replica_test; do
         "mpicc.$mpi" -std=c11 -O2 -g -Wall -Wextra -I"$ROOT/include" -I"$ROOT/tests/c" "$ROOT/tests/c/$src.c" \
             -o "$BUILDROOT/$mpi/$src" -L"$libdir" -lmdloader -Wl,-rpath,"$libdir" -lm >>"$log" 2>&1 || return 1
     done
@@ -129,6 +131,10 @@ for mpi in "${MPIS[@]}"; do
         "$bin/node_local_test" --seed "$SEED"
     run_hosts "$mpi" errors_test "errors_test: [0-9]* passed, 0 failed, [0-9]* skipped" -- \
         "$bin/errors_test" --seed "$SEED"
+    run_hosts "$mpi" replica_test-per-node "replica_test (group_size 0, 4 ranks): all checks passed" -- \
+        "$bin/replica_test" 0 --seed "$SEED"
+    run_hosts "$mpi" replica_test-group1 "replica_test (group_size 1, 4 ranks): all checks passed" -- \
+        "$bin/replica_test" 1 --seed "$SEED"
     if [ "$mpi" = openmpi ]; then
         run_hosts "$mpi" no-sharing "node_local_test: all checks passed" --osc pt2pt -- \
             "$bin/node_local_test" --seed "$SEED" --iters 20 --no-sharing

@@ -22,7 +22,7 @@ static void check(int ok, const char *what)
 }
 
 /* Whether v is the same on every rank. */
-static int same_on_all_ranks(double v)
+static inline int same_on_all_ranks(double v)
 {
     double lo, hi;
     MPI_Allreduce(&v, &lo, 1, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD);
