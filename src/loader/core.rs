@@ -242,7 +242,10 @@ impl Core {
     /// group that fails fails every group.
     fn register_copy(&self, shard: &ShardView) -> Result<Store> {
         let Some(group) = &self.group else { return Store::register(&self.comm, shard, &self.store_settings()) };
-        let registered = Store::register(group.comm(), shard, &self.store_settings());
+        let settings = self.store_settings();
+        let registered = self
+            .comm
+            .one_part_per_node_at_a_time(group.info().group as u64, || Store::register(group.comm(), shard, &settings))?;
         let (samples, lengths) = match &registered {
             Ok(store) => {
                 let first_id = store.index.first_ids()[group.comm().rank()];
@@ -263,22 +266,34 @@ impl Core {
         }
     }
 
-    /// Collective: the cost model's parameters measured on this rank's group (each
-    /// group at once, on its own ranks), then host rank 0's taken by every rank, so that
-    /// every rank of the job decides alike.
+    /// Collective: the cost model's parameters. With replica groups only the group of
+    /// host rank 0 measures (on its own ranks, as every group fetches), and every rank
+    /// of the job takes its figures, so that all decide alike; the other groups wait.
+    /// Measuring in one group also keeps groups of one node from creating windows at
+    /// once (see `Comm::one_part_per_node_at_a_time`).
     fn measure_calibration(&self) -> Result<Calibration> {
         let settings = CalibrationSettings {
             budget_seconds: self.config.calibration_seconds,
             matrix_max_ranks: self.config.matrix_max_ranks,
             store: self.store_settings(),
         };
-        let mut measured = calibrate::measure(self.data_comm(), &settings)?;
-        if self.group.is_some() {
-            let mut values: Vec<f64> = measured.params.named().iter().map(|(_, v)| *v).collect();
-            self.comm.bcast_into(0, &mut values)?;
-            let named: Vec<(String, f64)> = measured.params.named().iter().zip(values).map(|((n, _), v)| (n.to_string(), v)).collect();
-            measured.params = CostParams::from_named(&named).expect("the same names");
-        }
+        let Some(group) = &self.group else { return calibrate::measure(&self.comm, &settings) };
+        let measures = group.info().group == 0;
+        let measured = if measures { calibrate::measure(group.comm(), &settings) } else { Ok(Calibration::default_params("default")) };
+        agree_on_checks(&self.comm, measured.as_ref().map(|_| ()).map_err(Clone::clone))?;
+        let mut measured = measured.expect("agreed that the measuring group succeeded");
+        let mut figures: Vec<f64> = measured.params.named().iter().map(|(_, v)| *v).collect();
+        let was_measured = f64::from(u8::from(measured.source == "measured"));
+        figures.extend([measured.seconds, measured.points[0] as f64, measured.points[1] as f64, was_measured]);
+        self.comm.bcast_into(0, &mut figures)?;
+        let named: Vec<(String, f64)> = measured.params.named().iter().zip(&figures).map(|((n, _), v)| (n.to_string(), *v)).collect();
+        let [seconds, one_sided, collective, was_measured] = figures[named.len()..] else {
+            unreachable!("four figures follow the parameters")
+        };
+        measured.params = CostParams::from_named(&named).expect("the same names");
+        measured.seconds = seconds;
+        measured.points = [one_sided as usize, collective as usize];
+        measured.source = if was_measured == 1.0 { "measured" } else { "default" };
         Ok(measured)
     }
 

@@ -124,6 +124,34 @@ impl Comm {
         .map(|comm| comm.expect("every rank belongs to its node"))
     }
 
+    /// Collective: runs `create`, a collective over the part of this communicator that
+    /// `part` names (equal on the part's ranks, distinct between parts), with the parts
+    /// that share a node taking turns, in ascending `part`.
+    ///
+    /// Why: Open MPI names the shared-memory file of a new window (osc_rdma's state,
+    /// osc_sm's data) after the node, the job and the context id of the window's
+    /// communicator, and disjoint communicators split from one parent get the same
+    /// context id. Two parts of one node creating windows at once open the same file;
+    /// their windows then share state and return wrong bytes (seen with replica groups
+    /// under load). Ascending turns cannot deadlock: a part that spans several nodes
+    /// waits on each only for smaller parts, and the smallest waits for none.
+    pub fn one_part_per_node_at_a_time<T>(&self, part: u64, create: impl FnOnce() -> T) -> Result<T> {
+        let node = self.split_shared()?;
+        let mut parts_here = node.allgather(part)?;
+        parts_here.sort_unstable();
+        parts_here.dedup();
+        let mut create = Some(create);
+        let mut created = None;
+        for turn in &parts_here {
+            if *turn == part {
+                created = create.take().map(|create| create());
+            }
+            node.barrier()?;
+        }
+        node.free()?;
+        Ok(created.expect("every part has its turn"))
+    }
+
     /// Collective: the ranks that pass `member`, ordered by their rank here, as a
     /// communicator of their own (None on the others).
     pub fn split_members(&self, member: bool) -> Result<Option<Comm>> {

@@ -63,7 +63,7 @@ pub fn place(comm: &Comm, data: &[u8], node_key: u32) -> Result<Placed> {
     hardware.free()?;
     let node = node?;
     let largest = comm.allreduce_max(&[node.size() as u64])?[0];
-    let placed = if largest > 1 { place_shared(comm, &node, data) } else { plain(comm, data) };
+    let placed = if largest > 1 { place_shared(comm, &node, data, node_key) } else { plain(comm, data) };
     let freed = node.free();
     let placed = placed?;
     freed?;
@@ -74,8 +74,9 @@ fn plain(comm: &Comm, data: &[u8]) -> Result<Placed> {
     Ok(Placed { window: Window::allocate(comm, data)?, node: None, topology: Topology::default() })
 }
 
-fn place_shared(comm: &Comm, node: &Comm, data: &[u8]) -> Result<Placed> {
-    let shared = Window::allocate_shared(node, data);
+fn place_shared(comm: &Comm, node: &Comm, data: &[u8], node_key: u32) -> Result<Placed> {
+    // Emulated nodes of one machine would otherwise create their windows at once.
+    let shared = comm.one_part_per_node_at_a_time(u64::from(node_key), || Window::allocate_shared(node, data))?;
     if let Err(err) = agree_on_checks(comm, shared.as_ref().map(|_| ()).map_err(Clone::clone)) {
         log::warn!("the shards cannot be shared within nodes ({}): node-local samples go through the engines", err.message);
         super::release_where_whole_node(node, shared, Window::free)?;
