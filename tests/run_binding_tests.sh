@@ -119,6 +119,8 @@ build() {
         "$ROOT/fortran/example_sim.f90" -o "$out/example_sim_mpi" "${link[@]}" || ok=1
     step "$log" "$fc" "${fflags[@]}" -cpp -DMDL_USE_MPI_F08 -J "$out/mod-f08" -I "$out/mod-f08" \
         "$ROOT/fortran/mdloader.f90" "$ROOT/fortran/example_sim.f90" -o "$out/example_sim_f08" "${link[@]}" || ok=1
+    step "$log" "$fc" "${fflags[@]}" -J "$out/mod-mpi" -I "$out/mod-mpi" "$ROOT/fortran/mdloader.f90" \
+        "$ROOT/tests/fortran/replica_test.f90" -o "$out/replica_test_f" "${link[@]}" || ok=1
     step "$log" "$fc" "${fflags[@]}" -J "$out/mod-qm9" -I "$out/mod-qm9" "$ROOT/fortran/mdloader.f90" \
         "$ROOT/fortran/qm9_record.f90" "$ROOT/tests/qm9/qm9_decode_test.f90" -o "$out/qm9_decode_test_f" \
         "${link[@]}" || ok=1
@@ -252,6 +254,10 @@ for mpi in "${MPIS[@]}"; do
     for np in "${nps[@]}"; do
         run_case "$mpi" "$np" "fortran-example-use-mpi-np$np" -- "$bin/example_sim_mpi" 4 16
         run_case "$mpi" "$np" "fortran-example-use-mpi_f08-np$np" -- "$bin/example_sim_f08" 4 16
+        # Replica groups of 2 and one per node (the whole job here).
+        for g in 2 0; do
+            run_case "$mpi" "$np" "fortran-replica-group$g-np$np" -- "$bin/replica_test_f" $g
+        done
         if [ $QM9_READY -eq 1 ]; then
             run_case "$mpi" "$np" "qm9-decode-c-np$np" -- "$bin/qm9_decode_test_c" "$QM9DIR/qm9.qm9g" \
                 "$QM9DIR/reference.txt"
