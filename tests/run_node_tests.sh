@@ -32,37 +32,9 @@ BUILDROOT=${MDL_TEST_BUILDDIR:-$ROOT/target/c-tests}
 mkdir -p "$LOGDIR"
 mdl_select_mpis "$WHICH"
 
-NS_A=mdlnode-a-$$
-NS_B=mdlnode-b-$$
-VETH=mdlnv0
-NSEXEC=$LOGDIR/nsexec-$$.sh
-cleanup() {
-    ip netns del "$NS_A" 2>/dev/null
-    ip netns del "$NS_B" 2>/dev/null
-    rm -f "$NSEXEC"
-}
-trap cleanup EXIT
+source "$ROOT/tests/emulated_hosts.sh"
+trap mdl_hosts_delete EXIT
 trap 'exit 130' INT TERM
-
-hosts_ready() {
-    command -v ip >/dev/null || return 1
-    ip netns add "$NS_A" && ip netns add "$NS_B" &&
-        ip link add "mdln$$a" type veth peer name "mdln$$b" &&
-        ip link set "mdln$$a" netns "$NS_A" && ip link set "mdln$$b" netns "$NS_B" &&
-        ip -n "$NS_A" link set "mdln$$a" name $VETH && ip -n "$NS_B" link set "mdln$$b" name $VETH &&
-        ip -n "$NS_A" addr add 10.78.0.1/24 dev $VETH && ip -n "$NS_B" addr add 10.78.0.2/24 dev $VETH &&
-        ip -n "$NS_A" link set lo up && ip -n "$NS_B" link set lo up &&
-        ip -n "$NS_A" link set $VETH up && ip -n "$NS_B" link set $VETH up || return 1
-    # The ssh stand-in: [ssh options] HOST command... runs the command in namespace HOST.
-    cat >"$NSEXEC" <<'EOF'
-#!/bin/sh
-while [ $# -gt 0 ]; do case $1 in -*) shift ;; *) break ;; esac; done
-host=$1
-shift
-exec ip netns exec "$host" sh -c "$*"
-EOF
-    chmod +x "$NSEXEC"
-}
 
 # build <mpi>: the two test programs, against target/<mpi>/release (as run_c_tests.sh).
 build() {
@@ -84,27 +56,16 @@ run_hosts() {
         shift 2
     fi
     shift # --
-    local log=$LOGDIR/$mpi-hosts-$name.log launch
+    local log=$LOGDIR/$mpi-hosts-$name.log
     if [ "$mpi" = openmpi ]; then
-        # Each emulated host has 2 slots on 2 shared cores: mpi_yield_when_idle, or Open
-        # MPI busy-polls. osc sm serves the node's shared windows, pt2pt the rest. No rtc
-        # hwloc: the second host's orted (the same machine) now and then crashed in
-        # hwloc_shmem_topology_write at startup (seen once in a full run).
-        launch=(mpirun.openmpi --bind-to none --oversubscribe --mca mpi_yield_when_idle 1 --mca rtc ^hwloc
-            --mca plm_rsh_agent "$NSEXEC" --host "$NS_A:2,$NS_B:2" --mca btl tcp,self
-            --mca btl_tcp_if_include $VETH --mca oob_tcp_if_include $VETH --mca osc "$osc"
-            -x OMPI_ALLOW_RUN_AS_ROOT -x OMPI_ALLOW_RUN_AS_ROOT_CONFIRM -x MDL_NODE_LOCAL -n 4)
+        mdl_hosts_openmpi "$osc" -x MDL_NODE_LOCAL
     else
-        # No MPIR_CVAR_NOLOCAL: hydra's hosts are MPI's nodes (shared memory inside each
-        # namespace), UCX over TCP between them.
-        launch=(mpiexec.hydra -launcher ssh -launcher-exec "$NSEXEC" -iface $VETH
-            -hosts "$NS_A:2,$NS_B:2" -genv UCX_TLS self,tcp -genv UCX_NET_DEVICES $VETH
-            -genv MDL_NODE_LOCAL on -n 4)
+        mdl_hosts_mpich -genv MDL_NODE_LOCAL on
     fi
-    echo "+ ip netns exec $NS_A ${launch[*]} $*" >"$log"
+    echo "+ ip netns exec $MDL_HOST_A ${MDL_HOSTS_LAUNCH[*]} $*" >"$log"
     local start=$SECONDS
     (cd "$ROOT" && MDL_NODE_LOCAL=on OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
-        timeout -k 10 "$TIMEOUT" ip netns exec "$NS_A" "${launch[@]}" "$@") >>"$log" 2>&1 </dev/null
+        timeout -k 10 "$TIMEOUT" ip netns exec "$MDL_HOST_A" "${MDL_HOSTS_LAUNCH[@]}" "$@") >>"$log" 2>&1 </dev/null
     rc=$?
     MDL_ELAPSED=$((SECONDS - start))
     echo "+ exit $rc after $MDL_ELAPSED s" >>"$log"
@@ -115,7 +76,7 @@ run_hosts() {
     mdl_verdict "$mpi/hosts-$name" $rc "$log"
 }
 
-if [ "$(id -u)" != 0 ] || ! hosts_ready 2>"$LOGDIR/node-hosts.err"; then
+if [ "$(id -u)" != 0 ] || ! mdl_hosts_create node 10.78.0 "$LOGDIR/nsexec-$$.sh" 2>"$LOGDIR/node-hosts.err"; then
     echo "SKIP two emulated hosts: cannot create network namespaces ($(head -c 200 "$LOGDIR/node-hosts.err" 2>/dev/null))"
     mdl_summary
     exit 0

@@ -17,7 +17,10 @@ Headlines: % of points AUTO got right, sum(t_auto) / sum(oracle) (and the geomet
 mean of t_auto / oracle), each engine's ratio to its bare-MPI floor at batch >= 64
 (onesided / floor_rma, collective / floor_a2a; geometric means), and the batched
 one-sided engine against the DDStore-style loop (geometric mean of
-t_ddstore / t_onesided at batch >= 64).
+t_ddstore / t_onesided at batch >= 64). Where the CSV has the node column (t_node: AUTO
+with MDL_NODE_LOCAL=on), a section compares it per run with the oracle of the engines
+alone: on one node every sample is copied out of shared memory; with two hosts a step
+mixes node-local copies and an engine.
 
 Figures: winner_map.png (one panel per MPI x transport x ranks: batch vs sample size,
 coloured by the measured winner and by how much it wins, AUTO's majority choice as a
@@ -47,7 +50,7 @@ RIGHT = 1.10  # AUTO is right within 10% of the oracle
 NUM = [
     "t_onesided", "t_collective", "t_auto", "auto_onesided_steps", "auto_collective_steps", "t_ddstore",
     "t_floor_rma", "t_floor_a2a", "pred_onesided", "pred_collective", "auto_probes", "auto_switches",
-    "n_onesided", "n_collective", "n_auto", "n_ddstore",
+    "n_onesided", "n_collective", "n_auto", "n_ddstore", "t_node", "node_local_fraction",
 ]
 
 
@@ -258,8 +261,32 @@ def summary_md(rows, groups):
         out.append(f"DDStore-style points not measured (a single step predicted above the skip limit): {len(miss)} "
                    "(" + ", ".join(f"{r['mpi']}/{r['transport']}/{r['ranks']} b{r['batch']} s{r['sample']}"
                                    for r in miss) + ").\n")
+    out.extend(node_section(groups))
     out.append("Figures: docs/figures/winner_map.png, docs/figures/auto_vs_oracle.png.\n")
     return "\n".join(out)
+
+
+def node_section(groups):
+    """The node-local path (t_node) against the better engine, per run."""
+    out = []
+    runs = {k: [r for r in sel if r["has_pair"] and not math.isnan(r["t_node"])] for k, sel in groups.items()}
+    runs = {k: sel for k, sel in runs.items() if sel}
+    if not runs:
+        return out
+    out.append("## The node-local path (AUTO with MDL_NODE_LOCAL=on) against the engines\n")
+    out.append("node/oracle: t_node over the better forced engine (below 1: faster than both). Node-local share: "
+               "of rank 0's bytes from other ranks, the part copied out of shared memory.\n")
+    out.append("| mpi | transport | ranks | points | node faster than both | node/oracle geo | best | worst "
+               "| node-local share |")
+    out.append("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+    for (m, t, p), sel in runs.items():
+        ratios = [r["t_node"] / r["oracle"] for r in sel]
+        shares = [r["node_local_fraction"] for r in sel if not math.isnan(r["node_local_fraction"])]
+        share = f"{min(shares):.2f}-{max(shares):.2f}" if shares else "n/a"
+        out.append(f"| {m} | {t} | {p} | {len(sel)} | {sum(x < 1 for x in ratios)}/{len(sel)} | "
+                   f"{fmt(gmean(ratios), '.2f')} | {min(ratios):.2f} | {max(ratios):.2f} | {share} |")
+    out.append("")
+    return out
 
 
 # ---------------------------------------------------------------- figures

@@ -10,6 +10,9 @@
  *   auto        mdl_fetch_batch, MDL_BACKEND_AUTO, on a loader of its own that is never
  *               forced (fresh per point by default: registered and calibrated as a
  *               training run would be; --auto-loader shared keeps one per sample size)
+ *   node        AUTO as above on a loader made with MDL_NODE_LOCAL=on: samples of the
+ *               rank's MPI node are copied out of shared memory, the rest go through
+ *               the engine AUTO picks (one node: every sample; two hosts: a mixed step)
  *
  * Every variant reads its own copy of the dataset (a loader, or a raw window, each):
  * variants that shared one would find the samples of the step in the caches whenever
@@ -72,7 +75,7 @@
 #include "mdloader.h"
 #include "bench_common.h"
 
-enum { V_OS, V_COLL, V_AUTO, V_DD, V_FRMA, V_FA2A, NV };
+enum { V_OS, V_COLL, V_AUTO, V_NODE, V_DD, V_FRMA, V_FA2A, NV };
 
 static int g_rank, g_P, g_yield;
 
@@ -281,6 +284,16 @@ static lstats read_stats(mdl_loader *h)
     return s;
 }
 
+/* The share of this rank's bytes from other ranks that the node-local path copied. */
+static double node_fraction_of(mdl_loader *h)
+{
+    static char buf[8192];
+    mdl_stats_json(h, buf, sizeof buf);
+    const char *node = strstr(buf, "\"node_local\":");
+    double node_bytes = node ? json_num(node, "bytes") : 0, remote = json_num(buf, "bytes_remote");
+    return node_bytes + remote > 0 ? node_bytes / (node_bytes + remote) : NAN;
+}
+
 /* ---------------------------------------------------------------- one point */
 
 typedef struct ctx {
@@ -290,6 +303,7 @@ typedef struct ctx {
     uint8_t *wbase[2];          /* my shard, in the raw windows: [0] RMA floor, [1] a2a floor */
     MPI_Win win[2];
     mdl_loader *onesided, *collective, *shared_auto; /* loaders with the engine forced */
+    mdl_loader *node;                                 /* AUTO with MDL_NODE_LOCAL=on */
     uint64_t *shard_off;        /* N + 1 offsets of my shard */
     uint64_t B;
     /* per-step scratch */
@@ -374,6 +388,7 @@ static double run_step(ctx *c, int v, mdl_loader *h)
     case V_OS:
     case V_COLL:
     case V_AUTO:
+    case V_NODE:
         lib_check(mdl_fetch_batch(h, c->ids, B, c->out, c->out_cap, c->liboff), "mdl_fetch_batch");
         break;
     case V_DD:
@@ -462,7 +477,7 @@ static long check_step(ctx *c, int v)
         }
         free(pos);
     } else {
-        const uint64_t *oo = v <= V_AUTO ? c->liboff : c->outoff;
+        const uint64_t *oo = v <= V_NODE ? c->liboff : c->outoff;
         for (uint64_t k = 0; k < c->B; k++) {
             uint64_t g = c->ids[k];
             if (oo[k + 1] - oo[k] != c->gsize[g] || !verify(seed, g, c->out + oo[k], c->gsize[g]))
@@ -543,13 +558,13 @@ static result measure_dd(ctx *c, double pred)
 
 /* The variants measured together, step by step in turn (same ids, same moment), so
    that a burst of load from other jobs on the machine hits them all alike. */
-static const int GROUP[] = {V_OS, V_COLL, V_AUTO, V_FRMA, V_FA2A};
+static const int GROUP[] = {V_OS, V_COLL, V_AUTO, V_NODE, V_FRMA, V_FA2A};
 enum { NG = sizeof GROUP / sizeof GROUP[0] };
 
 /* The loader variant v runs on. */
 static mdl_loader *loader_of(ctx *c, int v, mdl_loader *au)
 {
-    return v == V_AUTO ? au : v == V_OS ? c->onesided : v == V_COLL ? c->collective : NULL;
+    return v == V_AUTO ? au : v == V_NODE ? c->node : v == V_OS ? c->onesided : v == V_COLL ? c->collective : NULL;
 }
 
 /* The order of the group at step s: a permutation drawn from s, the same on every rank
@@ -696,6 +711,9 @@ static void model_predict(ctx *c, const double *prm, double *pos, double *pcoll)
 static mdl_loader *new_loader(ctx *c, mdl_backend backend)
 {
     mdl_loader *h = NULL;
+    /* Every loader but the node variant's reads its whole batch through the engines. */
+    if (!getenv("MDL_NODE_LOCAL"))
+        setenv("MDL_NODE_LOCAL", "off", 1);
     lib_check(mdl_init(MPI_COMM_WORLD, &h), "mdl_init");
     lib_check(mdl_register_shard(h, c->wbase[0], c->shard_off, c->N), "mdl_register_shard");
     lib_check(mdl_set_backend(h, backend), "mdl_set_backend");
@@ -734,6 +752,10 @@ static void open_data(ctx *c, uint64_t mybytes)
     sync_all();
     c->onesided = new_loader(c, MDL_BACKEND_ONESIDED);
     c->collective = new_loader(c, MDL_BACKEND_COLLECTIVE);
+    /* The setting is agreed at mdl_init: every rank sets it alike. */
+    setenv("MDL_NODE_LOCAL", "on", 1);
+    c->node = new_loader(c, MDL_BACKEND_AUTO);
+    setenv("MDL_NODE_LOCAL", "off", 1);
     if (!strcmp(o->auto_loader, "shared"))
         c->shared_auto = new_loader(c, MDL_BACKEND_AUTO);
 }
@@ -742,6 +764,7 @@ static void close_data(ctx *c)
 {
     lib_check(mdl_finalize(&c->onesided), "mdl_finalize");
     lib_check(mdl_finalize(&c->collective), "mdl_finalize");
+    lib_check(mdl_finalize(&c->node), "mdl_finalize");
     if (c->shared_auto)
         lib_check(mdl_finalize(&c->shared_auto), "mdl_finalize");
     for (int w = 0; w < 2; w++)
@@ -786,7 +809,8 @@ int main(int argc, char **argv)
             fprintf(csv, "mpi,transport,ranks,batch,sample,t_onesided,t_collective,t_auto,auto_onesided_steps,"
                          "auto_collective_steps,t_ddstore,t_floor_rma,t_floor_a2a,n_onesided,n_collective,n_auto,"
                          "n_ddstore,n_floor_rma,n_floor_a2a,auto_probes,auto_switches,pred_onesided,"
-                         "pred_collective,mean_sample_bytes,samples_per_rank,wait,bad\n");
+                         "pred_collective,mean_sample_bytes,samples_per_rank,wait,bad,t_node,n_node,"
+                         "node_local_fraction\n");
         fflush(csv);
         fprintf(stderr, "grid_bench: %s/%s, %d ranks (%ld cores), wait=%s, auto loader %s, budget %.2f s, limit %.1f s\n",
                 o.mpi, o.transport, P, cores, g_yield ? "yield" : "block", o.auto_loader, o.budget, o.limit);
@@ -870,6 +894,7 @@ int main(int argc, char **argv)
                 double pred = prev[V_DD] > 0 && prevB ? prev[V_DD] * 1e-6 * (double)B / (double)prevB : -1;
                 res[V_DD] = measure_dd(&c, pred);
             }
+            const double node_fraction = node_fraction_of(c.node);
             long bad[NV], gbad[NV];
             for (int v = 0; v < NV; v++)
                 bad[v] = res[v].bad;
@@ -883,6 +908,8 @@ int main(int argc, char **argv)
                 fprintf(csv, "%s,%s,%d,%llu,%llu", o.mpi, o.transport, P, (unsigned long long)B,
                         (unsigned long long)c.m);
                 for (int v = 0; v < NV; v++) {
+                    if (v == V_NODE)
+                        continue; /* at the end of the row: the older columns keep their places */
                     if (v == V_DD)
                         fprintf(csv, ",%.0f,%.0f", aos, aco);
                     if (isnan(res[v].med))
@@ -891,18 +918,22 @@ int main(int argc, char **argv)
                         fprintf(csv, ",%.2f", res[v].med);
                 }
                 for (int v = 0; v < NV; v++)
-                    fprintf(csv, ",%d", res[v].n);
-                fprintf(csv, ",%.0f,%.0f,%.2f,%.2f,%.1f,%llu,%s,%ld\n", ar.after.probes - ar.before.probes,
+                    if (v != V_NODE)
+                        fprintf(csv, ",%d", res[v].n);
+                fprintf(csv, ",%.0f,%.0f,%.2f,%.2f,%.1f,%llu,%s,%ld,%.2f,%d,%.3f\n", ar.after.probes - ar.before.probes,
                         ar.after.switches - ar.before.switches, pred_os * 1e6, pred_coll * 1e6, mean,
-                        (unsigned long long)c.N, g_yield ? "yield" : "block", badsum);
+                        (unsigned long long)c.N, g_yield ? "yield" : "block", badsum, res[V_NODE].med, res[V_NODE].n,
+                        node_fraction);
                 fflush(csv);
                 fprintf(stderr,
-                        "  %s/%s np=%d B=%4llu m=%5llu: os %.1f coll %.1f auto %.1f (os %.0f/coll %.0f) dd %.1f "
-                        "frma %.1f fa2a %.1f | model os %.1f coll %.1f | n %d/%d/%d/%d/%d/%d | %.1f s%s\n",
+                        "  %s/%s np=%d B=%4llu m=%5llu: os %.1f coll %.1f auto %.1f (os %.0f/coll %.0f) node %.1f "
+                        "(%.0f%% node-local) dd %.1f frma %.1f fa2a %.1f | model os %.1f coll %.1f | n %d/%d/%d/%d | "
+                        "%.1f s%s\n",
                         o.mpi, o.transport, P, (unsigned long long)B, (unsigned long long)c.m, res[V_OS].med,
-                        res[V_COLL].med, res[V_AUTO].med, aos, aco, res[V_DD].med, res[V_FRMA].med, res[V_FA2A].med,
-                        pred_os * 1e6, pred_coll * 1e6, res[0].n, res[1].n, res[2].n, res[3].n, res[4].n, res[5].n,
-                        MPI_Wtime() - tp0, badsum ? "  VERIFICATION FAILED" : "");
+                        res[V_COLL].med, res[V_AUTO].med, aos, aco, res[V_NODE].med, 100 * node_fraction,
+                        res[V_DD].med, res[V_FRMA].med, res[V_FA2A].med, pred_os * 1e6, pred_coll * 1e6,
+                        res[V_OS].n, res[V_AUTO].n, res[V_NODE].n, res[V_DD].n, MPI_Wtime() - tp0,
+                        badsum ? "  VERIFICATION FAILED" : "");
                 if (bi == 0 || !shared) {
                     char fbuf[256];
                     lstats fs = read_stats(c.onesided);
@@ -920,8 +951,9 @@ int main(int argc, char **argv)
                 close_data(&c);
             if (badsum) {
                 if (me == 0)
-                    fprintf(stderr, "verification failed: wrong samples per variant os %ld coll %ld auto %ld dd %ld "
-                                    "frma %ld fa2a %ld\n", gbad[0], gbad[1], gbad[2], gbad[3], gbad[4], gbad[5]);
+                    fprintf(stderr, "verification failed: wrong samples per variant os %ld coll %ld auto %ld node %ld "
+                                    "dd %ld frma %ld fa2a %ld\n", gbad[V_OS], gbad[V_COLL], gbad[V_AUTO], gbad[V_NODE],
+                            gbad[V_DD], gbad[V_FRMA], gbad[V_FA2A]);
                 MPI_Abort(MPI_COMM_WORLD, 3);
             }
         }
