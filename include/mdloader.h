@@ -172,7 +172,9 @@ enum mdl_status mdl_init_f(MPI_Fint comm, struct mdl_loader **out);
  * own group, through the engines and, with MDL_NODE_LOCAL=on, the node's shared
  * memory. The built-in sampler still splits each epoch over every rank of comm: every
  * sample is read once per epoch across the job, as without groups. Engine choices
- * and errors stay agreed over all of comm.
+ * and errors stay agreed over all of comm. The groups of one node register one after
+ * another (Open MPI 4.1 may otherwise give their windows one shared state): with
+ * MDL_TIMEOUT set, it must cover the other groups' registrations.
  */
 enum mdl_status mdl_init_replicated(MPI_Comm comm, int group_size, struct mdl_loader **out);
 

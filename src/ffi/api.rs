@@ -99,7 +99,9 @@ pub extern "C" fn mdl_init_f(comm: RSMPI_Fint, out: *mut *mut mdl_loader) -> mdl
 /// own group, through the engines and, with MDL_NODE_LOCAL=on, the node's shared
 /// memory. The built-in sampler still splits each epoch over every rank of comm: every
 /// sample is read once per epoch across the job, as without groups. Engine choices
-/// and errors stay agreed over all of comm.
+/// and errors stay agreed over all of comm. The groups of one node register one after
+/// another (Open MPI 4.1 may otherwise give their windows one shared state): with
+/// MDL_TIMEOUT set, it must cover the other groups' registrations.
 #[unsafe(no_mangle)]
 pub extern "C" fn mdl_init_replicated(comm: MPI_Comm, group_size: c_int, out: *mut *mut mdl_loader) -> mdl_status {
     boundary("mdl_init_replicated", || init_from(Ok(comm), Some(group_size), out))
@@ -124,13 +126,16 @@ pub extern "C" fn mdl_replica_info(
 ) -> mdl_status {
     boundary("mdl_replica_info", || {
         let info = with_published(h, |p| Ok(p.replicas()))?;
-        // SAFETY (each): checked, and points to a writable u32 (caller's contract).
-        for (ptr, value, name) in [
-            (group, info.group, "group"),
-            (num_groups, info.groups, "num_groups"),
-            (rank_in_group, info.rank_in_group, "rank_in_group"),
-            (group_size, info.group_size, "group_size"),
-        ] {
+        let outs = [
+            (group, "group"),
+            (num_groups, "num_groups"),
+            (rank_in_group, "rank_in_group"),
+            (group_size, "group_size"),
+        ];
+        args::outs_present(&outs)?;
+        let values = [info.group, info.groups, info.rank_in_group, info.group_size];
+        for ((ptr, name), value) in outs.into_iter().zip(values) {
+            // SAFETY: checked, and points to a writable u32 (caller's contract).
             *unsafe { args::out(ptr, name) }? = value as u32;
         }
         Ok(())
@@ -145,6 +150,7 @@ pub extern "C" fn mdl_replica_info(
 pub extern "C" fn mdl_replica_part(h: *const mdl_loader, num_samples: u64, first: *mut u64, count: *mut u64) -> mdl_status {
     boundary("mdl_replica_part", || {
         let part = with_published(h, |p| Ok(p.replicas().part(num_samples)))?;
+        args::outs_present(&[(first, "first"), (count, "count")])?;
         // SAFETY (both): checked, and points to a writable u64 (caller's contract).
         *unsafe { args::out(first, "first") }? = part.start;
         *unsafe { args::out(count, "count") }? = part.end - part.start;

@@ -43,6 +43,12 @@ pub unsafe fn out<'a, T>(ptr: *mut T, what: &str) -> Result<&'a mut T> {
     Ok(unsafe { &mut *ptr })
 }
 
+/// Checks every out-pointer (as [`out`]) before any is written, so that a call failing
+/// on a NULL one leaves the others untouched.
+pub fn outs_present<T>(outs: &[(*mut T, &str)]) -> Result<()> {
+    outs.iter().try_for_each(|&(ptr, what)| check(ptr, what))
+}
+
 fn check<T>(ptr: *const T, what: &str) -> Result<()> {
     if ptr.is_null() {
         return Err(Error::null_arg(what));

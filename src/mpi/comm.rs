@@ -128,13 +128,17 @@ impl Comm {
     /// `part` names (equal on the part's ranks, distinct between parts), with the parts
     /// that share a node taking turns, in ascending `part`.
     ///
-    /// Why: Open MPI names the shared-memory file of a new window (osc_rdma's state,
-    /// osc_sm's data) after the node, the job and the context id of the window's
-    /// communicator, and disjoint communicators split from one parent get the same
-    /// context id. Two parts of one node creating windows at once open the same file;
-    /// their windows then share state and return wrong bytes (seen with replica groups
-    /// under load). Ascending turns cannot deadlock: a part that spans several nodes
-    /// waits on each only for smaller parts, and the smallest waits for none.
+    /// Why: Open MPI 4.1's osc_rdma names the shared-memory file of a new window's
+    /// state `osc_rdma.<node>.<job>.<context id>` (osc_sm adds the creating rank; later
+    /// Open MPI releases add the process id), and disjoint communicators split from one
+    /// parent get the same context id. Two parts of one node creating windows at once
+    /// open the same file; their windows then share state and return wrong bytes (seen
+    /// with replica groups under load, with "unlink osc_rdma...: No such file" warnings).
+    /// Ascending turns cannot deadlock: a part that spans several nodes waits on each
+    /// only for smaller parts, and the smallest waits for none.
+    ///
+    /// A rank waits in the turns' barriers while the node's smaller parts run `create`,
+    /// so `MDL_TIMEOUT` must cover their time too; the error says so.
     pub fn one_part_per_node_at_a_time<T>(&self, part: u64, create: impl FnOnce() -> T) -> Result<T> {
         let node = self.split_shared()?;
         let mut parts_here = node.allgather(part)?;
@@ -146,7 +150,15 @@ impl Comm {
             if *turn == part {
                 created = create.take().map(|create| create());
             }
-            node.barrier()?;
+            node.barrier().map_err(|err| Error {
+                message: format!(
+                    "waiting for the {} parts of this node (replica groups or emulated nodes) that create their \
+                     windows in turns, one after another: {}",
+                    parts_here.len(),
+                    err.message
+                ),
+                ..err
+            })?;
         }
         node.free()?;
         Ok(created.expect("every part has its turn"))

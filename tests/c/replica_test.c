@@ -254,6 +254,14 @@ int main(int argc, char **argv)
     MPI_Comm_free(&grp);
     check(ok, "mdl_replica_part: each group's parts cover the copy once, in rank order");
 
+    /* A NULL out-pointer fails the local call and leaves the other outputs untouched. */
+    uint64_t untouched = 77;
+    uint32_t info_untouched[3] = {77, 77, 77};
+    ok = mdl_replica_part(h, N_SAMPLES, &untouched, NULL) == MDL_ERR_NULL_ARG && untouched == 77;
+    ok = ok && mdl_replica_info(h, &info_untouched[0], &info_untouched[1], &info_untouched[2], NULL) == MDL_ERR_NULL_ARG;
+    ok = ok && info_untouched[0] == 77 && info_untouched[1] == 77 && info_untouched[2] == 77;
+    check(ok, "mdl_replica_part / mdl_replica_info with a NULL output: MDL_ERR_NULL_ARG, nothing written");
+
     ok = register_part(h, N_SAMPLES, group, UINT64_MAX) == MDL_OK;
     uint64_t n = 0;
     ok = ok && mdl_num_samples(h, &n) == MDL_OK && n == N_SAMPLES;
