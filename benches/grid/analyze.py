@@ -44,7 +44,7 @@ from matplotlib.colors import TwoSlopeNorm  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-TRANSPORTS = ["shm", "tcp", "tcp1g", "twohosts"]
+TRANSPORTS = ["shm", "tcp", "tcp1g", "twohosts", "twonodes"]
 MPIS = ["openmpi", "mpich"]
 RIGHT = 1.10  # AUTO is right within 10% of the oracle
 NUM = [

@@ -3,7 +3,7 @@
 # (MPI, transport, ranks) that can run on this machine.
 #
 #   benches/grid/run_grid.sh [--quick] [--mpi "openmpi mpich"] [--ranks "2 4"]
-#                            [--transports "shm tcp tcp1g twohosts"] [--no-build]
+#                            [--transports "shm tcp tcp1g twohosts twonodes"] [--no-build]
 #                            [--results DIR]
 #
 # Transports:
@@ -18,6 +18,10 @@
 #             share 2 cores: Open MPI gets mpi_yield_when_idle (each emulated host
 #             alone looks undersubscribed to it). The library counts the ranks of the
 #             machine by its boot id, so its MDL_WAIT=auto needs no help here.
+#   twonodes  the same two hosts, but each one MPI node with shared memory inside (Open
+#             MPI: osc sm,pt2pt; MPICH: without MPIR_CVAR_NOLOCAL), as real nodes are:
+#             the node-local variant then mixes copies within a host with an engine
+#             between them. Not in the default set (the history of the grid has none).
 # Namespaces are created here and deleted on exit (also on error or Ctrl-C).
 #
 # Each point gets a fresh raw window and fresh loaders (grid_bench.c), so that the
@@ -176,7 +180,7 @@ if needs tcp1g; then
         fi
     fi
 fi
-if needs twohosts; then
+if needs twohosts || needs twonodes; then
     if ! command -v ip >/dev/null; then
         TWOHOSTS_OK="no ip command"
     elif ! ip netns add "$NS_A" 2>"$LOGS/netns.err"; then
@@ -212,7 +216,7 @@ fi
 : >"$RUNS/.keep"
 tmp_header=$RUNS/header.csv
 # The header line is printed by grid_bench --header; written once here.
-echo "mpi,transport,ranks,batch,sample,t_onesided,t_collective,t_auto,auto_onesided_steps,auto_collective_steps,t_ddstore,t_floor_rma,t_floor_a2a,n_onesided,n_collective,n_auto,n_ddstore,n_floor_rma,n_floor_a2a,auto_probes,auto_switches,pred_onesided,pred_collective,mean_sample_bytes,samples_per_rank,wait,bad" >"$tmp_header"
+echo "mpi,transport,ranks,batch,sample,t_onesided,t_collective,t_auto,auto_onesided_steps,auto_collective_steps,t_ddstore,t_floor_rma,t_floor_a2a,n_onesided,n_collective,n_auto,n_ddstore,n_floor_rma,n_floor_a2a,auto_probes,auto_switches,pred_onesided,pred_collective,mean_sample_bytes,samples_per_rank,wait,bad,t_node,n_node,node_local_fraction" >"$tmp_header"
 cp "$tmp_header" "$CSV"
 {
     echo "# Grid runs ($(date -u +%Y-%m-%dT%H:%M:%SZ), $(git -C "$ROOT" rev-parse --short HEAD), $CORES cores, quick=$QUICK)"
@@ -243,7 +247,7 @@ for mpi in $MPIS; do
                     continue
                 fi
                 ;;
-            twohosts)
+            twohosts | twonodes)
                 if [ "$np" != 4 ]; then
                     say "SKIP $tag: two hosts with 2 ranks each need 4 ranks"
                     record "$mpi" "$transport" "$np" skipped "" "" "two hosts x 2 ranks = 4 ranks only"
@@ -282,6 +286,12 @@ for mpi in $MPIS; do
                         --mca btl tcp,self --mca btl_tcp_if_include $VETH --mca oob_tcp_if_include $VETH
                         --mca osc pt2pt -n "$np")
                     ;;
+                twonodes)
+                    launch=(mpirun.openmpi --bind-to none --oversubscribe --mca mpi_yield_when_idle 1
+                        --mca plm_rsh_agent "$NSEXEC" --host "$NS_A:2,$NS_B:2" --mca rtc ^hwloc
+                        --mca btl tcp,self --mca btl_tcp_if_include $VETH --mca oob_tcp_if_include $VETH
+                        --mca osc sm,pt2pt -n "$np")
+                    ;;
                 esac
             else
                 case $transport in
@@ -298,11 +308,16 @@ for mpi in $MPIS; do
                         -hosts "$NS_A:2,$NS_B:2" -genv MPIR_CVAR_NOLOCAL 1 -genv UCX_TLS self,tcp
                         -genv UCX_NET_DEVICES $VETH -n "$np")
                     ;;
+                twonodes)
+                    # hydra's hosts are MPI's nodes: shared memory inside each namespace.
+                    launch=(mpiexec.hydra -launcher ssh -launcher-exec "$NSEXEC" -iface $VETH
+                        -hosts "$NS_A:2,$NS_B:2" -genv UCX_TLS self,tcp -genv UCX_NET_DEVICES $VETH -n "$np")
+                    ;;
                 esac
             fi
             case $transport in
             tcp1g) launch=(ip netns exec "$NS_SHAPED" "${launch[@]}") ;;
-            twohosts) launch=(ip netns exec "$NS_A" "${launch[@]}") ;;
+            twohosts | twonodes) launch=(ip netns exec "$NS_A" "${launch[@]}") ;;
             esac
             steps=("${FAST[@]}")
             [ "$mpi" = mpich ] && [ "$np" -gt "$CORES" ] && steps=("${SLOW[@]}")
