@@ -2,9 +2,13 @@
 //! catches panics, turns errors into status codes and records the message for
 //! `mdl_last_error`. Pointer checks live in `args`; the exports themselves in `api`.
 
+// The exports (api, order) take raw pointers from C by design: they are `extern "C"`
+// (a C caller cannot see `unsafe`), and each pointer is checked in `args` before use.
+#[allow(clippy::not_unsafe_ptr_arg_deref)]
 mod api;
 mod args;
 mod handle;
+#[allow(clippy::not_unsafe_ptr_arg_deref)]
 mod order;
 
 pub use api::*;
