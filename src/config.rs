@@ -117,9 +117,18 @@ pub struct Config {
     pub agreement_lag: u64,
     /// `MDL_NODE_LOCAL=on|off`: the shards of a node's ranks in one shared-memory
     /// window, their samples copied with memcpy instead of going through an engine
-    /// (on), or every other rank's sample through the engines (off, the default for
-    /// now: the engines' tests and benchmarks on one machine rely on it).
+    /// (on, the default), or every other rank's sample through the engines (off: what
+    /// the engines' own tests and benchmarks on one machine pin, so that they move
+    /// bytes at all).
     pub node_local: bool,
+    /// `MDL_SHM_DIR`: the directory whose file system backs MPI's shared memory
+    /// (default `/dev/shm`, where Open MPI and MPICH put their segments). Before any
+    /// shared window is made each node checks that it can hold them (see
+    /// `store::shm_budget`); the outcome, not the path, is agreed.
+    pub shm_dir: PathBuf,
+    /// `MDL_SHM_RESERVE`: bytes of that file system left free for MPI's own segments
+    /// and other users of the node (default 16 MiB).
+    pub shm_reserve: u64,
     /// `MDL_NODE_KEY`: ranks of one shared-memory node with different keys count as
     /// different nodes (emulating hosts in tests and benchmarks). Not agreed: it is
     /// meant to differ between ranks, and the node split it steers is collective.
@@ -154,7 +163,9 @@ impl Default for Config {
             timeout_seconds: 0.0,
             shared_index: true,
             agreement_lag: 2,
-            node_local: false,
+            node_local: true,
+            shm_dir: PathBuf::from("/dev/shm"),
+            shm_reserve: 16 << 20,
             node_key: 0,
         }
     }
@@ -217,13 +228,19 @@ impl Config {
             },
         };
         let shared_index = env_word("MDL_SHARED_INDEX", &["off", "on"], 1)? == 1;
-        let node_local = env_word("MDL_NODE_LOCAL", &["off", "on"], 0)? == 1;
+        let node_local = env_word("MDL_NODE_LOCAL", &["off", "on"], default.node_local as usize)? == 1;
+        let shm_dir = match env_text("MDL_SHM_DIR")? {
+            Some(text) if !text.trim().is_empty() => PathBuf::from(text.trim()),
+            _ => default.shm_dir.clone(),
+        };
         let wait = [Wait::Auto, Wait::Spin, Wait::Yield][env_word("MDL_WAIT", &["auto", "spin", "yield"], 0)?];
         Ok(Config {
             wait,
             backend,
             shared_index,
             node_local,
+            shm_dir,
+            shm_reserve: env_or("MDL_SHM_RESERVE", default.shm_reserve, |_| true, "a number of bytes")?,
             node_key: env_or("MDL_NODE_KEY", default.node_key, |k| *k <= i32::MAX as u32, "an integer in 0..=2147483647")?,
             agreement_lag: env_or(
                 "MDL_AGREEMENT_LAG",

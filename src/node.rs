@@ -1,4 +1,8 @@
-//! Facts about the machine this rank runs on, for the wait policy (`mpi::wait`).
+//! Facts about the machine this rank runs on: its cores (for the wait policy,
+//! `mpi::wait`), its identity, and the room left in a file system (for shared memory,
+//! `store::shm_budget`).
+
+use std::path::Path;
 
 /// The node's online cores. Not this process's affinity mask: a launcher that binds
 /// each rank to one core (Open MPI does at two ranks or fewer) does not make the node
@@ -30,6 +34,21 @@ pub fn machine_key() -> Option<u64> {
     Some(hash.max(1)) // 0 means "no key" on the wire
 }
 
+/// Bytes an unprivileged process may still write to the file system holding `dir`
+/// (`statvfs`: free blocks for non-root times the fragment size). `None` where `dir`
+/// cannot be examined (it does not exist, or its path holds a NUL byte).
+pub fn free_bytes(dir: &Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    // SAFETY: statvfs is plain old data; all-zero is a valid value to be overwritten.
+    let mut fs: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: path is NUL-terminated and fs a writable statvfs.
+    if unsafe { libc::statvfs(path.as_ptr(), &mut fs) } != 0 {
+        return None;
+    }
+    Some((fs.f_bavail as u64).saturating_mul(fs.f_frsize as u64))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -39,5 +58,11 @@ mod tests {
         assert!(online_cores() >= 1);
         assert_eq!(machine_key(), machine_key());
         assert_ne!(machine_key(), Some(0));
+    }
+
+    #[test]
+    fn free_bytes_reads_a_file_system_and_refuses_a_missing_directory() {
+        assert!(free_bytes(Path::new("/")).is_some());
+        assert_eq!(free_bytes(Path::new("/no/such/directory/here")), None);
     }
 }

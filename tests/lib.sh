@@ -43,6 +43,12 @@ fail() {
 # Run PROGRAM on NP ranks of MPI (openmpi|mpich) from $ROOT, with the variables set on
 # every rank, under `timeout $TIMEOUT`; the command line, start, output and exit status
 # go to LOG. Returns the job's exit status (124 or 137: timed out). Sets MDL_ELAPSED.
+#
+# MDL_TEST_NODE_LOCAL: set by the runners that test the engines themselves (C, scale,
+# fuzz) to `off`. The library's default (node-local on) copies every sample of a
+# one-node job from shared memory, so on this one machine the engines would move
+# nothing; such a runner's case that names MDL_NODE_LOCAL keeps its own value, and
+# `MDL_NODE_LOCAL=` (empty) runs the library's default.
 mdl_mpirun() {
     local mpi=$1 np=$2 log=$3
     shift 3
@@ -52,6 +58,9 @@ mdl_mpirun() {
         shift
     done
     shift # --
+    if [ -n "${MDL_TEST_NODE_LOCAL:-}" ] && ! printf '%s\n' "${envs[@]}" | grep -q '^MDL_NODE_LOCAL='; then
+        envs=(MDL_NODE_LOCAL="$MDL_TEST_NODE_LOCAL" "${envs[@]}")
+    fi
     if [ "$mpi" = openmpi ]; then
         # As root, with more ranks than the 2 cores: allowed explicitly.
         launcher=(mpirun.openmpi --oversubscribe -n "$np")

@@ -34,6 +34,9 @@ BUILDROOT=${MDL_TEST_BUILDDIR:-$ROOT/target/c-tests}
 mkdir -p "$LOGDIR"
 
 mdl_select_mpis "$WHICH"
+# These cases test the engines: pinned to MDL_NODE_LOCAL=off unless a case says
+# otherwise (tests/lib.sh, MDL_TEST_NODE_LOCAL).
+MDL_TEST_NODE_LOCAL=off
 
 # build <mpi>: compiles the test programs; returns non-zero if anything failed.
 build() {
@@ -204,6 +207,11 @@ for mpi in "${MPIS[@]}"; do
     # The initial backend from the environment must agree with explicit settings.
     run_case "$mpi" 2 "fetch_test-np2-env-collective" MDL_BACKEND=collective -- \
         "$bin/fetch_test" --iters $((ITERS / 4)) --seed $((SEED + 2)) --phases world
+    # The library's defaults (node-local on): on one node every sample is a copy from
+    # the node's shared memory, byte-exact under every backend setting.
+    run_case "$mpi" 2 "fetch_test-np2-defaults" MDL_NODE_LOCAL= -- "$bin/fetch_test" --iters $((ITERS / 4)) --seed "$SEED"
+    run_case "$mpi" 2 "sampler_test-np2-defaults" MDL_NODE_LOCAL= -- "$bin/sampler_test"
+    run_case "$mpi" 2 "errors_test-np2-defaults" MDL_NODE_LOCAL= -- "$bin/errors_test" --seed "$SEED"
     # The node-local path (MDL_NODE_LOCAL=on): one node of 2 ranks; two emulated hosts
     # of 2 ranks (tests/node_key.sh splits MPI's node by MDL_NODE_KEY; the namespaces of
     # tests/run_node_tests.sh are real hosts to MPI); 4 hosts of one rank (nothing to

@@ -64,6 +64,9 @@ MEMLIMIT_KB=6000000
 mkdir -p "$LOGDIR"
 
 mdl_select_mpis "$WHICH"
+# The fuzzer and valgrind cases test the engines: pinned to MDL_NODE_LOCAL=off
+# (tests/lib.sh, MDL_TEST_NODE_LOCAL).
+MDL_TEST_NODE_LOCAL=off
 
 # build <mpi>: compiles the programs into $BUILDROOT/<mpi>; non-zero if anything failed.
 build() {

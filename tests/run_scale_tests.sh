@@ -20,6 +20,9 @@ LOGDIR=${MDL_TEST_LOGDIR:-$ROOT/target/test-logs}
 BUILDROOT=${MDL_TEST_BUILDDIR:-$ROOT/target/c-tests}
 mkdir -p "$LOGDIR"
 mdl_select_mpis "${1:-all}"
+# These cases test the engines: pinned to MDL_NODE_LOCAL=off unless a case says
+# otherwise (tests/lib.sh, MDL_TEST_NODE_LOCAL).
+MDL_TEST_NODE_LOCAL=off
 
 run_case() {
     local mpi=$1 np=$2 name=$3 rc

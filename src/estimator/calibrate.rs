@@ -86,7 +86,7 @@ pub fn measure(comm: &Comm, settings: &CalibrationSettings) -> Result<Calibratio
     let (data, offsets) = scratch_shard();
     // The engines' costs are what is calibrated: the scratch store keeps every other
     // rank's shard behind RMA (no node-local copies), as on other nodes.
-    let scratch = StoreSettings { node_local: false, ..settings.store };
+    let scratch = StoreSettings { node_local: false, ..settings.store.clone() };
     let store = Store::register(comm, &ShardView::new(&data, &offsets)?, &scratch)?;
     let measured = run_probes(comm, &store, settings, started);
     let freed = store.free();

@@ -315,6 +315,8 @@ impl Core {
             shared_index: self.config.shared_index,
             node_local: self.config.node_local,
             node_key: self.config.node_key,
+            shm_dir: self.config.shm_dir.clone(),
+            shm_reserve: self.config.shm_reserve,
         }
     }
 

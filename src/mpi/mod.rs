@@ -18,7 +18,7 @@ pub use lifecycle::at_finalize;
 pub use reduction::Reduction;
 pub use shared::SharedArray;
 pub use wait::{WaitPolicy, mark_background_thread};
-pub use window::{Get, GetLimits, Segment, Window};
+pub use window::{Get, GetLimits, PrivateMemory, Segment, Window};
 
 use crate::error::{Error, Result, mdl_status};
 use mpi_sys as ffi;

@@ -76,6 +76,39 @@ pub struct Window {
     len: usize,
     /// The communicator's wait policy when the window was made.
     policy: WaitPolicy,
+    /// Memory this window owns outside MPI ([`Window::create_private`]), released only
+    /// after `MPI_Win_free`: a window that is leaked (never freed) leaks it too, as MPI
+    /// may still refer to it.
+    private: Option<PrivateMemory>,
+}
+
+/// Memory from the Rust allocator, aligned like MPI's windows, for
+/// [`Window::create_private`]. Allocated apart from the collective call so that a rank
+/// without it can fail before any rank enters `MPI_Win_create`.
+pub struct PrivateMemory {
+    base: *mut u8,
+    layout: std::alloc::Layout,
+}
+
+impl PrivateMemory {
+    /// `len` bytes (at least one, so that the address is MPI's to keep), or
+    /// `MDL_ERR_NO_MEMORY`.
+    pub fn allocate(len: usize) -> Result<PrivateMemory> {
+        let layout = std::alloc::Layout::from_size_align(len.max(1), WINDOW_ALIGN)
+            .map_err(|_| Error::no_memory(len as u64))?;
+        // SAFETY: the layout's size is not zero.
+        let base = unsafe { std::alloc::alloc(layout) };
+        if base.is_null() {
+            return Err(Error::no_memory(len as u64));
+        }
+        Ok(PrivateMemory { base, layout })
+    }
+
+    /// Give the memory back (never while a window exposes it).
+    pub fn release(self) {
+        // SAFETY: base was allocated with this layout and is released once.
+        unsafe { std::alloc::dealloc(self.base, self.layout) }
+    }
 }
 
 // SAFETY: the window handle and its memory are used by one thread at a time (the loader
@@ -112,7 +145,7 @@ impl Window {
             }
         };
         check(rc, if flavor == Flavor::Shared { "MPI_Win_allocate_shared" } else { "MPI_Win_allocate" })?;
-        let window = Window { raw, base, len: data.len(), policy: *comm.wait_policy() };
+        let window = Window { raw, base, len: data.len(), policy: *comm.wait_policy(), private: None };
         if !data.is_empty() {
             // SAFETY: the window owns `len` bytes at base; data does not overlap them.
             unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), base, data.len()) };
@@ -136,7 +169,36 @@ impl Window {
             unsafe { ffi::MPI_Win_create(shared.base as *mut c_void, size, 1, ffi::RSMPI_INFO_NULL, comm.raw(), &mut raw) },
             "MPI_Win_create",
         )?;
-        let window = Window { raw, base: shared.base, len: shared.len, policy: *comm.wait_policy() };
+        let window = Window { raw, base: shared.base, len: shared.len, policy: *comm.wait_policy(), private: None };
+        window.open()?;
+        Ok(window)
+    }
+
+    /// Collective over `comm`: a window over a copy of `data` in this process's private
+    /// memory (`MPI_Win_create`), for nodes whose shared memory cannot hold the shards
+    /// (`store::shm_budget`): MPI then serves gets between ranks of a node without
+    /// shared memory, slower but without a memory file system behind it. The memory
+    /// is allocated before the collective call, so a rank without it fails alone; the
+    /// caller agrees on that before any rank enters `MPI_Win_create`. `memory` holds
+    /// at least `data.len()` bytes.
+    pub fn create_private(comm: &Comm, memory: PrivateMemory, data: &[u8]) -> Result<Window> {
+        assert!(memory.layout.size() >= data.len(), "private window memory smaller than its shard");
+        let size = ffi::MPI_Aint::try_from(data.len()).map_err(|_| Error::invalid("shard larger than MPI_Aint"))?;
+        // SAFETY: memory holds data.len() bytes that data does not overlap.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), memory.base, data.len()) };
+        // SAFETY: mem::zeroed is a valid placeholder for the handle MPI writes.
+        let mut raw: ffi::MPI_Win = unsafe { std::mem::zeroed() };
+        // SAFETY: memory.base holds `size` bytes, owned by the window from here on and
+        // released only after MPI_Win_free.
+        let created = check(
+            unsafe { ffi::MPI_Win_create(memory.base as *mut c_void, size, 1, ffi::RSMPI_INFO_NULL, comm.raw(), &mut raw) },
+            "MPI_Win_create",
+        );
+        if let Err(err) = created {
+            memory.release();
+            return Err(err);
+        }
+        let window = Window { raw, base: memory.base, len: data.len(), policy: *comm.wait_policy(), private: Some(memory) };
         window.open()?;
         Ok(window)
     }
@@ -278,7 +340,11 @@ impl Window {
 
     /// Collective: close the epoch and free the window. Skipped when MPI is finalised.
     pub fn free(mut self) -> Result<()> {
-        free_locked(&mut self.raw)
+        free_locked(&mut self.raw)?;
+        if let Some(memory) = self.private.take() {
+            memory.release();
+        }
+        Ok(())
     }
 }
 

@@ -9,6 +9,7 @@
 mod index;
 mod node_index;
 mod node_shard;
+mod shm_budget;
 mod topology;
 
 pub use index::GlobalIndex;
@@ -19,7 +20,7 @@ use index::Starts;
 use crate::agree::agree_on_checks;
 use crate::error::{Error, Result};
 use crate::rng::mix;
-use crate::mpi::{Comm, Get, GetLimits, Window};
+use crate::mpi::{Comm, Get, GetLimits, PrivateMemory, Window};
 use node_shard::NodeShards;
 use std::sync::Arc;
 
@@ -81,7 +82,7 @@ pub(crate) fn check_allocatable(bytes: usize) -> Result<()> {
 }
 
 /// How a store is built and read (from the agreed configuration).
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct StoreSettings {
     pub limits: GetLimits,
     /// `MDL_WARMUP_GETS` (see [`warm_up`]).
@@ -92,6 +93,9 @@ pub struct StoreSettings {
     /// `node_shard`), and `MDL_NODE_KEY`.
     pub node_local: bool,
     pub node_key: u32,
+    /// `MDL_SHM_DIR` and `MDL_SHM_RESERVE` (see `shm_budget`).
+    pub shm_dir: std::path::PathBuf,
+    pub shm_reserve: u64,
 }
 
 /// The registered store: this rank's window, its node's shards and the global index.
@@ -114,13 +118,17 @@ impl Store {
     pub fn register(comm: &Comm, shard: &ShardView, settings: &StoreSettings) -> Result<Store> {
         let per_rank = comm.allgather(shard.num_samples())?;
         agree_on_checks(comm, check_allocatable(shard.data.len()))?;
-        let starts = if settings.shared_index {
+        let entries = per_rank.iter().fold(1u64, |sum, &n| sum.saturating_add(n));
+        let shared = shm_budget::decide(comm, shard.data.len(), entries, settings)?;
+        let starts = if shared.index {
             node_index::build(comm, shard, &per_rank)?
         } else {
             Starts::Private(node_index::gather_private(comm, shard, &per_rank)?)
         };
         let index = GlobalIndex::from_starts(&per_rank, starts);
-        let (window, node, topology) = if settings.node_local {
+        let (window, node, topology) = if !shared.shards {
+            (private_window(comm, shard.data)?, None, Topology::default())
+        } else if settings.node_local {
             let placed = node_shard::place(comm, shard.data, settings.node_key)?;
             (placed.window, placed.node, placed.topology)
         } else {
@@ -163,6 +171,18 @@ impl Store {
             _ => self.window.local(),
         }
     }
+}
+
+/// Collective: the shard in a window over this rank's private memory, where the
+/// node's shared memory cannot hold it (`shm_budget`); every rank has its memory, or
+/// every rank fails, before any enters the window's creation.
+fn private_window(comm: &Comm, data: &[u8]) -> Result<Window> {
+    let memory = PrivateMemory::allocate(data.len());
+    if let Err(err) = agree_on_checks(comm, memory.as_ref().map(|_| ()).map_err(Clone::clone)) {
+        memory.map(PrivateMemory::release).ok();
+        return Err(err);
+    }
+    Window::create_private(comm, memory.expect("agreed that every rank has its memory"), data)
 }
 
 /// Read a few bytes of `gets` samples spread over the other ranks' shards. Open MPI's

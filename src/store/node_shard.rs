@@ -96,27 +96,14 @@ fn place_shared(comm: &Comm, node: &Comm, data: &[u8], node_key: u32) -> Result<
     }
     let members: Vec<usize> = node.allgather(comm.rank() as u64)?.into_iter().map(|r| r as usize).collect();
     let node_of = comm.allgather(members[0] as u64)?.into_iter().map(|r| r as usize).collect();
+    // The other ranks' segments are mapped but not touched here: each page costs this
+    // process a page fault (and a page-table entry) at its first read, during the
+    // steps, so a rank pays for what it reads and not for the whole node's data (8
+    // ranks of 16 GB would otherwise touch 128 GB per rank at registration).
     let segments = mapped.expect("agreed that every rank mapped its node");
-    map_in(&segments);
     let (window, shared) = match rma {
         Some(rma) => (rma.expect("agreed that every rank created its window"), Some(shared)),
         None => (shared, None),
     };
     Ok(Placed { window, node: Some(NodeShards { members, segments, shared }), topology: Topology::from_leaders(node_of) })
 }
-
-/// Read one byte of every page of the node's segments, so that this process's page
-/// tables map them now rather than in the first steps: MPI maps another rank's segment
-/// into this process, but each of its pages costs a page fault at its first touch here
-/// (measured, Open MPI, 32 MB shards of 256-byte samples: a 16-sample step took 32 us
-/// with the faults and a few after them), which the first epoch and the estimator's
-/// first measurements would otherwise see. One read per 4 KB (a larger page is only
-/// read more than once).
-fn map_in(segments: &[Segment]) {
-    let mut fold = 0u8;
-    for segment in segments {
-        fold ^= segment.bytes().iter().step_by(4096).fold(0, |a, &b| a ^ b);
-    }
-    std::hint::black_box(fold);
-}
-

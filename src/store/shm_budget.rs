@@ -1,0 +1,116 @@
+//! Whether each node's shared memory can hold the store's windows, checked before any
+//! of them is made and agreed over the job.
+//!
+//! Both MPIs back node-shared memory with files in a memory file system (`/dev/shm`),
+//! which containers often size at 64 MB, and neither fails cleanly when it is short:
+//! MPICH's `MPI_Win_allocate(_shared)` succeeds on a sparse file and the first write
+//! past the room left raises SIGBUS; Open MPI's checks its space on the node's leader
+//! only, which fails while the other ranks wait inside the collective for ever. So the
+//! library asks the file system first (`statvfs`), with the full size of what it is
+//! about to allocate on the node:
+//!
+//! - the index: 8 bytes per sample of the job, once per node (`MDL_SHARED_INDEX`);
+//! - the shards of the node's ranks: with `MDL_NODE_LOCAL=on` in one shared window,
+//!   otherwise in `MPI_Win_allocate`'s window, which both MPIs also place in shared
+//!   memory between ranks of a node.
+//!
+//! Where some node cannot hold both, every rank keeps its shard in private memory
+//! (`MPI_Win_create`, no node-local copies); where some node cannot even hold the
+//! index, every rank keeps its own index too. The outcome is agreed, so requesters and
+//! owners classify every sample alike, and the short nodes say so once, with sizes.
+
+use super::StoreSettings;
+use crate::error::Result;
+use crate::mpi::Comm;
+
+/// Where the store's memory goes: node-shared (true) or private to each rank.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SharedPlacement {
+    pub index: bool,
+    pub shards: bool,
+}
+
+/// What a node needs of its shared-memory file system, in bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Demand {
+    index: u64,
+    shards: u64,
+}
+
+impl Demand {
+    /// The placement this node can hold, with `available` bytes (free minus the
+    /// reserve) and the index wanted in shared memory or not.
+    fn placement(self, available: u64, index_wanted: bool) -> SharedPlacement {
+        let index = if index_wanted { self.index } else { 0 };
+        SharedPlacement {
+            index: index_wanted && self.index <= available,
+            shards: index.saturating_add(self.shards) <= available,
+        }
+    }
+}
+
+/// A shard's footprint in a shared window: MPI gives each rank's segment its own pages.
+fn segment_bytes(shard_len: usize) -> u64 {
+    (shard_len as u64).div_ceil(4096).saturating_mul(4096)
+}
+
+/// Collective over `comm`: where the store's memory can go on every node. `entries`
+/// is the index's length (N + 1).
+pub fn decide(comm: &Comm, shard_len: usize, entries: u64, settings: &StoreSettings) -> Result<SharedPlacement> {
+    let node = comm.split_shared()?;
+    let node_shards = node.allreduce_sum(&[segment_bytes(shard_len)]);
+    let node_rank = node.rank();
+    node.free()?;
+    let demand = Demand { index: entries.saturating_mul(8), shards: node_shards?[0] };
+    // A directory that cannot be examined tells nothing: the MPI keeps its segments
+    // elsewhere, and its own limits apply.
+    let free = crate::node::free_bytes(&settings.shm_dir);
+    let available = free.map_or(u64::MAX, |f| f.saturating_sub(settings.shm_reserve));
+    let here = demand.placement(available, settings.shared_index);
+    let short = comm.allreduce_max(&[u64::from(!here.index), u64::from(!here.shards)])?;
+    let agreed = SharedPlacement {
+        index: settings.shared_index && short[0] == 0,
+        shards: short[1] == 0,
+    };
+    if node_rank == 0 && here != (SharedPlacement { index: settings.shared_index, shards: true }) {
+        log::warn!(
+            "shared memory: {} has {} bytes free on this node ({} after MDL_SHM_RESERVE), where the store needs {} \
+             for the index and {} for this node's shards: {} kept in each rank's private memory on every node \
+             (slower gets, no node-local copies). Give the node a larger {} (a container's --shm-size), or set \
+             MDL_SHM_DIR to the directory your MPI keeps its segments in",
+            settings.shm_dir.display(),
+            free.unwrap_or(0),
+            available,
+            if settings.shared_index { demand.index } else { 0 },
+            demand.shards,
+            if agreed.index || !settings.shared_index { "the shards are" } else { "the shards and the index are" },
+            settings.shm_dir.display(),
+        );
+    }
+    Ok(agreed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_shards_fall_back_first_and_the_index_when_it_alone_does_not_fit() {
+        let demand = Demand { index: 800, shards: 8192 };
+        let both = SharedPlacement { index: true, shards: true };
+        assert_eq!(demand.placement(8992, true), both);
+        assert_eq!(demand.placement(8991, true), SharedPlacement { index: true, shards: false });
+        assert_eq!(demand.placement(799, true), SharedPlacement { index: false, shards: false });
+        // Without a shared index its bytes do not count.
+        assert_eq!(demand.placement(8192, false), SharedPlacement { index: false, shards: true });
+        assert_eq!(demand.placement(u64::MAX, true), both);
+    }
+
+    #[test]
+    fn segments_take_whole_pages() {
+        assert_eq!(segment_bytes(0), 0);
+        assert_eq!(segment_bytes(1), 4096);
+        assert_eq!(segment_bytes(4096), 4096);
+        assert_eq!(segment_bytes(4097), 8192);
+    }
+}

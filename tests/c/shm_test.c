@@ -1,0 +1,110 @@
+/*
+ * shm_test: registration where the node's shared memory (a small tmpfs on /dev/shm,
+ * set up by tests/run_shm_tests.sh in a private mount namespace) may not hold the
+ * store. Whatever the size, registration must succeed on every rank, every fetched
+ * byte must be right, and the node-local path must be on exactly where the shards fit.
+ *
+ *   shm_test --samples N --bytes B --expect shared|private
+ *
+ * Each rank registers N samples of B bytes (byte k of sample g is a hash of g and k),
+ * then fetches batches of random ids with the library's defaults and checks them.
+ * --expect says whether the shards should have stayed in shared memory (node-local
+ * copies, no engine bytes on one node) or gone to private memory (engine bytes only).
+ */
+#include <mpi.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "common.h"
+#include "mdloader.h"
+
+static uint8_t byte_of(uint64_t id, uint64_t k)
+{
+    return (uint8_t)(tc_mix64(id * 1000003u + k / 8) >> (8 * (k % 8)));
+}
+
+/* A number from a JSON text: the first value after "key": (0 when absent). */
+static double json_number(const char *json, const char *key)
+{
+    char pattern[64];
+    snprintf(pattern, sizeof pattern, "\"%s\": ", key);
+    const char *at = strstr(json, pattern);
+    return at ? atof(at + strlen(pattern)) : 0.0;
+}
+
+int main(int argc, char **argv)
+{
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
+    uint64_t n = 0, bytes = 0;
+    const char *expect = "";
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "--samples"))
+            n = strtoull(argv[i + 1], NULL, 10);
+        else if (!strcmp(argv[i], "--bytes"))
+            bytes = strtoull(argv[i + 1], NULL, 10);
+        else if (!strcmp(argv[i], "--expect"))
+            expect = argv[i + 1];
+    }
+    MPI_Comm_size(MPI_COMM_WORLD, &g_size);
+    uint64_t first = (uint64_t)g_rank * n;
+    uint8_t *data = malloc(n * bytes + 1);
+    uint64_t *offsets = malloc((n + 1) * sizeof *offsets);
+    check(data && offsets, "memory for the shard");
+    for (uint64_t i = 0; i <= n; i++)
+        offsets[i] = i * bytes;
+    for (uint64_t i = 0; i < n; i++)
+        for (uint64_t k = 0; k < bytes; k++)
+            data[i * bytes + k] = byte_of(first + i, k);
+
+    mdl_loader *h = NULL;
+    check(mdl_init(MPI_COMM_WORLD, &h) == MDL_OK, "mdl_init");
+    mdl_status st = mdl_register_shard(h, data, offsets, n);
+    if (st != MDL_OK) {
+        char why[512];
+        mdl_last_error(why, sizeof why);
+        fprintf(stderr, "rank %d: mdl_register_shard: %s\n", g_rank, why);
+    }
+    check(st == MDL_OK, "registration succeeds whatever the shared memory holds");
+    free(data);
+    if (g_failed) {
+        MPI_Finalize();
+        return 1;
+    }
+
+    enum { BATCH = 64, ROUNDS = 20 };
+    uint64_t ids[BATCH], out_offsets[BATCH + 1];
+    uint8_t *out = malloc(BATCH * bytes + 1);
+    tc_rng rng = tc_rng_make(7, (uint64_t)g_rank);
+    uint64_t total = n * (uint64_t)g_size, wrong = 0;
+    for (int round = 0; round < ROUNDS; round++) {
+        for (int i = 0; i < BATCH; i++)
+            ids[i] = tc_below(&rng, total);
+        check(mdl_fetch_batch(h, ids, BATCH, out, BATCH * bytes + 1, out_offsets) == MDL_OK, "mdl_fetch_batch");
+        for (int i = 0; i < BATCH; i++)
+            for (uint64_t k = 0; k < bytes; k += 61)
+                wrong += out[out_offsets[i] + k] != byte_of(ids[i], k);
+    }
+    check(wrong == 0, "every fetched byte is right");
+
+    char json[4096];
+    size_t needed = 0;
+    check(mdl_stats_json_job(h, json, sizeof json, &needed) == MDL_OK, "mdl_stats_json_job");
+    const char *node = strstr(json, "\"node_local\"");
+    double node_bytes = node ? json_number(node, "bytes") : 0.0;
+    if (!strcmp(expect, "shared"))
+        check(node_bytes > 0, "the shards stayed in shared memory: node-local copies");
+    else if (!strcmp(expect, "private"))
+        check(node_bytes == 0, "the shards went to private memory: no node-local copies");
+    if (g_rank == 0 && !g_failed)
+        printf("shm_test: %llu samples of %llu B per rank, node-local bytes %.0f (expected %s): all checks passed\n",
+               (unsigned long long)n, (unsigned long long)bytes, node_bytes, expect);
+    check(mdl_finalize(&h) == MDL_OK, "mdl_finalize");
+    free(out);
+    free(offsets);
+    MPI_Finalize();
+    return g_failed != 0;
+}
