@@ -280,12 +280,12 @@ for mpi in "${MPIS[@]}"; do
             # The GNN must learn (--check: the validation MAE falls over the epochs).
             gnn=("$py" "$ROOT/python/examples/qm9_gnn.py" "$QM9DIR/qm9.qm9g" --train 2048 --val 512 --batch-size 32
                 --epochs 3 --hidden 32 --check)
-            # MPICH 4.0 serves a one-sided get between ranks of one node only when the
-            # target calls MPI; a rank that got its batch and waits in gloo (DDP) then
-            # deadlocks with one still fetching from it (1 run in 4 here under load). The
-            # node-local path copies those samples instead (README, mdloader.torch).
+            # The library's defaults, as a user runs it. (MPICH 4.0 serves a one-sided
+            # get between ranks of one node only when the target calls MPI: with
+            # MDL_NODE_LOCAL=off a rank that got its batch and waits in gloo deadlocks
+            # with one still fetching from it, 1 run in 4 here under load; the default
+            # node-local path copies those samples instead.)
             gnnenv=("${pyenv[@]}")
-            [ "$mpi" = mpich ] && gnnenv+=(MDL_NODE_LOCAL=on)
             run_case "$mpi" "$np" "qm9-gnn-np$np" "${gnnenv[@]}" -- "${gnn[@]}"
             if [ "$np" = 2 ]; then
                 run_case "$mpi" "$np" "qm9-gnn-worker-processes-np$np" "${gnnenv[@]}" -- "${gnn[@]}" --collate workers

@@ -63,9 +63,11 @@ fn init_from(comm: Result<MPI_Comm>, group_size: Option<c_int>, out: *mut *mut m
 /// MDL_ERR_TIMEOUT, 0 = never, the default), `MDL_SHARED_INDEX=on|off` (the global
 /// index once per node in shared memory, or per rank), `MDL_NODE_LOCAL=on|off` (samples
 /// of the ranks of this rank's node copied from shared memory instead of through the
-/// engines; default off); `MDL_LOG=error|warn|info|debug|trace` (logging to stderr, not
-/// agreed) and `MDL_NODE_KEY` (ranks of a node with different keys count as different
-/// nodes, to emulate hosts; not agreed). The README documents each.
+/// engines; default on); `MDL_LOG=error|warn|info|debug|trace` (logging to stderr, not
+/// agreed), `MDL_NODE_KEY` (ranks of a node with different keys count as different
+/// nodes, to emulate hosts; not agreed) and `MDL_SHM_DIR`, `MDL_SHM_RESERVE` (where
+/// MPI's shared memory lives, default /dev/shm, and the bytes left free there; not
+/// agreed, but what they decide is). The README documents each.
 ///
 /// What cannot be agreed: MPI_COMM_NULL or an invalid handle on one rank returns an
 /// error there at once while the other ranks wait in MPI_Comm_dup (MDL_TIMEOUT cannot
@@ -168,6 +170,10 @@ pub extern "C" fn mdl_replica_part(h: *const mdl_loader, num_samples: u64, first
 /// (MDL_ERR_STATE on every rank). n_samples + 1 offsets must fit in memory
 /// (n_samples = UINT64_MAX is MDL_ERR_INVALID_ARG). If MDL_CALIBRATION names a file,
 /// it is read here and its parameters must be identical on every rank.
+/// Memory: the shard is copied into node-shared memory (files in MDL_SHM_DIR, default
+/// /dev/shm) where every node's file system can hold its ranks' shards and the index;
+/// otherwise, agreed over the job, into each rank's private memory, with a warning
+/// from each short node (no SIGBUS, no hang where /dev/shm is small).
 #[unsafe(no_mangle)]
 pub extern "C" fn mdl_register_shard(
     h: *mut mdl_loader,

@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# A container's small /dev/shm: each case runs a 2-rank job in a private mount namespace
+# (unshare -m) whose /dev/shm is a 64 MiB tmpfs, with the store's shards or its index
+# just below and just above what that file system can hold. Below, the shards stay in
+# shared memory (node-local copies); above, every rank keeps them (and, for the index
+# cases, the index) in private memory, with one warning; never a SIGBUS or a hang, and
+# every fetched byte right (tests/c/shm_test.c).
+#
+#   tests/run_shm_tests.sh openmpi|mpich|all
+#
+# Needs root (mount namespaces); otherwise it says SKIP. Needs the library built
+# (scripts/build.sh <mpi>).
+set -u
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+source "$ROOT/tests/lib.sh"
+TIMEOUT=${MDL_TEST_TIMEOUT:-300}
+LOGDIR=${MDL_TEST_LOGDIR:-$ROOT/target/test-logs}
+BUILDROOT=${MDL_TEST_BUILDDIR:-$ROOT/target/c-tests}
+mkdir -p "$LOGDIR"
+mdl_select_mpis "${1:-all}"
+
+SHM_MIB=64
+MIB=$((1 << 20))
+
+if [ "$(id -u)" != 0 ] || ! unshare -m true 2>/dev/null; then
+    echo "SKIP small /dev/shm: mount namespaces need root (unshare -m)"
+    mdl_summary
+    exit 0
+fi
+
+# What the store may use of the 64 MiB: the library keeps MDL_SHM_RESERVE (16 MiB by
+# default) free, and each MPI has taken some of the tmpfs at MPI_Init already
+# (measured: Open MPI 0.1 MiB, MPICH 8.2 MiB). The cases sit 4 MiB either side.
+room_mib() {
+    case $1 in
+    openmpi) echo 47 ;;
+    mpich) echo 39 ;;
+    esac
+}
+
+# shm_case <mpi> <name> <samples per rank> <bytes per sample> <expect shared|private>
+#          <index: shared|private> [VAR=value ...]
+shm_case() {
+    local mpi=$1 name=$2 samples=$3 bytes=$4 expect=$5 index=$6
+    shift 6
+    local log=$LOGDIR/$mpi-shm-$name.log launcher envs=("$@") e
+    if [ "$mpi" = openmpi ]; then
+        launcher="mpirun.openmpi -n 2"
+        for e in "${envs[@]}"; do launcher+=" -x $e"; done
+    else
+        launcher="mpiexec.mpich -n 2"
+        for e in "${envs[@]}"; do launcher+=" -genv ${e%%=*} ${e#*=}"; done
+    fi
+    local job="mount -t tmpfs -o size=${SHM_MIB}m tmpfs /dev/shm && $launcher $BUILDROOT/$mpi/shm_test \
+--samples $samples --bytes $bytes --expect $expect"
+    echo "+ unshare -m sh -c '$job'" >"$log"
+    local start=$SECONDS rc
+    (cd "$ROOT" && env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "${envs[@]}" \
+        timeout -k 10 "$TIMEOUT" unshare -m sh -c "$job") >>"$log" 2>&1 </dev/null
+    rc=$?
+    MDL_ELAPSED=$((SECONDS - start))
+    echo "+ exit $rc after $MDL_ELAPSED s" >>"$log"
+    local warned
+    warned=$(grep -c 'WARN.*shared memory: /dev/shm has' "$log")
+    if [ "$rc" -eq 0 ]; then
+        # One warning (from the node's leader) exactly where something fell back, and
+        # it names the index exactly where the index did.
+        if [ "$expect" = shared ] && [ "$warned" -ne 0 ]; then
+            fail "$mpi/shm-$name (a warning where everything fit)" "$log"
+            return
+        fi
+        if [ "$expect" = private ] && [ "$warned" -ne 1 ]; then
+            fail "$mpi/shm-$name ($warned warnings, expected 1)" "$log"
+            return
+        fi
+        if [ "$index" = private ] && ! grep -q 'the shards and the index are kept' "$log"; then
+            fail "$mpi/shm-$name (the index did not fall back)" "$log"
+            return
+        fi
+        if [ "$index" = shared ] && grep -q 'the shards and the index are kept' "$log"; then
+            fail "$mpi/shm-$name (the index fell back where it fit)" "$log"
+            return
+        fi
+    fi
+    mdl_verdict "$mpi/shm-$name" $rc "$log"
+}
+
+build() {
+    local mpi=$1 libdir=$ROOT/target/$1/release log=$LOGDIR/$1-shm-build.log
+    mkdir -p "$BUILDROOT/$mpi"
+    "mpicc.$mpi" -std=c11 -O2 -g -Wall -Wextra -Werror -I"$ROOT/include" -I"$ROOT/tests/c" "$ROOT/tests/c/shm_test.c" \
+        -o "$BUILDROOT/$mpi/shm_test" -L"$libdir" -lmdloader -Wl,-rpath,"$libdir" -lm >"$log" 2>&1
+}
+
+for mpi in "${MPIS[@]}"; do
+    if ! build "$mpi"; then
+        fail "$mpi/shm-build" "$LOGDIR/$mpi-shm-build.log"
+        continue
+    fi
+    room=$(room_mib "$mpi")
+    # Shards of 4 KiB samples: the node holds 2 shards (the index is a few hundred KB).
+    below=$(((room - 4) * MIB / 2 / 4096))
+    above=$(((room + 4) * MIB / 2 / 4096))
+    shm_case "$mpi" shards-below "$below" 4096 shared shared
+    shm_case "$mpi" shards-above "$above" 4096 private shared
+    # Beyond the tmpfs itself (4 MiB over 64): without the check MPICH died of SIGBUS
+    # here and Open MPI hung.
+    shm_case "$mpi" shards-beyond-tmpfs $(((SHM_MIB + 4) * MIB / 2 / 4096)) 4096 private shared
+    # The plain window (MPI_Win_allocate) is in shared memory too, on both MPIs.
+    shm_case "$mpi" shards-above-node-local-off "$above" 4096 private shared MDL_NODE_LOCAL=off
+    # The index: 8 bytes a sample of the job, with 1-byte samples (shards of 1/8 its size).
+    below=$(((room - 4) * MIB / 9 / 2))
+    above=$(((room + 4) * MIB / 8 / 2))
+    shm_case "$mpi" index-below "$below" 1 shared shared
+    shm_case "$mpi" index-above "$above" 1 private private
+    shm_case "$mpi" index-beyond-tmpfs $(((SHM_MIB + 4) * MIB / 8 / 2)) 1 private private
+done
+
+mdl_summary
