@@ -3,13 +3,24 @@
  *
  * A synthetic dataset shaped like QM9 molecular-graph records (default 200k samples,
  * log-normal sizes with median ~1 KB, clipped to 0.3-3 KB) is sharded over the ranks in
- * contiguous blocks and registered with MDLoader, once per engine (onesided, collective,
- * auto): each engine reads its own copy, so that none finds in the cache what another
- * has just read, and AUTO learns from its own steps only. For each batch size per rank,
+ * contiguous blocks and registered with MDLoader once per variant:
+ *
+ *   default      the library's defaults, as a user gets them: AUTO, and the node-local
+ *                path (samples of this node's ranks copied from shared memory; on one
+ *                node, every sample)
+ *   onesided, collective, auto
+ *                MDL_NODE_LOCAL=off: every other rank's sample through the engine
+ *                (forced, or AUTO's choice), as between nodes
+ *   memcpy       no library: each rank copies the same number of bytes, sample by
+ *                sample at random places, out of its own shard (one in-process array):
+ *                what a node's memory can do, for reference
+ *
+ * Each variant reads its own copy, so that none finds in the cache what another has
+ * just read, and AUTO learns from its own steps only. For each batch size per rank,
  * every step every rank draws a fresh uniformly random mini-batch of global ids (a
- * global shuffle, as SGD wants), and every engine fetches it, in a random order per
- * step: the engines are measured side by side, under the same machine load, on the
- * same ids. Every byte is verified. Rank 0 prints a table, per batch size and engine,
+ * global shuffle, as SGD wants), and every variant fetches it, in a random order per
+ * step: the variants are measured side by side, under the same machine load, on the
+ * same ids. Every byte is verified. Rank 0 prints a table, per batch size and variant,
  * of medians over the measured steps of per-step figures of the whole job:
  *
  *   median step (ms)   the slowest rank's mdl_fetch_batch time
@@ -24,15 +35,17 @@
  * batch size are not counted.
  *
  * Usage: mpirun -n 4 demo [--samples N] [--steps S] [--warmup W]
- *                         [--batches 16,64,256,1024] [--engines onesided,collective,auto]
+ *                         [--batches 16,64,256,1024]
+ *                         [--engines default,onesided,collective,auto,memcpy]
  *                         [--seed S] [--no-verify] [--csv FILE]
  *        (Open MPI as root: OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;
  *        more ranks than cores: mpirun --oversubscribe; scripts/demo.sh does both)
  * Environment: MDL_LOG=info shows the library's decisions; MDL_BACKEND is overridden
- * per loader by mdl_set_backend.
+ * per loader by mdl_set_backend, MDL_NODE_LOCAL per variant.
  *
  * Exit status: 0 if every byte verified, 1 otherwise, 2 on bad usage or library error.
  */
+#define _POSIX_C_SOURCE 200809L /* setenv, unsetenv */
 #include <math.h>
 #include <mpi.h>
 #include <stdint.h>
@@ -104,19 +117,29 @@ static int verify_sample(uint64_t seed, uint64_t g, const uint8_t *p, uint64_t n
 
 /* ---------- options ---------- */
 
+/* What a row measures (see the top of the file). */
+typedef enum variant { V_DEFAULT, V_ONESIDED, V_COLLECTIVE, V_AUTO, V_MEMCPY, NVARIANTS } variant;
+static const char *const variant_names[NVARIANTS] = {"default", "onesided", "collective", "auto", "memcpy"};
+
 typedef struct opts {
     uint64_t samples, steps, warmup, seed;
     uint64_t batches[32];
     int nbatches;
-    mdl_backend engines[3];
+    variant engines[NVARIANTS];
     int nengines;
     int verify;
     const char *csv;
 } opts;
 
-static const char *engine_name(mdl_backend b)
+static const char *engine_name(variant v)
 {
-    return b == MDL_BACKEND_ONESIDED ? "onesided" : b == MDL_BACKEND_COLLECTIVE ? "collective" : "auto";
+    return variant_names[v];
+}
+
+/* The backend a library variant forces (the default variant runs AUTO). */
+static mdl_backend backend_of(variant v)
+{
+    return v == V_ONESIDED ? MDL_BACKEND_ONESIDED : v == V_COLLECTIVE ? MDL_BACKEND_COLLECTIVE : MDL_BACKEND_AUTO;
 }
 
 static int parse_u64(const char *s, uint64_t *v)
@@ -141,9 +164,9 @@ static int parse_args(int argc, char **argv, opts *o)
     o->seed = 2024;
     o->nbatches = 4;
     o->batches[0] = 16, o->batches[1] = 64, o->batches[2] = 256, o->batches[3] = 1024;
-    o->nengines = 3;
-    o->engines[0] = MDL_BACKEND_ONESIDED, o->engines[1] = MDL_BACKEND_COLLECTIVE;
-    o->engines[2] = MDL_BACKEND_AUTO;
+    o->nengines = NVARIANTS;
+    for (int v = 0; v < NVARIANTS; v++)
+        o->engines[v] = (variant)v;
     o->verify = 1;
     o->csv = NULL;
     for (int i = 1; i < argc; i++) {
@@ -182,15 +205,13 @@ static int parse_args(int argc, char **argv, opts *o)
             char buf[256];
             snprintf(buf, sizeof buf, "%s", v);
             o->nengines = 0;
-            for (char *t = strtok(buf, ","); t && o->nengines < 3; t = strtok(NULL, ",")) {
-                if (!strcmp(t, "onesided"))
-                    o->engines[o->nengines++] = MDL_BACKEND_ONESIDED;
-                else if (!strcmp(t, "collective"))
-                    o->engines[o->nengines++] = MDL_BACKEND_COLLECTIVE;
-                else if (!strcmp(t, "auto"))
-                    o->engines[o->nengines++] = MDL_BACKEND_AUTO;
-                else
+            for (char *t = strtok(buf, ","); t && o->nengines < NVARIANTS; t = strtok(NULL, ",")) {
+                int v = 0;
+                while (v < NVARIANTS && strcmp(t, variant_names[v]))
+                    v++;
+                if (v == NVARIANTS)
                     return -1;
+                o->engines[o->nengines++] = (variant)v;
             }
             if (o->nengines == 0)
                 return -1;
@@ -250,7 +271,8 @@ int main(int argc, char **argv)
         if (rank == 0)
             fprintf(stderr,
                     "usage: %s [--samples N] [--steps S] [--warmup W] [--batches 16,64,256,1024]\n"
-                    "          [--engines onesided,collective,auto] [--seed S] [--no-verify] [--csv FILE]\n",
+                    "          [--engines default,onesided,collective,auto,memcpy] [--seed S] [--no-verify]\n"
+                    "          [--csv FILE]\n",
                     argv[0]);
         MPI_Finalize();
         return 2;
@@ -275,28 +297,50 @@ int main(int argc, char **argv)
     for (uint64_t i = 0; i < nloc; i++)
         fill_sample(o.seed, first + i, data + off[i], off[i + 1] - off[i]);
 
-    /* One loader per engine, each with its own copy of the shard, as benches/grid does:
-       in interleaved steps an engine must not find in the cache the samples another has
-       just read, and AUTO's estimator learns from AUTO's steps only. */
-    mdl_loader *h[3] = {NULL, NULL, NULL};
+    /* One loader per library variant, each with its own copy of the shard, as
+       benches/grid does: in interleaved steps a variant must not find in the cache the
+       samples another has just read, and AUTO's estimator learns from AUTO's steps
+       only. The memcpy variant keeps a copy of the shard of its own. */
+    mdl_loader *h[NVARIANTS] = {NULL};
+    mdl_loader *any = NULL; /* a loader to ask sample sizes */
+    uint8_t *own = NULL;    /* the memcpy variant's array */
     double tinit = 0, treg = 0;
     for (int e = 0; e < o.nengines; e++) {
+        if (o.engines[e] == V_MEMCPY) {
+            own = malloc(off[nloc] ? off[nloc] : 1);
+            if (!own) {
+                fprintf(stderr, "[rank %d] out of memory for the memcpy variant\n", rank);
+                MPI_Abort(MPI_COMM_WORLD, 2);
+            }
+            memcpy(own, data, off[nloc]);
+            continue;
+        }
+        if (o.engines[e] == V_DEFAULT)
+            unsetenv("MDL_NODE_LOCAL");
+        else
+            setenv("MDL_NODE_LOCAL", "off", 1);
         MPI_Barrier(MPI_COMM_WORLD);
         double t0 = MPI_Wtime();
         check(mdl_init(MPI_COMM_WORLD, &h[e]), "mdl_init", rank);
         double t1 = MPI_Wtime();
         check(mdl_register_shard(h[e], data, off, nloc), "mdl_register_shard", rank);
         double t2 = MPI_Wtime();
-        check(mdl_set_backend(h[e], o.engines[e]), "mdl_set_backend", rank);
-        if (e == 0)
-            tinit = t1 - t0, treg = t2 - t1;
+        check(mdl_set_backend(h[e], backend_of(o.engines[e])), "mdl_set_backend", rank);
+        if (!any)
+            any = h[e], tinit = t1 - t0, treg = t2 - t1;
+    }
+    if (!any) {
+        if (rank == 0)
+            fprintf(stderr, "--engines needs at least one variant of the library\n");
+        MPI_Finalize();
+        return 2;
     }
     uint64_t shard_bytes = off[nloc];
     free(data); /* the library keeps its own copies */
     free(off);
 
     uint64_t total = 0, all_bytes = 0;
-    check(mdl_num_samples(h[0], &total), "mdl_num_samples", rank);
+    check(mdl_num_samples(any, &total), "mdl_num_samples", rank);
     MPI_Allreduce(&shard_bytes, &all_bytes, 1, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
     double tmax[2], tl[2] = {tinit, treg};
     MPI_Reduce(tl, tmax, 2, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
@@ -305,9 +349,9 @@ int main(int argc, char **argv)
                "(+%llu warm-up) per batch size, engines interleaved step by step, verify=%s\n",
                P, (unsigned long long)total, (double)all_bytes / 1e6, (double)all_bytes / (double)total,
                (unsigned long long)o.steps, (unsigned long long)o.warmup, o.verify ? "every byte" : "off");
-        printf("mdl_init %.1f ms, mdl_register_shard %.1f ms (slowest rank; one loader per engine)\n\n",
+        printf("mdl_init %.1f ms, mdl_register_shard %.1f ms (slowest rank; one loader per variant)\n\n",
                tmax[0] * 1e3, tmax[1] * 1e3);
-        printf("| batch/rank | engine     | median step (ms) | p90 step (ms) | samples/s  | MB/s    | steps run by     |\n");
+        printf("| batch/rank | variant    | median step (ms) | p90 step (ms) | samples/s  | MB/s    | steps run by     |\n");
         printf("|-----------:|------------|-----------------:|--------------:|-----------:|--------:|------------------|\n");
         fflush(stdout);
     }
@@ -333,9 +377,9 @@ int main(int argc, char **argv)
         uint64_t *ids = malloc(sizeof(uint64_t) * (B ? B : 1));
         uint64_t *offs = malloc(sizeof(uint64_t) * (B + 1));
         uint8_t *buf = malloc(B * 3000 + 1); /* 3000 B is the largest sample */
-        long os0[3], co0[3];
+        long os0[NVARIANTS], co0[NVARIANTS];
         for (int e = 0; e < o.nengines; e++)
-            os0[e] = engine_steps(h[e], "onesided"), co0[e] = engine_steps(h[e], "collective");
+            os0[e] = h[e] ? engine_steps(h[e], "onesided") : -1, co0[e] = h[e] ? engine_steps(h[e], "collective") : -1;
         for (uint64_t s = 0; s < nsteps; s++) {
             /* This step's ids, the same for every engine. */
             uint64_t st = mix64(o.seed ^ mix64(B * 1000003u + s) ^ ((uint64_t)rank << 40));
@@ -344,12 +388,12 @@ int main(int argc, char **argv)
                 st += 0x9E3779B97F4A7C15ull;
                 ids[k] = mix64(st) % total;
                 uint64_t sz;
-                check(mdl_sample_size(h[0], ids[k], &sz), "mdl_sample_size", rank);
+                check(mdl_sample_size(any, ids[k], &sz), "mdl_sample_size", rank);
                 need += sz;
             }
             /* The engines in a random order per step, the same on every rank (their
                fetches are collective), so that none always runs first or last. */
-            int order[3] = {0, 1, 2};
+            int order[NVARIANTS] = {0, 1, 2, 3, 4};
             uint64_t r = mix64(o.seed ^ mix64(B * 7919u + s + 1));
             for (int i = o.nengines - 1; i > 0; i--) {
                 int j = (int)(mix64(r + (uint64_t)i) % (uint64_t)(i + 1)), t = order[i];
@@ -358,6 +402,23 @@ int main(int argc, char **argv)
             for (int i = 0; i < o.nengines; i++) {
                 int e = order[i];
                 MPI_Barrier(MPI_COMM_WORLD);
+                if (!h[e]) {
+                    /* memcpy: the step's sizes, each from a random place of the own shard. */
+                    uint64_t place = mix64(st ^ 0x5bd1e995u);
+                    double a = MPI_Wtime();
+                    offs[0] = 0;
+                    for (uint64_t k = 0; k < B; k++) {
+                        uint64_t len = sample_size(o.seed, ids[k]);
+                        place = mix64(place);
+                        uint64_t from = shard_bytes > len ? place % (shard_bytes - len) : 0;
+                        memcpy(buf + offs[k], own + from, len <= shard_bytes ? len : 0);
+                        offs[k + 1] = offs[k] + len;
+                    }
+                    double b = MPI_Wtime();
+                    tstep[e * nsteps + s] = b - a;
+                    bstep[e * nsteps + s] = (double)need;
+                    continue;
+                }
                 double a = MPI_Wtime();
                 mdl_status rc = mdl_fetch_batch(h[e], ids, B, buf, need, offs);
                 double b = MPI_Wtime();
@@ -386,7 +447,8 @@ int main(int argc, char **argv)
         for (int e = 0; e < o.nengines; e++) {
             /* Every rank reads its own statistics (local); rank 0's counts tell, as the
                estimator's choices are the same on every rank. */
-            long os = engine_steps(h[e], "onesided") - os0[e], co = engine_steps(h[e], "collective") - co0[e];
+            long os = h[e] ? engine_steps(h[e], "onesided") - os0[e] : 0;
+            long co = h[e] ? engine_steps(h[e], "collective") - co0[e] : 0;
             if (rank != 0)
                 continue;
             /* Medians over the measured steps of per-step quantities of the whole job:
@@ -403,7 +465,9 @@ int main(int argc, char **argv)
                 m[k] = by[k] / t[k] / 1e6;
             double mbs = median(m, o.steps);
             char picks[64] = "?";
-            if (os0[e] >= 0 && co0[e] >= 0)
+            if (!h[e])
+                snprintf(picks, sizeof picks, "(no library)");
+            else if (os0[e] >= 0 && co0[e] >= 0)
                 snprintf(picks, sizeof picks, "os %ld, coll %ld", os, co);
             printf("| %10llu | %-10s | %16.3f | %13.3f | %10.0f | %7.1f | %-16s |\n", (unsigned long long)B,
                    engine_name(o.engines[e]), med * 1e3, p90 * 1e3, sps, mbs, picks);
@@ -428,6 +492,7 @@ int main(int argc, char **argv)
     }
     for (int e = 0; e < o.nengines; e++)
         check(mdl_finalize(&h[e]), "mdl_finalize", rank);
+    free(own);
     free(m);
     free(tstep);
     free(tslow);
