@@ -11,6 +11,11 @@
 //! The time spent is bounded: after each batch all ranks see the same elapsed time (it
 //! rides the timing all-reduce) and stop together once the budget is spent, fitting
 //! whatever they measured (an engine with too few points keeps the default parameters).
+//!
+//! With the node-local path in force the engines only ever move other nodes' samples,
+//! so the probes read from other nodes' ranks alone; a job of one node, where the
+//! engines never run, is not calibrated at all. The copies from the node's shared
+//! memory are not a term of the engines' model: they are timed apart in each step.
 
 use super::features;
 use super::model::{CostParams, StepFeatures, features_of, fit_nonnegative};
@@ -21,7 +26,7 @@ use crate::mpi::{self, Comm};
 use std::cell::RefCell;
 use crate::plan::BatchPlan;
 use crate::rng::SplitMix64;
-use crate::store::{ShardView, Store, StoreSettings};
+use crate::store::{ShardView, Store, StoreSettings, Topology};
 
 const SMALL_BYTES: u64 = 64;
 const SMALL_COUNT: u64 = 256;
@@ -59,6 +64,9 @@ pub struct CalibrationSettings {
     /// How the scratch store is built (its warm-up gets make calibration measure the
     /// steady state).
     pub store: StoreSettings,
+    /// Which ranks the registered store's node-local path serves (empty: none): the
+    /// probes read only from ranks outside the reader's node.
+    pub topology: Topology,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -81,6 +89,11 @@ impl Calibration {
 pub fn measure(comm: &Comm, settings: &CalibrationSettings) -> Result<Calibration> {
     if comm.size() < 2 {
         return Ok(Calibration::default_params("default"));
+    }
+    // The topology is the same on every rank, so every rank skips alike.
+    if settings.topology.is_shared() && settings.topology.nodes() < 2 {
+        log::info!("calibration skipped: one node, whose samples are all copied from shared memory");
+        return Ok(Calibration::default_params("not needed (one node)"));
     }
     let started = mpi::wtime();
     let (data, offsets) = scratch_shard();
@@ -125,8 +138,9 @@ fn run_probes(comm: &Comm, store: &Store, settings: &CalibrationSettings, starte
     let mut rows: [Vec<Vec<f64>>; 2] = Default::default();
     let mut times: [Vec<f64>; 2] = Default::default();
     let buffers = RefCell::new(ExchangeBuffers::default());
+    let targets = Targets::of(rank, ranks, &settings.topology);
     for probe in PROBES.iter().filter(|p| !p.hot_target || ranks >= 3) {
-        let ids = probe_ids(probe, rank, ranks, &store.index.first_ids(), &mut rng);
+        let ids = probe_ids(probe, &targets, &store.index.first_ids(), &mut rng);
         let plan = BatchPlan::new(&store.index, rank, &ids)?;
         let shape = exchange_shape(&plan.remote, ranks, settings.store.limits.max_message);
         let mine = features::encode(&plan, &shape, rank, settings.matrix_max_ranks);
@@ -179,14 +193,26 @@ fn scratch_shard() -> (Vec<u8>, Vec<u64>) {
     (data, offsets)
 }
 
-fn probe_ids(probe: &Probe, rank: usize, ranks: usize, first_ids: &[u64], rng: &mut SplitMix64) -> Vec<u64> {
+/// The ranks a rank's probes read from: every rank its engines would read from (not
+/// itself, not its node's with the node-local path), and one hot target shared by as
+/// many readers as possible: the lowest such rank.
+struct Targets {
+    remote: Vec<usize>,
+}
+
+impl Targets {
+    fn of(rank: usize, ranks: usize, topology: &Topology) -> Targets {
+        Targets { remote: (0..ranks).filter(|&r| !topology.shares(rank, r)).collect() }
+    }
+}
+
+fn probe_ids(probe: &Probe, targets: &Targets, first_ids: &[u64], rng: &mut SplitMix64) -> Vec<u64> {
     (0..probe.count)
         .map(|_| {
             let owner = if probe.hot_target {
-                if rank == 0 { 1 } else { 0 }
+                targets.remote[0]
             } else {
-                // A random rank other than this one.
-                (rank + 1 + rng.below(ranks as u64 - 1) as usize) % ranks
+                targets.remote[rng.below(targets.remote.len() as u64) as usize]
             };
             let local = match probe.size {
                 Size::Small => rng.below(SMALL_COUNT),
@@ -226,6 +252,23 @@ fn json_number(text: &str, key: &str) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn probes_read_from_other_nodes_only() {
+        // Two nodes: ranks 0, 1 and ranks 2, 3.
+        let topology = Topology::from_leaders(vec![0, 0, 2, 2]);
+        let targets = Targets::of(1, 4, &topology);
+        assert_eq!(targets.remote, vec![2, 3]);
+        let mut rng = SplitMix64::new(1);
+        let first_ids = [0, 10, 20, 30];
+        for probe in &PROBES {
+            let ids = probe_ids(probe, &targets, &first_ids, &mut rng);
+            assert!(ids.iter().all(|&id| id >= 20), "{ids:?}");
+        }
+        // Without the node-local path every other rank is a target.
+        assert_eq!(Targets::of(1, 4, &Topology::default()).remote, vec![0, 2, 3]);
+        assert_eq!(topology.nodes(), 2);
+    }
 
     #[test]
     fn loads_the_calibration_object_of_the_stats() {

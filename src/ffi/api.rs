@@ -385,7 +385,7 @@ pub extern "C" fn mdl_finalize(h: *mut *mut mdl_loader) -> mdl_status {
 /// "decisions", "probes", "switches", "node_local" (samples of this rank's node copied
 /// from shared memory: "steps", "bytes", "samples", and "seconds" spent copying local
 /// and node-local samples), "engine_free_steps" (steps in which no rank had a remote
-/// sample), and "calibration" ("source": measured, default or file,
+/// sample), and "calibration" ("source": measured, default, file, or "not needed (one node)" where the node-local path copies every sample,
 /// "seconds", "points_onesided", "points_collective" and the cost model's parameters,
 /// see README). The "calibration" object, saved to a file, can be loaded with
 /// MDL_CALIBRATION=<file> to skip measuring. Never waits on other ranks, even while a

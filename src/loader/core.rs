@@ -276,6 +276,7 @@ impl Core {
             budget_seconds: self.config.calibration_seconds,
             matrix_max_ranks: self.config.matrix_max_ranks,
             store: self.store_settings(),
+            topology: self.store.as_ref().map(|s| s.topology.clone()).unwrap_or_default(),
         };
         let Some(group) = &self.group else { return calibrate::measure(&self.comm, &settings) };
         let measures = group.info().group == 0;

@@ -25,6 +25,11 @@ impl Topology {
         !self.node_of.is_empty()
     }
 
+    /// How many nodes share memory within (0 without the node-local path).
+    pub fn nodes(&self) -> usize {
+        self.node_of.iter().enumerate().filter(|&(rank, &leader)| rank == leader).count()
+    }
+
     /// Whether rank `a` reads rank `b`'s shard directly (a rank always reads its own).
     pub fn shares(&self, a: usize, b: usize) -> bool {
         a == b || (!self.node_of.is_empty() && self.node_of[a] == self.node_of[b])
