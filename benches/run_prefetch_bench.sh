@@ -7,6 +7,10 @@
 # 2 ranks on shared memory (a rank and its prefetch thread per core). The table is
 # printed and saved to target/bench/prefetch-<mpi>.md.
 set -euo pipefail
+# This measures the engines: on one machine the default node-local path would copy
+# every sample from shared memory and no engine would run, so it is pinned off
+# (export MDL_NODE_LOCAL=on to measure the default path instead).
+export MDL_NODE_LOCAL=${MDL_NODE_LOCAL:-off}
 cd "$(dirname "$0")/.."
 MPI=${1:-openmpi}
 shift || true

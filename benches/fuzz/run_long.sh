@@ -25,6 +25,10 @@
 #                          milliseconds)
 # Build the library first (scripts/build.sh openmpi|mpich).
 set -u
+# This measures the engines: on one machine the default node-local path would copy
+# every sample from shared memory and no engine would run, so it is pinned off
+# (export MDL_NODE_LOCAL=on to measure the default path instead).
+export MDL_NODE_LOCAL=${MDL_NODE_LOCAL:-off}
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 source "$ROOT/tests/lib.sh"

@@ -10,6 +10,10 @@
 # MDL_SOAK_MAX_BATCH (32), MDL_SOAK_MAX_GROWTH (percent, 5), MDL_SOAK_TIMEOUT (s, 3600).
 # Build the library first (scripts/build.sh <mpi>).
 set -uo pipefail
+# This measures the engines: on one machine the default node-local path would copy
+# every sample from shared memory and no engine would run, so it is pinned off
+# (export MDL_NODE_LOCAL=on to measure the default path instead).
+export MDL_NODE_LOCAL=${MDL_NODE_LOCAL:-off}
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 MPI=${1:-openmpi}
 case $MPI in openmpi | mpich) ;; *) echo "usage: $0 openmpi|mpich" >&2; exit 2 ;; esac
