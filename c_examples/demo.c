@@ -205,8 +205,10 @@ static int parse_args(int argc, char **argv, opts *o)
             char buf[256];
             snprintf(buf, sizeof buf, "%s", v);
             o->nengines = 0;
-            for (char *t = strtok(buf, ","); t && o->nengines < NVARIANTS; t = strtok(NULL, ",")) {
+            for (char *t = strtok(buf, ","); t; t = strtok(NULL, ",")) {
                 int v = 0;
+                if (o->nengines == NVARIANTS)
+                    return -1; /* more variants than there are */
                 while (v < NVARIANTS && strcmp(t, variant_names[v]))
                     v++;
                 if (v == NVARIANTS)

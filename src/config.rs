@@ -127,7 +127,7 @@ pub struct Config {
     /// `store::shm_budget`); the outcome, not the path, is agreed.
     pub shm_dir: PathBuf,
     /// `MDL_SHM_RESERVE`: bytes of that file system left free for MPI's own segments
-    /// and other users of the node (default 16 MiB).
+    /// and other users of the node (default 16 MiB, at least `SHM_RESERVE_MIN`).
     pub shm_reserve: u64,
     /// `MDL_NODE_KEY`: ranks of one shared-memory node with different keys count as
     /// different nodes (emulating hosts in tests and benchmarks). Not agreed: it is
@@ -144,6 +144,9 @@ pub(crate) const CALIBRATION_SECONDS_LIMIT: f64 = 60.0;
 pub(crate) const TIMEOUT_LIMIT: f64 = 1e6;
 /// Each step agreed ahead holds a batch buffer.
 pub(crate) const AGREEMENT_LAG_LIMIT: u64 = 64;
+/// Open MPI takes 1-4 MiB more of the shared-memory file system while it creates a
+/// window than the window's size, and hung (its leader failing alone) with 1 MiB left.
+pub(crate) const SHM_RESERVE_MIN: u64 = 8 << 20;
 /// A shorter timeout would fail healthy collectives.
 pub(crate) const TIMEOUT_MIN: f64 = 0.001;
 
@@ -230,7 +233,14 @@ impl Config {
         let shared_index = env_word("MDL_SHARED_INDEX", &["off", "on"], 1)? == 1;
         let node_local = env_word("MDL_NODE_LOCAL", &["off", "on"], default.node_local as usize)? == 1;
         let shm_dir = match env_text("MDL_SHM_DIR")? {
-            Some(text) if !text.trim().is_empty() => PathBuf::from(text.trim()),
+            Some(text) if !text.trim().is_empty() => {
+                // A typo would otherwise switch the check off (nothing to examine).
+                let dir = PathBuf::from(text.trim());
+                if !dir.is_dir() {
+                    return Err(Error::invalid(format!("MDL_SHM_DIR={text}: not a directory")));
+                }
+                dir
+            }
             _ => default.shm_dir.clone(),
         };
         let wait = [Wait::Auto, Wait::Spin, Wait::Yield][env_word("MDL_WAIT", &["auto", "spin", "yield"], 0)?];
@@ -240,7 +250,12 @@ impl Config {
             shared_index,
             node_local,
             shm_dir,
-            shm_reserve: env_or("MDL_SHM_RESERVE", default.shm_reserve, |_| true, "a number of bytes")?,
+            shm_reserve: env_or(
+                "MDL_SHM_RESERVE",
+                default.shm_reserve,
+                |n| *n >= SHM_RESERVE_MIN,
+                &format!("a number of bytes, at least {SHM_RESERVE_MIN}"),
+            )?,
             node_key: env_or("MDL_NODE_KEY", default.node_key, |k| *k <= i32::MAX as u32, "an integer in 0..=2147483647")?,
             agreement_lag: env_or(
                 "MDL_AGREEMENT_LAG",

@@ -275,7 +275,8 @@ impl Core {
         let settings = CalibrationSettings {
             budget_seconds: self.config.calibration_seconds,
             matrix_max_ranks: self.config.matrix_max_ranks,
-            store: self.store_settings(),
+            // The scratch store's windows are of the kind the registered store's are.
+            store: StoreSettings { placement: self.store.as_ref().map(|s| s.placement), ..self.store_settings() },
             topology: self.store.as_ref().map(|s| s.topology.clone()).unwrap_or_default(),
         };
         let Some(group) = &self.group else { return calibrate::measure(&self.comm, &settings) };
@@ -318,6 +319,7 @@ impl Core {
             node_key: self.config.node_key,
             shm_dir: self.config.shm_dir.clone(),
             shm_reserve: self.config.shm_reserve,
+            placement: None,
         }
     }
 

@@ -13,6 +13,7 @@ mod shm_budget;
 mod topology;
 
 pub use index::GlobalIndex;
+pub use shm_budget::SharedPlacement;
 pub use topology::Topology;
 
 use index::Starts;
@@ -96,6 +97,9 @@ pub struct StoreSettings {
     /// `MDL_SHM_DIR` and `MDL_SHM_RESERVE` (see `shm_budget`).
     pub shm_dir: std::path::PathBuf,
     pub shm_reserve: u64,
+    /// Where the memory goes, decided already (calibration's scratch store follows the
+    /// registered store); None: checked at registration (`shm_budget`).
+    pub placement: Option<SharedPlacement>,
 }
 
 /// The registered store: this rank's window, its node's shards and the global index.
@@ -107,6 +111,8 @@ pub struct Store {
     /// Which ranks read each other's shards directly.
     pub topology: Topology,
     pub index: Arc<GlobalIndex>,
+    /// Whether the index and the shards are in node-shared memory.
+    pub placement: SharedPlacement,
 }
 
 impl Store {
@@ -134,7 +140,7 @@ impl Store {
         } else {
             (Window::allocate(comm, shard.data)?, None, Topology::default())
         };
-        let store = Store { window, node, topology, index: Arc::new(index) };
+        let store = Store { window, node, topology, index: Arc::new(index), placement: shared };
         let warmed = warm_up(&store, comm.rank(), settings.limits, settings.warm_up_gets);
         // Every rank stays inside MPI until all have warmed up (over transports where a
         // get needs its target's progress, no rank waits for one that has left), and a

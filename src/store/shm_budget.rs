@@ -14,10 +14,17 @@
 //!   otherwise in `MPI_Win_allocate`'s window, which both MPIs also place in shared
 //!   memory between ranks of a node.
 //!
+//! A node of one rank counts no shard: MPI keeps a lone rank's window in its private
+//! memory (and Open MPI's `MPI_Win_create`, the fallback, fails on one rank).
+//!
 //! Where some node cannot hold both, every rank keeps its shard in private memory
 //! (`MPI_Win_create`, no node-local copies); where some node cannot even hold the
 //! index, every rank keeps its own index too. The outcome is agreed, so requesters and
-//! owners classify every sample alike, and the short nodes say so once, with sizes.
+//! owners classify every sample alike, and each short node says so once (its lowest
+//! short rank: ranks may see different rooms), with sizes.
+//!
+//! What the check cannot see: another process filling the file system between the
+//! check and the windows' first writes (MPICH then still raises SIGBUS).
 
 use super::StoreSettings;
 use crate::error::Result;
@@ -55,28 +62,39 @@ fn segment_bytes(shard_len: usize) -> u64 {
 }
 
 /// Collective over `comm`: where the store's memory can go on every node. `entries`
-/// is the index's length (N + 1).
+/// is the index's length (N + 1). A store made in the shadow of another (calibration's
+/// scratch store) takes that store's placement instead (`settings.placement`): no
+/// second check, no second warning, and it measures the windows the steps will use.
 pub fn decide(comm: &Comm, shard_len: usize, entries: u64, settings: &StoreSettings) -> Result<SharedPlacement> {
-    let node = comm.split_shared()?;
-    let node_shards = node.allreduce_sum(&[segment_bytes(shard_len)]);
-    let node_rank = node.rank();
-    node.free()?;
-    let demand = Demand { index: entries.saturating_mul(8), shards: node_shards?[0] };
-    // A directory that cannot be examined tells nothing: the MPI keeps its segments
-    // elsewhere, and its own limits apply.
+    if let Some(placement) = settings.placement {
+        return Ok(SharedPlacement { index: placement.index && settings.shared_index, ..placement });
+    }
+    let wanted = SharedPlacement { index: settings.shared_index, shards: true };
+    // A directory that cannot be examined tells nothing (the default /dev/shm missing:
+    // the MPI keeps its segments elsewhere, and its own limits apply). A directory the
+    // user names is checked to exist at mdl_init.
     let free = crate::node::free_bytes(&settings.shm_dir);
     let available = free.map_or(u64::MAX, |f| f.saturating_sub(settings.shm_reserve));
-    let here = demand.placement(available, settings.shared_index);
+    let node = comm.split_shared()?;
+    let lone = node.size() == 1;
+    let node_shards = node.allreduce_sum(&[if lone { 0 } else { segment_bytes(shard_len) }]);
+    let demand = node_shards.map(|sum| Demand { index: entries.saturating_mul(8), shards: sum[0] });
+    let here = demand.as_ref().map(|d| d.placement(available, settings.shared_index)).map_err(Clone::clone);
+    // The node's lowest rank that found it short, counted from the top so that the
+    // maximum names it.
+    let short_here = here.as_ref().is_ok_and(|h| *h != wanted);
+    let from_top = (node.size() - node.rank()) as u64;
+    let first_short = node.allreduce_max(&[if short_here { from_top } else { 0 }]);
+    let freed = node.free();
+    let (demand, here, first_short) = (demand?, here?, first_short?);
+    freed?;
     let short = comm.allreduce_max(&[u64::from(!here.index), u64::from(!here.shards)])?;
-    let agreed = SharedPlacement {
-        index: settings.shared_index && short[0] == 0,
-        shards: short[1] == 0,
-    };
-    if node_rank == 0 && here != (SharedPlacement { index: settings.shared_index, shards: true }) {
+    let agreed = SharedPlacement { index: settings.shared_index && short[0] == 0, shards: short[1] == 0 };
+    if short_here && first_short[0] == from_top {
         log::warn!(
             "shared memory: {} has {} bytes free on this node ({} after MDL_SHM_RESERVE), where the store needs {} \
-             for the index and {} for this node's shards: {} kept in each rank's private memory on every node \
-             (slower gets, no node-local copies). Give the node a larger {} (a container's --shm-size), or set \
+             for the index and {} for this node's shards: {} kept in each rank's private memory (MPI_Win_create: \
+             slower gets within a node{}). Give the node a larger {} (a container's --shm-size), or set \
              MDL_SHM_DIR to the directory your MPI keeps its segments in",
             settings.shm_dir.display(),
             free.unwrap_or(0),
@@ -84,6 +102,7 @@ pub fn decide(comm: &Comm, shard_len: usize, entries: u64, settings: &StoreSetti
             if settings.shared_index { demand.index } else { 0 },
             demand.shards,
             if agreed.index || !settings.shared_index { "the shards are" } else { "the shards and the index are" },
+            if settings.node_local { ", no node-local copies" } else { "" },
             settings.shm_dir.display(),
         );
     }

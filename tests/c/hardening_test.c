@@ -489,6 +489,12 @@ static void settings_cases(void)
     case_setting_invalid("MDL_NODE_LOCAL", "sometimes");
     case_setting_invalid("MDL_NODE_KEY", "-1");
     case_setting_invalid("MDL_WAIT", "banana");
+    /* A typo in MDL_SHM_DIR would switch the shared-memory check off; too small a
+       reserve hung Open MPI's window creation. */
+    case_setting_invalid("MDL_SHM_DIR", "/no/such/directory");
+    case_setting_invalid("MDL_SHM_DIR", "/etc/passwd");
+    case_setting_invalid("MDL_SHM_RESERVE", "1048576");
+    case_setting_invalid("MDL_SHM_RESERVE", "lots");
 }
 
 /* ---------- calibration files ---------- */

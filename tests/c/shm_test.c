@@ -9,7 +9,8 @@
  * Each rank registers N samples of B bytes (byte k of sample g is a hash of g and k),
  * then fetches batches of random ids with the library's defaults and checks them.
  * --expect says whether the shards should have stayed in shared memory (node-local
- * copies, no engine bytes on one node) or gone to private memory (engine bytes only).
+ * copies, no engine bytes on one node) or gone to private memory (engine bytes only);
+ * anything else (alone: one rank) checks the bytes only.
  */
 #include <mpi.h>
 #include <stdint.h>
