@@ -202,7 +202,16 @@ impl Epoch {
         len_of: &dyn Fn(u64) -> u64,
     ) -> Result<()> {
         if self.inverse.get().is_none() {
-            let _ = self.inverse.set(self.invert(owned, asks, serves, len_of)?);
+            // Where no rank reads this owner's samples through an engine (one node with
+            // the node-local path: they are all copies), no step asks anything of it
+            // and it serves nothing: the inversion, which costs about as much per
+            // sample as copying it, would go unused.
+            let positions = if (0..self.ranks as usize).any(serves) {
+                self.invert(owned, asks, serves, len_of)?
+            } else {
+                OwnedPositions { owned, requests: Vec::new(), step_starts: Vec::new(), served: Vec::new() }
+            };
+            let _ = self.inverse.set(positions);
         }
         Ok(())
     }
@@ -492,6 +501,16 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn an_owner_nobody_reads_through_an_engine_is_not_inverted() {
+        let e = Epoch::new(1000, 2, 9, 0, 16, true, false).unwrap();
+        e.prepare_owned(0..500, &|_| true, &|_| false, &|_| 1).unwrap();
+        let mut by_rank = vec![Vec::new(); 2];
+        e.owned_in_batches(0, 0..500, &mut by_rank);
+        assert!(by_rank.iter().all(Vec::is_empty));
+        assert_eq!(e.served_bytes(0, 0..500), 0);
     }
 
     #[test]

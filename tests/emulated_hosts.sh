@@ -33,13 +33,17 @@ mdl_hosts_create() {
         ip -n "$MDL_HOST_A" link set lo up && ip -n "$MDL_HOST_B" link set lo up &&
         ip -n "$MDL_HOST_A" link set $MDL_HOSTS_IFACE up && ip -n "$MDL_HOST_B" link set $MDL_HOSTS_IFACE up ||
         return 1
-    # The ssh stand-in: [ssh options] HOST command... runs the command in namespace HOST.
+    # The ssh stand-in: [ssh options] HOST command... runs the command in namespace HOST,
+    # with a temporary directory of the host's own: both hosts have the machine's host
+    # name, so Open MPI's daemons would otherwise make their session directories at one
+    # path, and the second one's mkdir failed now and then ("File exists").
     cat >"$MDL_HOSTS_NSEXEC" <<'EOF'
 #!/bin/sh
 while [ $# -gt 0 ]; do case $1 in -*) shift ;; *) break ;; esac; done
 host=$1
 shift
-exec ip netns exec "$host" sh -c "$*"
+mkdir -p "/tmp/mdl-hosts/$host"
+exec ip netns exec "$host" env TMPDIR="/tmp/mdl-hosts/$host" sh -c "$*"
 EOF
     chmod +x "$MDL_HOSTS_NSEXEC"
 }
@@ -48,6 +52,7 @@ mdl_hosts_delete() {
     [ -n "${MDL_HOST_A:-}" ] && ip netns del "$MDL_HOST_A" 2>/dev/null
     [ -n "${MDL_HOST_B:-}" ] && ip netns del "$MDL_HOST_B" 2>/dev/null
     [ -n "${MDL_HOSTS_NSEXEC:-}" ] && rm -f "$MDL_HOSTS_NSEXEC"
+    [ -n "${MDL_HOST_A:-}" ] && rm -rf "/tmp/mdl-hosts/$MDL_HOST_A" "/tmp/mdl-hosts/$MDL_HOST_B"
     return 0
 }
 
