@@ -5,6 +5,7 @@
 //! planning, agree with the other ranks (one small all-reduce), and only then
 //! communicate. See `agree.rs`.
 
+use super::epoch::Batch;
 use super::published::Published;
 use super::replica::{GroupBatches, GroupSpec, ReplicaGroup, ReplicaInfo};
 use crate::agree::{Agreed, AgreementUnderWay, Proposal, Setting, agree, agree_identical, agree_on_checks, agree_settings, start_agreement};
@@ -49,6 +50,9 @@ pub struct Core {
     published: Arc<Published>,
     /// The collective engine's buffers, reused from step to step.
     buffers: RefCell<ExchangeBuffers>,
+    /// The sampler's batch buffers between epochs, kept for their capacity: an epoch
+    /// of a few steps would otherwise grow (and zero) new ones each time.
+    spare_batches: Vec<Batch>,
     estimator: Estimator,
     calibration: Calibration,
     stats: Stats,
@@ -144,6 +148,7 @@ impl Core {
             store: None,
             published,
             buffers: RefCell::default(),
+            spare_batches: Vec::new(),
             estimator: Estimator::new(CostParams::default(), Settings { probe_interval: 0, hysteresis: 0.0 }),
             calibration: Calibration::default_params("default"),
             stats: Stats::default(),
@@ -334,6 +339,16 @@ impl Core {
     }
 
     /// `MDL_AGREEMENT_LAG`, agreed at init.
+    /// A batch buffer an earlier epoch left, if any.
+    pub fn take_spare_batch(&mut self) -> Option<Batch> {
+        self.spare_batches.pop()
+    }
+
+    /// Keep an epoch's batch buffers for the next epoch.
+    pub fn keep_spare_batches(&mut self, batches: impl IntoIterator<Item = Batch>) {
+        self.spare_batches.extend(batches);
+    }
+
     pub fn agreement_lag(&self) -> u64 {
         self.config.agreement_lag
     }

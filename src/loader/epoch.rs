@@ -168,7 +168,12 @@ impl EpochRun {
     pub fn stop(self, core: &Arc<Mutex<Core>>) -> Result<()> {
         match self.source {
             Source::Prefetch(prefetcher) => prefetcher.stop(),
-            Source::Inline(mut pipeline, _) => pipeline.drain(&mut core.lock()),
+            Source::Inline(mut pipeline, current) => {
+                if let Some(held) = current {
+                    pipeline.give_back(held);
+                }
+                pipeline.drain(&mut core.lock())
+            }
             Source::NotStarted => Ok(()),
         }
     }
@@ -207,6 +212,9 @@ impl Prefetcher {
                 let run = AssertUnwindSafe(|| {
                     let mut pipeline = Pipeline::new(first_step, lag);
                     prefetch_loop(&core, &epoch, first_step, depth as u64, &shared, &ready_tx, &free_rx, &mut pipeline);
+                    while let Ok(done) = free_rx.try_recv() {
+                        pipeline.give_back(done);
+                    }
                     // Stopped, failed or at the end: the same step on every rank.
                     if let Err(err) = pipeline.drain(&mut core.lock()) {
                         let _ = ready_tx.send((Batch::default(), Err(err)));

@@ -83,7 +83,7 @@ impl Pipeline {
 
     /// Plan `step` into a buffer of its own and start its agreement.
     fn start(&mut self, core: &mut Core, epoch: &Epoch, step: u64) -> Result<()> {
-        let mut batch = self.spare.pop().unwrap_or_default();
+        let mut batch = self.spare.pop().or_else(|| core.take_spare_batch()).unwrap_or_default();
         epoch.batch_into(step, core.rank(), &mut batch.ids);
         let sized = core.prepare_epoch(epoch).and_then(|()| size_buffers(core, &mut batch));
         let needed = *sized.as_ref().unwrap_or(&0);
@@ -97,6 +97,7 @@ impl Pipeline {
     /// After the first failure (an MPI error, or `MDL_TIMEOUT`: the ranks are out of
     /// step) the rest are not waited for, each for its own timeout: they are dropped,
     /// and their buffers leaked (see `Reduction`).
+    /// The buffers go back to `core` for the next epoch.
     pub fn drain(&mut self, core: &mut Core) -> Result<()> {
         while let Some(started) = self.started.pop_front() {
             if let Err(err) = core.abandon_known_step(started.ahead) {
@@ -105,6 +106,7 @@ impl Pipeline {
             }
             self.spare.push(started.batch);
         }
+        core.keep_spare_batches(self.spare.drain(..));
         Ok(())
     }
 
