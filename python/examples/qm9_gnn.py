@@ -18,6 +18,7 @@ time), the time the loop waited for data and, with mdloader, the library's fetch
 
 import argparse
 import json
+import os
 import socket
 import sys
 import time
@@ -103,14 +104,18 @@ def my_rows(lo: int, hi: int, rank: int, size: int) -> tuple[int, int]:
 
 
 def init_ddp(comm) -> None:
-    """gloo over loopback; rank 0 picks a free port and MPI tells the others."""
+    """gloo under mpirun: rank and world size from MPI; rank 0 picks a free port on
+    MASTER_ADDR (default loopback: one node; on several, an address of rank 0's node
+    that the others reach, and GLOO_SOCKET_IFNAME its interface) and MPI tells the
+    others."""
+    addr = os.environ.get("MASTER_ADDR", "127.0.0.1")
     port = None
     if comm.rank == 0:
         with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
+            s.bind((addr, 0))
             port = s.getsockname()[1]
     port = comm.bcast(port)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=comm.rank, world_size=comm.size)
+    dist.init_process_group("gloo", init_method=f"tcp://{addr}:{port}", rank=comm.rank, world_size=comm.size)
 
 
 def fetch_seconds(ld: mdloader.Loader) -> float:
