@@ -64,13 +64,44 @@ pub fn execute(step: &StepContext, engine: Backend, out: &mut [u8]) -> Result<()
 
 /// Copy the plan's local samples, this rank's and its node's, from their shards: no
 /// MPI call (the node's shards were published at registration and never change).
+/// Each copy's source is asked of the memory this many copies ahead: small samples at
+/// random places cost a cache miss each, which the CPU overlaps only a few at a time
+/// by itself.
 pub fn copy_local(step: &StepContext, out: &mut [u8]) {
+    const AHEAD: usize = 8;
     let me = step.comm.rank();
-    for copy in &step.plan.local {
-        let shard = step.store.shard_of(copy.owner, me);
-        let (src, dest, len) = (copy.src_offset as usize, copy.dest_offset as usize, copy.len as usize);
-        out[dest..dest + len].copy_from_slice(&shard[src..src + len]);
+    let copies = &step.plan.local;
+    let source = |k: usize| {
+        let copy = &copies[k];
+        &step.store.shard_of(copy.owner, me)[copy.src_offset as usize..][..copy.len as usize]
+    };
+    for k in 0..copies.len().min(AHEAD) {
+        prefetch(source(k));
     }
+    for (k, copy) in copies.iter().enumerate() {
+        if k + AHEAD < copies.len() {
+            prefetch(source(k + AHEAD));
+        }
+        let dest = copy.dest_offset as usize;
+        out[dest..dest + copy.len as usize].copy_from_slice(source(k));
+    }
+}
+
+/// Lines asked for per sample: a small sample whole; a longer one streams, and the
+/// hardware's prefetcher follows it. (1 line measured the same within noise.)
+const PREFETCH_LINES: usize = 4;
+
+/// Ask for the first `PREFETCH_LINES` cache lines of `bytes`.
+#[inline]
+fn prefetch(bytes: &[u8]) {
+    #[cfg(target_arch = "x86_64")]
+    for line in bytes.chunks(64).take(PREFETCH_LINES) {
+        // SAFETY: a prefetch is a hint that never faults or changes memory; the address
+        // is inside a live slice.
+        unsafe { std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(line.as_ptr().cast()) };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = bytes;
 }
 
 /// Move the plan's remote samples with `engine` (collective: on every rank).
