@@ -7,6 +7,17 @@ use crate::mpi::MAX_COUNT;
 use std::path::PathBuf;
 use std::str::FromStr;
 
+/// Whether the loader drives MPI's progress from a thread of its own (see
+/// `mpi::ProgressThread`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Progress {
+    /// On MPICH with `MPI_THREAD_MULTIPLE`, where a get may need its target's progress
+    /// (every job but one node with the node-local path, where no get is made).
+    Auto,
+    On,
+    Off,
+}
+
 /// Which engine moves the bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Backend {
@@ -126,6 +137,10 @@ pub struct Config {
     /// shared window is made each node checks that it can hold them (see
     /// `store::shm_budget`); the outcome, not the path, is agreed.
     pub shm_dir: PathBuf,
+    /// `MDL_PROGRESS=auto|on|off` and `MDL_PROGRESS_US` (its interval, default 200):
+    /// local, not agreed (it changes no communication).
+    pub progress: Progress,
+    pub progress_interval_us: u64,
     /// `MDL_SHM_RESERVE`: bytes of that file system left free for MPI's own segments
     /// and other users of the node (default 16 MiB, at least `SHM_RESERVE_MIN`).
     pub shm_reserve: u64,
@@ -147,6 +162,10 @@ pub(crate) const AGREEMENT_LAG_LIMIT: u64 = 64;
 /// Open MPI takes 1-4 MiB more of the shared-memory file system while it creates a
 /// window than the window's size, and hung (its leader failing alone) with 1 MiB left.
 pub(crate) const SHM_RESERVE_MIN: u64 = 8 << 20;
+/// The progress thread's interval: shorter would take a core's worth of MPI calls,
+/// longer (a second) would leave a peer's get waiting that long.
+pub(crate) const PROGRESS_US_MIN: u64 = 10;
+pub(crate) const PROGRESS_US_MAX: u64 = 1_000_000;
 /// A shorter timeout would fail healthy collectives.
 pub(crate) const TIMEOUT_MIN: f64 = 0.001;
 
@@ -169,6 +188,8 @@ impl Default for Config {
             node_local: true,
             shm_dir: PathBuf::from("/dev/shm"),
             shm_reserve: 16 << 20,
+            progress: Progress::Auto,
+            progress_interval_us: 200,
             node_key: 0,
         }
     }
@@ -244,12 +265,20 @@ impl Config {
             _ => default.shm_dir.clone(),
         };
         let wait = [Wait::Auto, Wait::Spin, Wait::Yield][env_word("MDL_WAIT", &["auto", "spin", "yield"], 0)?];
+        let progress = [Progress::Auto, Progress::On, Progress::Off][env_word("MDL_PROGRESS", &["auto", "on", "off"], 0)?];
         Ok(Config {
             wait,
             backend,
             shared_index,
             node_local,
             shm_dir,
+            progress,
+            progress_interval_us: env_or(
+                "MDL_PROGRESS_US",
+                default.progress_interval_us,
+                |us| (PROGRESS_US_MIN..=PROGRESS_US_MAX).contains(us),
+                &format!("microseconds in {PROGRESS_US_MIN}..={PROGRESS_US_MAX}"),
+            )?,
             shm_reserve: env_or(
                 "MDL_SHM_RESERVE",
                 default.shm_reserve,

@@ -47,8 +47,10 @@ venv_of() { [ "$1" = openmpi ] && echo "$ROOT/.venv" || echo "$ROOT/.venv-$1"; }
 launch() {
     local mpi=$1 layout=$2 log=$3 py
     py=$(venv_of "$mpi")/bin/python
+    # Unbuffered, with the library's per-epoch lines: a hung run's log shows how far
+    # it got.
     local env=(MDLOADER_LIBRARY="$ROOT/target/$mpi/release/libmdloader.so" PYTHONPATH="$ROOT/python"
-        OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1)
+        OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PYTHONUNBUFFERED=1 MDL_LOG=info)
     local job=("$py" python/examples/qm9_gnn.py "$PACK" "${GNN_ARGS[@]}")
     if [ "$layout" = node ]; then
         if [ "$mpi" = openmpi ]; then

@@ -9,14 +9,14 @@ use super::epoch::Batch;
 use super::published::Published;
 use super::replica::{GroupBatches, GroupSpec, ReplicaGroup, ReplicaInfo};
 use crate::agree::{Agreed, AgreementUnderWay, Proposal, Setting, agree, agree_identical, agree_on_checks, agree_settings, start_agreement};
-use crate::config::{Backend, Calibration as CalibrationMode, Config, Wait};
+use crate::config::{Backend, Calibration as CalibrationMode, Config, Progress, Wait};
 use crate::engine::{ExchangeBuffers, ExchangeShape, KnownBatches, StepContext, copy_local, exchange_shape, fetch_remote};
 use crate::error::{Error, Result, mdl_status};
 use crate::estimator::calibrate::{self, Calibration, CalibrationSettings};
 use crate::estimator::model::{CostParams, StepFeatures};
 use crate::estimator::features::NodeFeatures;
 use crate::estimator::{Decision, Estimator, EstimatorCounters, Settings, features};
-use crate::mpi::{self, Comm, GetLimits, WaitPolicy};
+use crate::mpi::{self, Comm, GetLimits, ProgressThread, WaitPolicy};
 use crate::node;
 use crate::plan::BatchPlan;
 use crate::sampler::Epoch;
@@ -38,6 +38,9 @@ pub struct FetchArgs<'a> {
 }
 
 pub struct Core {
+    /// Drives MPI's progress between calls where gets need it (`mpi::ProgressThread`).
+    /// First, so that it stops before anything it uses is freed.
+    progress: Option<ProgressThread>,
     /// The host's ranks (a duplicate): agreements, the sampler's split, job statistics.
     comm: Comm,
     /// This rank's replica group, when the host is split into several
@@ -149,6 +152,7 @@ impl Core {
             published,
             buffers: RefCell::default(),
             spare_batches: Vec::new(),
+            progress: None,
             estimator: Estimator::new(CostParams::default(), Settings { probe_interval: 0, hysteresis: 0.0 }),
             calibration: Calibration::default_params("default"),
             stats: Stats::default(),
@@ -238,7 +242,44 @@ impl Core {
         );
         self.published.set_calibration(&self.calibration);
         self.publish();
+        self.progress = self.start_progress();
         Ok(())
+    }
+
+    /// The progress thread, where `MDL_PROGRESS` asks for it and MPI allows it. Local:
+    /// it changes no communication, so the ranks need not agree.
+    fn start_progress(&self) -> Option<ProgressThread> {
+        let topology = &self.store.as_ref()?.topology;
+        // One node whose samples are all copies makes no get at all.
+        let gets_made = self.data_comm().size() > 1 && !(topology.is_shared() && topology.nodes() == 1);
+        let wanted = match self.config.progress {
+            Progress::Off => false,
+            Progress::On => true,
+            Progress::Auto => gets_made && mpi::is_mpich(),
+        };
+        if !wanted {
+            return None;
+        }
+        if !mpi::thread_multiple() {
+            let why = "the progress thread needs MPI initialised with MPI_THREAD_MULTIPLE";
+            if self.config.progress == Progress::On {
+                log::warn!("MDL_PROGRESS=on: {why}; not started");
+            } else {
+                log::info!("{why}; not started (a one-sided get then waits for its target to call MPI)");
+            }
+            return None;
+        }
+        let interval = std::time::Duration::from_micros(self.config.progress_interval_us);
+        match ProgressThread::start(self.data_comm(), interval) {
+            Ok(thread) => {
+                log::info!("progress thread started (MPI_Iprobe every {} us)", self.config.progress_interval_us);
+                Some(thread)
+            }
+            Err(err) => {
+                log::warn!("{}: one-sided gets may wait for their targets to call MPI", err.message);
+                None
+            }
+        }
     }
 
     /// Collective: the store of this rank's group (the host, without groups), checked
@@ -679,7 +720,9 @@ impl Core {
     /// Collective: free the window and the communicator. The ranks first agree that all
     /// of them are finalizing: the frees are blocking MPI calls, which `MDL_TIMEOUT`
     /// cannot interrupt, while the agreement's wait can give up (then nothing is freed).
-    pub fn finalize(self) -> Result<()> {
+    pub fn finalize(mut self) -> Result<()> {
+        // Its MPI calls end before the ranks agree: finalize is the last call.
+        self.progress = None;
         if let Err(err) = agree_on_checks(&self.comm, Ok(())) {
             log::warn!("finalize could not agree with the other ranks ({}): MPI objects are not freed", err.message);
             std::mem::forget(self); // MPI may still use its buffers

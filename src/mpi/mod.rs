@@ -8,6 +8,7 @@
 
 mod comm;
 mod lifecycle;
+mod progress;
 mod reduction;
 mod shared;
 mod wait;
@@ -15,6 +16,7 @@ mod window;
 
 pub use comm::{Comm, GathervLayout, timed_out};
 pub use lifecycle::at_finalize;
+pub use progress::ProgressThread;
 pub use reduction::Reduction;
 pub use shared::SharedArray;
 pub use wait::{WaitPolicy, mark_background_thread};
