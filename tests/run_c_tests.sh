@@ -66,7 +66,7 @@ build() {
     local ok=0 src name
     for src in tests/c/fetch_test.c tests/c/errors_test.c tests/c/idle_rank_test.c tests/c/sampler_test.c \
         tests/c/estimator_test.c tests/c/hardening_test.c tests/c/finalize_test.c tests/c/lag_test.c \
-        tests/c/node_local_test.c tests/c/replica_test.c c_examples/demo.c; do
+        tests/c/node_local_test.c tests/c/replica_test.c tests/c/progress_test.c c_examples/demo.c; do
         [ -f "$ROOT/$src" ] || continue
         name=$(basename "$src" .c)
         echo "+ $cc ${flags[*]} $src -o $out/$name ${link[*]}" >>"$log"
@@ -207,6 +207,10 @@ for mpi in "${MPIS[@]}"; do
     # The initial backend from the environment must agree with explicit settings.
     run_case "$mpi" 2 "fetch_test-np2-env-collective" MDL_BACKEND=collective -- \
         "$bin/fetch_test" --iters $((ITERS / 4)) --seed $((SEED + 2)) --phases world
+    # A rank outside MPI (as in gloo's all-reduce) still serves a peer's get: MPICH
+    # needs the library's progress thread for it (MDL_PROGRESS, on by default there;
+    # with MDL_PROGRESS=off this case fails after --give-up seconds).
+    run_case "$mpi" 2 "progress_test-np2" -- "$bin/progress_test" --give-up 60
     # The library's defaults (node-local on): on one node every sample is a copy from
     # the node's shared memory, byte-exact under every backend setting.
     run_case "$mpi" 2 "fetch_test-np2-defaults" MDL_NODE_LOCAL= -- "$bin/fetch_test" --iters $((ITERS / 4)) --seed "$SEED"
