@@ -306,14 +306,17 @@ impl Config {
                 default.calibration_seconds,
                 |s: &f64| (0.0..=CALIBRATION_SECONDS_LIMIT).contains(s),
                 &format!("seconds in 0..={CALIBRATION_SECONDS_LIMIT}"),
-            )?,
+            )?
+            .abs(), // -0 is 0
             probe_interval: env_or(
                 "MDL_PROBE_INTERVAL",
                 default.probe_interval,
                 |n| *n <= PROBE_INTERVAL_LIMIT,
                 &format!("a number of steps in 0..={PROBE_INTERVAL_LIMIT}"),
             )?,
-            hysteresis: env_or("MDL_HYSTERESIS", default.hysteresis, |h: &f64| (0.0..1.0).contains(h), "a fraction in [0, 1)")?,
+            // -0 is 0: the ranks compare settings bit for bit.
+            hysteresis: env_or("MDL_HYSTERESIS", default.hysteresis, |h: &f64| (0.0..1.0).contains(h), "a fraction in [0, 1)")?
+                .abs(),
             matrix_max_ranks: env_or(
                 "MDL_MATRIX_MAX_RANKS",
                 default.matrix_max_ranks,

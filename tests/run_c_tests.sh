@@ -168,6 +168,9 @@ for mpi in "${MPIS[@]}"; do
     # With MDL_TIMEOUT every wait is a test loop (blocking calls become nonblocking):
     # still exactly one agreement per step.
     run_case "$mpi" 3 "lag_test-np3-timeout" MDL_TIMEOUT=60 "${progress[@]}" -- "$bin/lag_test"
+    # Thread levels that differ between ranks (one rank MPI_THREAD_FUNNELED, an MPMD
+    # launch): every rank fetches without prefetch instead of failing mdl_epoch_begin.
+    run_case "$mpi" 1 "sampler_test-np2-mixed-thread-levels" -- "$bin/sampler_test" : -n 1 "$bin/sampler_test" --funneled
     run_case "$mpi" 2 "sampler_test-np2-lag0" MDL_AGREEMENT_LAG=0 -- "$bin/sampler_test"
     # The info log: one line per sampler epoch on rank 0 alone, saying which engine ran
     # and why; every line names its rank.

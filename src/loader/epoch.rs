@@ -80,6 +80,9 @@ impl EpochRun {
         let lag = core.lock().agreement_lag();
         let source = if depth == 0 || finished {
             Source::Inline(Pipeline::new(step, lag), None)
+        } else if !crate::mpi::thread_multiple() {
+            // Agreed like a thread that failed to start: every rank fetches inline.
+            Source::NotStarted
         } else {
             match Prefetcher::spawn(core.clone(), epoch.clone(), step, depth, lag) {
                 Ok(prefetcher) => Source::Prefetch(prefetcher),

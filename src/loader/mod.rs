@@ -197,7 +197,7 @@ impl Loader {
     }
 
     fn start_epoch(&mut self, args: EpochArgs, step: u64) -> Result<()> {
-        let depth = self.effective_prefetch();
+        let depth = self.requested_prefetch();
         let epoch = Self::epoch_of(&self.core.lock(), args);
         let checks = match &epoch {
             Err(err) => Err(err.clone()),
@@ -242,16 +242,14 @@ impl Loader {
         Ok(())
     }
 
-    /// The prefetch depth in force: 0 unless MPI allows a thread of ours to communicate.
-    fn effective_prefetch(&mut self) -> u32 {
-        if self.prefetch_depth > 0 && !mpi::thread_multiple() {
-            if !self.told_no_thread_multiple {
-                log::warn!(
-                    "prefetch needs MPI initialised with MPI_THREAD_MULTIPLE; fetching without prefetch"
-                );
-                self.told_no_thread_multiple = true;
-            }
-            return 0;
+    /// The prefetch depth asked for, the same on every rank (agreed). A rank whose MPI
+    /// does not allow a thread of ours to communicate cannot start its prefetch thread
+    /// (`EpochRun::prepare`), and then every rank fetches inline, as after any failure
+    /// to start it: thread levels may differ between ranks.
+    fn requested_prefetch(&mut self) -> u32 {
+        if self.prefetch_depth > 0 && !mpi::thread_multiple() && !self.told_no_thread_multiple {
+            log::warn!("prefetch needs MPI initialised with MPI_THREAD_MULTIPLE; every rank fetches without prefetch");
+            self.told_no_thread_multiple = true;
         }
         self.prefetch_depth
     }

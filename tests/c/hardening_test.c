@@ -422,6 +422,26 @@ static void case_setting_differs(const char *var, const char *others, const char
     case_end(name, &r);
 }
 
+/* The same value written two ways (-0 and 0) is the same setting: mdl_init succeeds. */
+static void case_setting_same(const char *var, const char *others, const char *last)
+{
+    char name[256];
+    snprintf(name, sizeof name, "settings/%s=%s on rank %d and %s elsewhere is one value -> MDL_OK", var, last, g_last,
+             others);
+    if (!selected(name))
+        return;
+    cres r;
+    case_begin(name, &r);
+    envsave s;
+    env_put(&s, var, g_rank == g_last ? last : others);
+    mdl_loader *h = NULL;
+    mdl_status st = mdl_init(MPI_COMM_WORLD, &h);
+    env_restore(&s);
+    expect_code(&r, "mdl_init", st, MDL_OK);
+    EXPECT(&r, st != MDL_OK || mdl_finalize(&h) == MDL_OK, "mdl_finalize");
+    case_end(name, &r);
+}
+
 static void case_setting_invalid(const char *var, const char *bad)
 {
     char name[256];
@@ -461,6 +481,8 @@ static void settings_cases(void)
     case_setting_differs("MDL_CALIBRATION", "on", "off");
     case_setting_differs("MDL_PROBE_INTERVAL", "64", "0");
     case_setting_differs("MDL_HYSTERESIS", "0.1", "0.25");
+    case_setting_same("MDL_HYSTERESIS", "0", "-0");
+    case_setting_same("MDL_CALIBRATION_SECONDS", "0.2", "+0.2");
     case_setting_differs("MDL_CALIBRATION_SECONDS", "0.4", "0.2");
     case_setting_differs("MDL_MAX_MESSAGE_BYTES", "65536", "4096");
     case_setting_differs("MDL_WARMUP_GETS", "512", "0");
@@ -495,6 +517,8 @@ static void settings_cases(void)
     case_setting_invalid("MDL_SHM_DIR", "/etc/passwd");
     case_setting_invalid("MDL_SHM_RESERVE", "1048576");
     case_setting_invalid("MDL_SHM_RESERVE", "lots");
+    case_setting_invalid("MDL_PROGRESS", "sometimes");
+    case_setting_invalid("MDL_PROGRESS_US", "5");
 }
 
 /* ---------- calibration files ---------- */
