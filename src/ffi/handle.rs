@@ -58,6 +58,7 @@ impl mdl_loader {
         let Some(loader) = handle.loader.lock().take() else { return Ok(()) };
         if let Some(poison) = handle.poison.lock().clone() {
             log::warn!("finalizing a loader that failed earlier ({}): its MPI objects are not freed", poison.message);
+            loader.stop_progress();
             std::mem::forget(loader); // its window and communicator may still be in use by MPI
             return Ok(());
         }
@@ -148,6 +149,9 @@ pub fn install_finalize_hook() -> Result<()> {
 
 /// The `MPI_Finalize` hook: finalize every open loader, in creation order.
 fn close_all_at_mpi_finalize() {
+    // No loader's progress thread may call MPI from here on, while the hook closes the
+    // loaders one after the other.
+    mpi::stop_progress_threads();
     let open = std::mem::take(&mut *OPEN.lock());
     for handle in open {
         let Some(loader) = handle.loader.lock().take() else { continue };

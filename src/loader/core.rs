@@ -246,6 +246,11 @@ impl Core {
         Ok(())
     }
 
+    /// Stop the progress thread (a loader about to be leaked after a failure).
+    pub fn stop_progress(&mut self) {
+        self.progress = None;
+    }
+
     /// The progress thread, where `MDL_PROGRESS` asks for it and MPI allows it. Local:
     /// it changes no communication, so the ranks need not agree.
     fn start_progress(&self) -> Option<ProgressThread> {

@@ -84,6 +84,15 @@ impl Loader {
     }
 
     /// What the local calls read, without the step lock.
+    /// Stop the loader's progress thread before the loader is leaked after a failure
+    /// (its MPI objects may still be in use). A step stuck holding the loader's lock
+    /// leaves the thread to `MPI_Finalize`'s hook, which stops every one.
+    pub fn stop_progress(&self) {
+        if let Some(mut core) = self.core.try_lock() {
+            core.stop_progress();
+        }
+    }
+
     pub fn published(&self) -> &Arc<Published> {
         &self.published
     }

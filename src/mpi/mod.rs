@@ -16,7 +16,7 @@ mod window;
 
 pub use comm::{Comm, GathervLayout, timed_out};
 pub use lifecycle::at_finalize;
-pub use progress::ProgressThread;
+pub use progress::{ProgressThread, stop_all_threads as stop_progress_threads};
 pub use reduction::Reduction;
 pub use shared::SharedArray;
 pub use wait::{WaitPolicy, mark_background_thread};

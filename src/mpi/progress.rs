@@ -10,12 +10,17 @@
 //! communicator, where the library sends no point-to-point message, so nothing is
 //! taken from anyone) every `MDL_PROGRESS_US` microseconds while the loader lives.
 //! It needs `MPI_THREAD_MULTIPLE`.
+//!
+//! No thread may call MPI once `MPI_Finalize` has begun: the library's finalize hook
+//! closes the gate ([`stop_all_threads`]) before it closes the loaders still open, and
+//! waits for a poke under way (MPICH's UCX asserted in a second loader's `MPI_Iprobe`
+//! while the hook closed the first).
 
 use super::{check, ffi, is_usable};
 use crate::error::Result;
 use std::os::raw::c_int;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -25,6 +30,16 @@ struct Handle(ffi::MPI_Comm);
 // the caller of `ProgressThread::start`); the thread only probes, which MPI allows
 // concurrently with any other call on the same communicator.
 unsafe impl Send for Handle {}
+
+/// Whether progress threads may still call MPI (false from `MPI_Finalize` on). A poke
+/// holds it for reading.
+static MAY_CALL_MPI: RwLock<bool> = RwLock::new(true);
+
+/// Stop every progress thread's MPI calls for good, waiting for one under way: MPI is
+/// being finalised.
+pub fn stop_all_threads() {
+    *MAY_CALL_MPI.write().unwrap_or_else(|e| e.into_inner()) = false;
+}
 
 /// The running thread; stopped (and joined) when dropped.
 pub struct ProgressThread {
@@ -42,9 +57,14 @@ impl ProgressThread {
             .name("mdloader-progress".into())
             .spawn(move || {
                 let handle = handle;
-                while !stopping.load(Ordering::Acquire) {
-                    std::thread::sleep(interval);
-                    if !is_usable() || poke(&handle).is_err() {
+                loop {
+                    // Woken early by the owner's drop.
+                    std::thread::park_timeout(interval);
+                    if stopping.load(Ordering::Acquire) {
+                        return;
+                    }
+                    let may = MAY_CALL_MPI.read().unwrap_or_else(|e| e.into_inner());
+                    if !*may || !is_usable() || poke(&handle).is_err() {
                         return;
                     }
                 }
@@ -58,6 +78,7 @@ impl Drop for ProgressThread {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Release);
         if let Some(worker) = self.worker.take() {
+            worker.thread().unpark();
             let _ = worker.join();
         }
     }
