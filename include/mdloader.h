@@ -144,9 +144,9 @@ extern "C" {
  * MPI's shared memory lives, default /dev/shm, and the bytes left free there; not
  * agreed, but what they decide is), `MDL_PROGRESS=auto|on|off` and `MDL_PROGRESS_US`
  * (a thread that pokes MPI's progress while the host is outside the library, so that
- * peers' one-sided gets from this rank complete: on by default with MPICH, which
- * serves a get only while its target is in MPI; needs MPI_THREAD_MULTIPLE; not
- * agreed). The README documents each.
+ * peers' one-sided gets from this rank complete: MPICH, and Open MPI's pt2pt one-sided
+ * component, serve a get only while its target is in MPI; on by default wherever
+ * gets are made; needs MPI_THREAD_MULTIPLE; not agreed). The README documents each.
  *
  * What cannot be agreed: MPI_COMM_NULL or an invalid handle on one rank returns an
  * error there at once while the other ranks wait in MPI_Comm_dup (MDL_TIMEOUT cannot

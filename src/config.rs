@@ -11,8 +11,8 @@ use std::str::FromStr;
 /// `mpi::ProgressThread`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Progress {
-    /// On MPICH with `MPI_THREAD_MULTIPLE`, where a get may need its target's progress
-    /// (every job but one node with the node-local path, where no get is made).
+    /// With `MPI_THREAD_MULTIPLE`, wherever gets are made (every job but one node with
+    /// the node-local path): a get may need its target's progress.
     Auto,
     On,
     Off,

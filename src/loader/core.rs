@@ -260,7 +260,10 @@ impl Core {
         let wanted = match self.config.progress {
             Progress::Off => false,
             Progress::On => true,
-            Progress::Auto => gets_made && mpi::is_mpich(),
+            // Not MPICH alone: Open MPI's one-sided components over TCP (pt2pt, ucx's
+            // emulation) also need the target's progress, and a poke every 20 ms
+            // costs nothing measurable where they do not.
+            Progress::Auto => gets_made,
         };
         if !wanted {
             return None;
@@ -427,11 +430,6 @@ impl Core {
         (self.backend != Backend::OneSided).then(|| first[me]..first[me + 1])
     }
 
-    /// Size of sample `id`, which must be in range (the sampler's ids are).
-    pub fn sample_len(&self, id: u64) -> Result<u64> {
-        self.store()?.index.len_of(id).ok_or_else(|| Error::invalid(format!("sample id {id} is out of range")))
-    }
-
     pub fn set_backend(&mut self, backend: Backend) {
         self.backend = backend;
         self.publish();
@@ -545,8 +543,16 @@ impl Core {
     /// agreement: each rank's features, including the bytes it serves (worked out from
     /// the known batches, so O(1) values at any number of ranks), and the time of the
     /// last step it ran.
-    pub fn start_known_step(&mut self, ids: &[u64], out_len: Result<usize>, known: &dyn KnownBatches) -> Result<StepAhead> {
-        let prepared = out_len.and_then(|len| self.plan_step(ids).and_then(|p| fits(&p.plan, len).map(|()| p)));
+    /// `size_out(bytes)` grows the step's output buffer to the planned batch's bytes (the
+    /// plan reads each sample's length from the index once).
+    pub fn start_known_step(
+        &mut self,
+        ids: &[u64],
+        ready: Result<()>,
+        size_out: impl FnOnce(u64) -> Result<()>,
+        known: &dyn KnownBatches,
+    ) -> Result<StepAhead> {
+        let prepared = ready.and_then(|()| self.plan_step(ids)).and_then(|p| size_out(p.plan.total_bytes()).map(|()| p));
         let measured = std::mem::take(&mut self.pending);
         let at = measured.len();
         let mut maxima = agreement_values(&measured, features::KNOWN_LEN);

@@ -85,9 +85,14 @@ impl Pipeline {
     fn start(&mut self, core: &mut Core, epoch: &Epoch, step: u64) -> Result<()> {
         let mut batch = self.spare.pop().or_else(|| core.take_spare_batch()).unwrap_or_default();
         epoch.batch_into(step, core.rank(), &mut batch.ids);
-        let sized = core.prepare_epoch(epoch).and_then(|()| size_buffers(core, &mut batch));
-        let needed = *sized.as_ref().unwrap_or(&0);
-        let ahead = core.start_known_step(&batch.ids, sized, &SamplerStep { epoch, step })?;
+        let ready = core.prepare_epoch(epoch);
+        let Batch { ids, data, offsets } = &mut batch;
+        let mut needed = 0;
+        let size_out = |bytes: u64| {
+            needed = size_buffers(data, offsets, bytes, ids.len())?;
+            Ok(())
+        };
+        let ahead = core.start_known_step(ids, ready, size_out, &SamplerStep { epoch, step })?;
         self.started.push_back(Started { step, batch, needed, ahead });
         Ok(())
     }
@@ -119,21 +124,18 @@ impl Pipeline {
     }
 }
 
-/// Grow the batch's buffers for its ids; returns the bytes its samples take.
-fn size_buffers(core: &Core, batch: &mut Batch) -> Result<usize> {
-    let mut needed = 0u64;
-    for &id in &batch.ids {
-        needed = needed.checked_add(core.sample_len(id)?).ok_or_else(|| Error::no_memory(u64::MAX))?;
+/// Grow a batch's buffers for `bytes` of `samples` samples; returns the bytes as a
+/// length.
+fn size_buffers(data: &mut Vec<u8>, offsets: &mut Vec<u64>, bytes: u64, samples: usize) -> Result<usize> {
+    let needed = usize::try_from(bytes).map_err(|_| Error::no_memory(bytes))?;
+    if data.len() < needed {
+        data.try_reserve(needed - data.len()).map_err(|_| Error::no_memory(bytes))?;
+        data.resize(needed, 0);
     }
-    let needed = usize::try_from(needed).map_err(|_| Error::no_memory(needed))?;
-    if batch.data.len() < needed {
-        batch.data.try_reserve(needed - batch.data.len()).map_err(|_| Error::no_memory(needed as u64))?;
-        batch.data.resize(needed, 0);
+    let count = samples + 1;
+    if offsets.len() < count {
+        offsets.try_reserve(count - offsets.len()).map_err(|_| Error::no_memory(8 * count as u64))?;
     }
-    let offsets = batch.ids.len() + 1;
-    if batch.offsets.len() < offsets {
-        batch.offsets.try_reserve(offsets - batch.offsets.len()).map_err(|_| Error::no_memory(8 * offsets as u64))?;
-    }
-    batch.offsets.resize(offsets, 0);
+    offsets.resize(count, 0);
     Ok(needed)
 }
