@@ -10,7 +10,25 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+
+/* A "Name:   N kB" field of /proc/self/status or /proc/self/smaps_rollup, in kB (-1 if
+   absent). */
+static inline long proc_field_kb(const char *file, const char *name)
+{
+    FILE *f = fopen(file, "r");
+    char line[256];
+    long kb = -1;
+    size_t len = strlen(name);
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, name, len) && line[len] == ':')
+            kb = atol(line + len + 1);
+    if (f)
+        fclose(f);
+    return kb;
+}
 
 /* splitmix64's finaliser: a well-mixed 64-bit hash. */
 static inline uint64_t mix64(uint64_t x)

@@ -29,22 +29,15 @@ if [ "$(id -u)" != 0 ] || ! unshare -m true 2>/dev/null; then
     exit 0
 fi
 
-# What the store may use of the 64 MiB: the library keeps MDL_SHM_RESERVE (16 MiB by
-# default) free, and each MPI has taken some of the tmpfs at MPI_Init already
-# (measured: Open MPI 0.1 MiB, MPICH 8.2 MiB). The cases sit 4 MiB either side.
-room_mib() {
-    case $1 in
-    openmpi) echo 47 ;;
-    mpich) echo 39 ;;
-    esac
-}
-
-# shm_case <mpi> <name> <samples per rank> <bytes per sample> <expect shared|private|alone>
-#          <index: shared|private> [VAR=value ...]
+# shm_case <mpi> <name> "<sizes>" <expect shared|private|alone> <index: shared|private>
+#          [VAR=value ...]
+# sizes: shm_test's options, "--samples N --bytes B" or "--shards-vs-room D" or
+# "--index-vs-room D" (D MiB from the room the library will find: shm_test measures
+# it after MPI_Init, as each MPI takes some of the tmpfs there).
 # (alone: one rank, nothing to share, nothing to warn of; set NP=1.)
 shm_case() {
-    local mpi=$1 name=$2 samples=$3 bytes=$4 expect=$5 index=$6 np=${NP:-2}
-    shift 6
+    local mpi=$1 name=$2 sizes=$3 expect=$4 index=$5 np=${NP:-2}
+    shift 5
     local log=$LOGDIR/$mpi-shm-$name.log launcher envs=("$@") e
     if [ "$mpi" = openmpi ]; then
         launcher="mpirun.openmpi -n $np"
@@ -54,7 +47,7 @@ shm_case() {
         for e in "${envs[@]}"; do launcher+=" -genv ${e%%=*} ${e#*=}"; done
     fi
     local job="mount -t tmpfs -o size=${SHM_MIB}m tmpfs /dev/shm && $launcher $BUILDROOT/$mpi/shm_test \
---samples $samples --bytes $bytes --expect $expect"
+$sizes --expect $expect"
     echo "+ unshare -m sh -c '$job'" >"$log"
     local start=$SECONDS rc
     (cd "$ROOT" && env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "${envs[@]}" \
@@ -99,29 +92,23 @@ for mpi in "${MPIS[@]}"; do
         fail "$mpi/shm-build" "$LOGDIR/$mpi-shm-build.log"
         continue
     fi
-    room=$(room_mib "$mpi")
-    # Shards of 4 KiB samples: the node holds 2 shards (the index is a few hundred KB).
-    below=$(((room - 4) * MIB / 2 / 4096))
-    above=$(((room + 4) * MIB / 2 / 4096))
-    shm_case "$mpi" shards-below "$below" 4096 shared shared
+    shm_case "$mpi" shards-below "--shards-vs-room -4" shared shared
     # 1 MiB below: calibration's scratch store (registered after the shards) must not
     # be checked again, fall back alone, or warn.
-    shm_case "$mpi" shards-just-below $(((room - 1) * MIB / 2 / 4096)) 4096 shared shared
+    shm_case "$mpi" shards-just-below "--shards-vs-room -1" shared shared
     # One rank: MPI keeps a lone rank's window in private memory, so a shard beyond the
     # tmpfs needs no fallback (Open MPI's MPI_Win_create, the fallback, fails on one rank).
-    NP=1 shm_case "$mpi" one-rank-beyond-tmpfs $(((SHM_MIB + 4) * MIB / 4096)) 4096 alone shared
-    shm_case "$mpi" shards-above "$above" 4096 private shared
+    NP=1 shm_case "$mpi" one-rank-beyond-tmpfs "--samples $(((SHM_MIB + 4) * MIB / 4096)) --bytes 4096" alone shared
+    shm_case "$mpi" shards-above "--shards-vs-room 4" private shared
     # Beyond the tmpfs itself (4 MiB over 64): without the check MPICH died of SIGBUS
     # here and Open MPI hung.
-    shm_case "$mpi" shards-beyond-tmpfs $(((SHM_MIB + 4) * MIB / 2 / 4096)) 4096 private shared
+    shm_case "$mpi" shards-beyond-tmpfs "--samples $(((SHM_MIB + 4) * MIB / 2 / 4096)) --bytes 4096" private shared
     # The plain window (MPI_Win_allocate) is in shared memory too, on both MPIs.
-    shm_case "$mpi" shards-above-node-local-off "$above" 4096 private shared MDL_NODE_LOCAL=off
-    # The index: 8 bytes a sample of the job, with 1-byte samples (shards of 1/8 its size).
-    below=$(((room - 4) * MIB / 9 / 2))
-    above=$(((room + 4) * MIB / 8 / 2))
-    shm_case "$mpi" index-below "$below" 1 shared shared
-    shm_case "$mpi" index-above "$above" 1 private private
-    shm_case "$mpi" index-beyond-tmpfs $(((SHM_MIB + 4) * MIB / 8 / 2)) 1 private private
+    shm_case "$mpi" shards-above-node-local-off "--shards-vs-room 4" private shared MDL_NODE_LOCAL=off
+    # The index: 8 bytes a sample of the job, with 1-byte samples.
+    shm_case "$mpi" index-below "--index-vs-room -4" shared shared
+    shm_case "$mpi" index-above "--index-vs-room 4" private private
+    shm_case "$mpi" index-beyond-tmpfs "--samples $(((SHM_MIB + 4) * MIB / 8 / 2)) --bytes 1" private private
 done
 
 mdl_summary

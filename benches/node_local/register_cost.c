@@ -17,22 +17,8 @@
 #include <string.h>
 #include <sys/resource.h>
 
+#include "bench_common.h"
 #include "mdloader.h"
-
-/* A "VmXXX:   N kB" line of /proc/self/status, in kB (0 if absent). */
-static double status_kb(const char *key)
-{
-    FILE *f = fopen("/proc/self/status", "r");
-    char line[256];
-    double kb = 0;
-    size_t n = strlen(key);
-    while (f && fgets(line, sizeof line, f))
-        if (!strncmp(line, key, n) && line[n] == ':')
-            kb = atof(line + n + 1);
-    if (f)
-        fclose(f);
-    return kb;
-}
 
 int main(int argc, char **argv)
 {
@@ -72,7 +58,7 @@ int main(int argc, char **argv)
         MPI_Abort(MPI_COMM_WORLD, 2);
     }
     double mine[5] = {t1 - t0, (double)(after.ru_minflt - before.ru_minflt),
-                      (double)(after.ru_majflt - before.ru_majflt), status_kb("VmPTE"), status_kb("VmRSS")};
+                      (double)(after.ru_majflt - before.ru_majflt), (double)proc_field_kb("/proc/self/status", "VmPTE"), (double)proc_field_kb("/proc/self/status", "VmRSS")};
     double most[5], sum[5];
     MPI_Reduce(mine, most, 5, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
     MPI_Reduce(mine, sum, 5, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);

@@ -15,24 +15,10 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include <mdloader.h>
+#include "bench_common.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* A field of /proc/self/status or /proc/self/smaps_rollup, in kB. */
-static long field_kb(const char *file, const char *name)
-{
-    FILE *f = fopen(file, "r");
-    char line[256];
-    long kb = -1;
-    size_t len = strlen(name);
-    while (f && fgets(line, sizeof line, f))
-        if (!strncmp(line, name, len) && line[len] == ':')
-            kb = atol(line + len + 1);
-    if (f)
-        fclose(f);
-    return kb;
-}
 
 static void check(mdl_status st, const char *what)
 {
@@ -57,7 +43,7 @@ int main(int argc, char **argv)
     int rank, size;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
-    long before_kb = field_kb("/proc/self/status", "VmRSS");
+    long before_kb = proc_field_kb("/proc/self/status", "VmRSS");
 
     uint64_t *offsets = malloc((per_rank + 1) * sizeof *offsets);
     char *data = malloc(per_rank * bytes);
@@ -88,9 +74,9 @@ int main(int argc, char **argv)
     }
     free(out);
 
-    long hwm = field_kb("/proc/self/status", "VmHWM");
-    long pss = field_kb("/proc/self/smaps_rollup", "Pss");
-    long rss = field_kb("/proc/self/status", "VmRSS");
+    long hwm = proc_field_kb("/proc/self/status", "VmHWM");
+    long pss = proc_field_kb("/proc/self/smaps_rollup", "Pss");
+    long rss = proc_field_kb("/proc/self/status", "VmRSS");
     long mine[4] = {hwm, pss, rss, before_kb}, sum[4];
     MPI_Reduce(mine, sum, 4, MPI_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
     printf("rank %d: VmHWM %ld MB, Pss %ld MB, VmRSS %ld MB (before MPI work %ld MB)\n", rank, hwm / 1024,

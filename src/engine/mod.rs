@@ -64,26 +64,30 @@ pub fn execute(step: &StepContext, engine: Backend, out: &mut [u8]) -> Result<()
 
 /// Copy the plan's local samples, this rank's and its node's, from their shards: no
 /// MPI call (the node's shards were published at registration and never change).
-/// Each copy's source is asked of the memory this many copies ahead: small samples at
+/// Each copy's source is asked of the memory `AHEAD` copies ahead: small samples at
 /// random places cost a cache miss each, which the CPU overlaps only a few at a time
-/// by itself.
+/// by itself. Each source is looked up once, into a ring of the next `AHEAD`.
 pub fn copy_local(step: &StepContext, out: &mut [u8]) {
     const AHEAD: usize = 8;
     let me = step.comm.rank();
-    let copies = &step.plan.local;
-    let source = |k: usize| {
-        let copy = &copies[k];
+    let mut sources = step.plan.local.iter().map(|copy| {
         &step.store.shard_of(copy.owner, me)[copy.src_offset as usize..][..copy.len as usize]
-    };
-    for k in 0..copies.len().min(AHEAD) {
-        prefetch(source(k));
+    });
+    let mut ahead: [&[u8]; AHEAD] = [&[]; AHEAD];
+    for slot in &mut ahead {
+        let Some(source) = sources.next() else { break };
+        prefetch(source);
+        *slot = source;
     }
-    for (k, copy) in copies.iter().enumerate() {
-        if k + AHEAD < copies.len() {
-            prefetch(source(k + AHEAD));
+    for (k, copy) in step.plan.local.iter().enumerate() {
+        let slot = &mut ahead[k % AHEAD];
+        let source = std::mem::take(slot);
+        if let Some(next) = sources.next() {
+            prefetch(next);
+            *slot = next;
         }
         let dest = copy.dest_offset as usize;
-        out[dest..dest + copy.len as usize].copy_from_slice(source(k));
+        out[dest..dest + source.len()].copy_from_slice(source);
     }
 }
 

@@ -256,7 +256,7 @@ impl Core {
     fn start_progress(&self) -> Option<ProgressThread> {
         let topology = &self.store.as_ref()?.topology;
         // One node whose samples are all copies makes no get at all.
-        let gets_made = self.data_comm().size() > 1 && !(topology.is_shared() && topology.nodes() == 1);
+        let gets_made = self.data_comm().size() > 1 && !topology.is_one_node();
         let wanted = match self.config.progress {
             Progress::Off => false,
             Progress::On => true,

@@ -17,7 +17,7 @@
 //! while the hook closed the first).
 
 use super::{check, ffi, is_usable};
-use crate::error::Result;
+use crate::error::{Error, Result, mdl_status};
 use std::os::raw::c_int;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
@@ -60,6 +60,7 @@ impl ProgressThread {
         let worker = std::thread::Builder::new()
             .name("mdloader-progress".into())
             .spawn(move || {
+                // The whole handle (Send), not its field, moves into the thread.
                 let handle = handle;
                 loop {
                     // Woken early by the owner's drop.
@@ -73,7 +74,7 @@ impl ProgressThread {
                     }
                 }
             })
-            .map_err(|e| crate::error::Error::new(crate::error::mdl_status::MDL_ERR_NO_MEMORY, format!("starting the progress thread: {e}")))?;
+            .map_err(|e| Error::new(mdl_status::MDL_ERR_NO_MEMORY, format!("starting the progress thread: {e}")))?;
         Ok(ProgressThread { stop, worker: Some(worker) })
     }
 }

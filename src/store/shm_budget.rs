@@ -27,7 +27,7 @@
 //! check and the windows' first writes (MPICH then still raises SIGBUS).
 
 use super::StoreSettings;
-use crate::error::Result;
+use crate::error::{Error, Result, mdl_status};
 use crate::mpi::Comm;
 
 /// Where the store's memory goes: node-shared (true) or private to each rank.
@@ -79,18 +79,25 @@ pub fn decide(comm: &Comm, shard_len: usize, entries: u64, settings: &StoreSetti
     let lone = node.size() == 1;
     let node_shards = node.allreduce_sum(&[if lone { 0 } else { segment_bytes(shard_len) }]);
     let demand = node_shards.map(|sum| Demand { index: entries.saturating_mul(8), shards: sum[0] });
-    let here = demand.as_ref().map(|d| d.placement(available, settings.shared_index)).map_err(Clone::clone);
+    let here = demand.as_ref().map_or(wanted, |d| d.placement(available, settings.shared_index));
     // The node's lowest rank that found it short, counted from the top so that the
     // maximum names it.
-    let short_here = here.as_ref().is_ok_and(|h| *h != wanted);
+    let short_here = demand.is_ok() && here != wanted;
     let from_top = (node.size() - node.rank()) as u64;
     let first_short = node.allreduce_max(&[if short_here { from_top } else { 0 }]);
     let freed = node.free();
-    let (demand, here, first_short) = (demand?, here?, first_short?);
-    freed?;
-    let short = comm.allreduce_max(&[u64::from(!here.index), u64::from(!here.shards)])?;
+    // This rank's failures ride the job's one agreement, so that no rank goes on to the
+    // windows while another returns.
+    let local = (|| Ok((demand?, first_short?[0], freed?)))();
+    let votes = [u64::from(!here.index), u64::from(!here.shards), u64::from(local.is_err())];
+    let short = comm.allreduce_max(&votes)?;
+    let (demand, first_short, ()) = match (local, short[2]) {
+        (Err(err), _) => return Err(err),
+        (Ok(_), 1..) => return Err(Error::new(mdl_status::MDL_ERR_REMOTE, "another rank could not size its node's shared memory")),
+        (Ok(local), 0) => local,
+    };
     let agreed = SharedPlacement { index: settings.shared_index && short[0] == 0, shards: short[1] == 0 };
-    if short_here && first_short[0] == from_top {
+    if short_here && first_short == from_top {
         log::warn!(
             "shared memory: {} has {} bytes free on this node ({} after MDL_SHM_RESERVE), where the store needs {} \
              for the index and {} for this node's shards: {} kept in each rank's private memory (MPI_Win_create: \

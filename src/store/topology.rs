@@ -25,9 +25,10 @@ impl Topology {
         !self.node_of.is_empty()
     }
 
-    /// How many nodes share memory within (0 without the node-local path).
-    pub fn nodes(&self) -> usize {
-        self.node_of.iter().enumerate().filter(|&(rank, &leader)| rank == leader).count()
+    /// Whether the node-local path serves the whole job from one node: every sample
+    /// is a copy, so no engine ever runs and no get is ever made.
+    pub fn is_one_node(&self) -> bool {
+        self.is_shared() && self.node_of.iter().all(|&leader| leader == self.node_of[0])
     }
 
     /// Whether rank `a` reads rank `b`'s shard directly (a rank always reads its own).
@@ -46,7 +47,8 @@ mod tests {
         let t = Topology::from_leaders(vec![0, 1, 0, 1]);
         assert!(t.shares(0, 2) && t.shares(2, 0) && t.shares(3, 1) && t.shares(3, 3));
         assert!(!t.shares(0, 1) && !t.shares(2, 3));
-        assert!(t.is_shared());
+        assert!(t.is_shared() && !t.is_one_node());
+        assert!(Topology::from_leaders(vec![0, 0, 0]).is_one_node());
         let alone = Topology::default();
         assert!(alone.shares(1, 1) && !alone.shares(0, 1) && !alone.is_shared());
     }

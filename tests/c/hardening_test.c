@@ -395,6 +395,16 @@ static void clean_init(cres *r)
     finish_init_attempt(r, &h);
 }
 
+/* mdl_init with `var` set to `last` on rank g_last and to `others` elsewhere. */
+static mdl_status init_with_setting(const char *var, const char *others, const char *last, mdl_loader **h)
+{
+    envsave s;
+    env_put(&s, var, g_rank == g_last ? last : others);
+    mdl_status st = mdl_init(MPI_COMM_WORLD, h);
+    env_restore(&s);
+    return st;
+}
+
 static void case_setting_differs(const char *var, const char *others, const char *last)
 {
     char name[256];
@@ -408,11 +418,8 @@ static void case_setting_differs(const char *var, const char *others, const char
     }
     cres r;
     case_begin(name, &r);
-    envsave s;
-    env_put(&s, var, g_rank == g_last ? last : others);
     mdl_loader *h = NULL;
-    mdl_status st = mdl_init(MPI_COMM_WORLD, &h);
-    env_restore(&s);
+    mdl_status st = init_with_setting(var, others, last, &h);
     expect_code(&r, "mdl_init", st, MDL_ERR_INVALID_ARG);
     EXPECT(&r, h == NULL, "*h is not NULL after a failed mdl_init");
     if (st != MDL_OK)
@@ -432,11 +439,8 @@ static void case_setting_same(const char *var, const char *others, const char *l
         return;
     cres r;
     case_begin(name, &r);
-    envsave s;
-    env_put(&s, var, g_rank == g_last ? last : others);
     mdl_loader *h = NULL;
-    mdl_status st = mdl_init(MPI_COMM_WORLD, &h);
-    env_restore(&s);
+    mdl_status st = init_with_setting(var, others, last, &h);
     expect_code(&r, "mdl_init", st, MDL_OK);
     EXPECT(&r, st != MDL_OK || mdl_finalize(&h) == MDL_OK, "mdl_finalize");
     case_end(name, &r);

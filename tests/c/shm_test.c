@@ -5,6 +5,7 @@
  * byte must be right, and the node-local path must be on exactly where the shards fit.
  *
  *   shm_test --samples N --bytes B --expect shared|private
+ *   shm_test --shards-vs-room DELTA_MIB | --index-vs-room DELTA_MIB --expect ...
  *
  * Each rank registers N samples of B bytes (byte k of sample g is a hash of g and k),
  * then fetches batches of random ids with the library's defaults and checks them.
@@ -12,11 +13,13 @@
  * copies, no engine bytes on one node) or gone to private memory (engine bytes only);
  * anything else (alone: one rank) checks the bytes only.
  */
+#define _POSIX_C_SOURCE 200809L /* statvfs */
 #include <mpi.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/statvfs.h>
 
 #include "check.h"
 #include "common.h"
@@ -36,12 +39,43 @@ static double json_number(const char *json, const char *key)
     return at ? atof(at + strlen(pattern)) : 0.0;
 }
 
+/* Sizes DELTA MiB from the room the library will find in /dev/shm: what the file
+   system has free now, after MPI_Init (each MPI takes some of it: Open MPI about
+   0.1 MiB, MPICH about 8 MiB), minus MDL_SHM_RESERVE (16 MiB unless set); the
+   smallest over the ranks. Shards: samples of 4 KiB whose shards together take
+   room + DELTA. Index: samples of 1 byte, whose index (8 bytes each) and shards (1
+   byte each, page-rounded) take room + DELTA when DELTA < 0, and whose index alone
+   takes it when DELTA > 0. */
+static void size_against_room(int index, double delta_mib, uint64_t *n, uint64_t *bytes)
+{
+    struct statvfs fs;
+    double room = 0;
+    if (statvfs("/dev/shm", &fs) == 0) {
+        const char *reserve = getenv("MDL_SHM_RESERVE");
+        room = (double)fs.f_bavail * (double)fs.f_frsize - (reserve ? atof(reserve) : 16.0 * 1048576);
+    }
+    MPI_Allreduce(MPI_IN_PLACE, &room, 1, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD);
+    double target = room + delta_mib * 1048576;
+    if (!index) {
+        *bytes = 4096;
+        *n = (uint64_t)(target / g_size / 4096);
+    } else {
+        *bytes = 1;
+        *n = (uint64_t)(target / g_size / (delta_mib < 0 ? 9 : 8));
+    }
+    if (g_rank == 0)
+        printf("shm_test: room %.1f MiB in /dev/shm after the reserve; %s %+.0f MiB: %llu samples of %llu B per rank\n",
+               room / 1048576, index ? "index" : "shards", delta_mib, (unsigned long long)*n,
+               (unsigned long long)*bytes);
+}
+
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
     uint64_t n = 0, bytes = 0;
-    const char *expect = "";
+    const char *expect = "", *vs_room = NULL;
+    double delta_mib = 0;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--samples"))
             n = strtoull(argv[i + 1], NULL, 10);
@@ -49,8 +83,12 @@ int main(int argc, char **argv)
             bytes = strtoull(argv[i + 1], NULL, 10);
         else if (!strcmp(argv[i], "--expect"))
             expect = argv[i + 1];
+        else if (!strcmp(argv[i], "--shards-vs-room") || !strcmp(argv[i], "--index-vs-room"))
+            vs_room = argv[i], delta_mib = atof(argv[i + 1]);
     }
     MPI_Comm_size(MPI_COMM_WORLD, &g_size);
+    if (vs_room)
+        size_against_room(!strcmp(vs_room, "--index-vs-room"), delta_mib, &n, &bytes);
     uint64_t first = (uint64_t)g_rank * n;
     uint8_t *data = malloc(n * bytes + 1);
     uint64_t *offsets = malloc((n + 1) * sizeof *offsets);
