@@ -225,7 +225,9 @@ enum mdl_status mdl_replica_part(const struct mdl_loader *h,
  * Memory: the shard is copied into node-shared memory (files in MDL_SHM_DIR, default
  * /dev/shm) where every node's file system can hold its ranks' shards and the index;
  * otherwise, agreed over the job, into each rank's private memory, with a warning
- * from each short node (no SIGBUS, no hang where /dev/shm is small).
+ * from each short node (no SIGBUS, no hang where /dev/shm is small). The index
+ * takes 8 bytes per sample of the job (once per node), unless every sample of the job
+ * has the same length: then there is no index table, and fetches skip its lookups.
  */
 enum mdl_status mdl_register_shard(struct mdl_loader *h,
                                    const void *data,

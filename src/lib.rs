@@ -18,6 +18,7 @@ mod loader;
 mod mpi;
 mod node;
 mod plan;
+mod prefetch;
 mod rng;
 mod sampler;
 pub mod scale_model;

@@ -48,6 +48,9 @@ pub struct BatchPlan {
     pub gets: Vec<Get>,
 }
 
+/// How many ids ahead the output layout asks for index entries (see `prefetch`).
+const INDEX_AHEAD: usize = 16;
+
 impl BatchPlan {
     /// The plan of fetching `ids` on rank `my_rank`, which shares memory with no other
     /// rank.
@@ -73,6 +76,9 @@ impl BatchPlan {
         let mut at = 0u64;
         out_offsets.push(at);
         for (k, &id) in ids.iter().enumerate() {
+            if let Some(&later) = ids.get(k + INDEX_AHEAD) {
+                index.prefetch(later);
+            }
             at += index.len_of(id).ok_or_else(|| {
                 Error::new(
                     mdl_status::MDL_ERR_OUT_OF_RANGE,

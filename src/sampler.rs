@@ -70,12 +70,22 @@ impl Permutation {
     }
 
     fn feistel(&self, keys: &[u64; ROUNDS], x: u64) -> u64 {
+        self.feistel_lanes(keys, [x])[0]
+    }
+
+    /// The network on `L` values at once, round by round: each round of one value
+    /// waits for its multiplies, so `L` independent values keep the CPU busy meanwhile.
+    #[inline]
+    fn feistel_lanes<const L: usize>(&self, keys: &[u64; ROUNDS], xs: [u64; L]) -> [u64; L] {
         let mask = (1u64 << self.half_bits) - 1;
-        let (mut left, mut right) = (x >> self.half_bits, x & mask);
+        let mut left = xs.map(|x| x >> self.half_bits);
+        let mut right = xs.map(|x| x & mask);
         for key in keys {
-            (left, right) = (right, left ^ (mix(right ^ key) & mask));
+            for l in 0..L {
+                (left[l], right[l]) = (right[l], left[l] ^ (mix(right[l] ^ key) & mask));
+            }
         }
-        (left << self.half_bits) | right
+        std::array::from_fn(|l| (left[l] << self.half_bits) | right[l])
     }
 
     fn feistel_inverse(&self, keys: &[u64; ROUNDS], x: u64) -> u64 {
@@ -103,11 +113,32 @@ impl Permutation {
     pub fn at(&self, i: u64) -> u64 {
         debug_assert!(i < self.n);
         let Some(keys) = &self.keys else { return i };
-        let mut x = self.feistel(keys, i);
+        self.walk(keys, self.feistel(keys, i))
+    }
+
+    /// Cycle walking from the network's first output `x`.
+    fn walk(&self, keys: &[u64; ROUNDS], mut x: u64) -> u64 {
         while x >= self.n {
             x = self.feistel(keys, x);
         }
         x
+    }
+
+    /// The ids at `positions` (each < n), appended to `out`: as [`Permutation::at`],
+    /// with the network's first pass run on several positions at once.
+    pub fn extend_at(&self, positions: impl Iterator<Item = u64>, out: &mut Vec<u64>) {
+        const LANES: usize = 4;
+        let start = out.len();
+        out.extend(positions);
+        let Some(keys) = &self.keys else { return };
+        let mut chunks = out[start..].chunks_exact_mut(LANES);
+        for chunk in &mut chunks {
+            let lanes: &mut [u64; LANES] = chunk.try_into().expect("chunks of LANES");
+            *lanes = self.feistel_lanes(keys, *lanes).map(|x| self.walk(keys, x));
+        }
+        for x in chunks.into_remainder() {
+            *x = self.at(*x);
+        }
     }
 }
 
@@ -184,7 +215,10 @@ impl Epoch {
         ids.clear();
         let first = step.saturating_mul(self.batch).min(self.per_rank);
         let end = (first + self.batch).min(self.per_rank);
-        ids.extend((first..end).map(|k| self.perm.at((rank as u64 + k * self.ranks) % self.n)));
+        // The position wraps around only in the padding at the epoch's end: no division
+        // per sample before it.
+        let wrap = |p: u64| if p < self.n { p } else { p % self.n };
+        self.perm.extend_at((first..end).map(|k| wrap(rank as u64 + k * self.ranks)), ids);
     }
 
     /// Build, if not yet built, where the ids in `owned` (one rank's samples, of lengths
@@ -406,6 +440,17 @@ mod tests {
             assert!(ids.is_empty());
         }
         assert_eq!(total, n.div_ceil(p as u64) * p as u64);
+    }
+
+    #[test]
+    fn extend_at_matches_at() {
+        for (n, shuffle) in [(1, true), (7, true), (1000, true), (1 << 18, true), (77, false)] {
+            let p = Permutation::new(n, 3, 4, shuffle);
+            let mut out = vec![u64::MAX];
+            p.extend_at((0..n).rev(), &mut out);
+            let expected: Vec<u64> = std::iter::once(u64::MAX).chain((0..n).rev().map(|i| p.at(i))).collect();
+            assert_eq!(out, expected, "n = {n}");
+        }
     }
 
     #[test]

@@ -24,13 +24,19 @@
  * own included, and memcpy gathers the same ids. Every variant's ids and bytes are
  * compared with the node path's.
  *
+ * --varying 1: sample lengths vary, uniformly from half the size to 1.5 times it (mean
+ * the size), as molecules do; the library then keeps its index table, and memcpy's
+ * gather reads each sample's place from a table of its own (the mode column says
+ * "-varying"). Otherwise every sample has the size, the library needs no index, and
+ * memcpy's place is arithmetic.
+ *
  * Output: CSV on rank 0, one line per (batch, sample size):
  *   mpi,mode,ranks,batch,sample,t_memcpy_us,t_node_us,t_onesided_us,t_collective_us,
  *   node_over_memcpy_bandwidth,node_faster_than_both
  *
  * Usage: node_bench --mpi NAME [--mode fetch|sampler] [--batches 16,64,256,1024]
  *                   [--sizes 256,1024,4096,16384] [--steps 30] [--warmup 5]
- *                   [--shard-bytes 33554432]
+ *                   [--shard-bytes 33554432] [--varying 0|1]
  */
 #define _POSIX_C_SOURCE 200809L /* setenv */
 #include "mdloader.h"
@@ -105,6 +111,24 @@ static mdl_loader *open_loader(const char *node_local, const char *backend, cons
     return h;
 }
 
+/* The dataset as memcpy sees it: all samples in one array, sample g at
+   all[start[g] .. start[g + 1]]. */
+typedef struct {
+    uint8_t *all;
+    uint64_t *start;
+} dataset;
+
+/* memcpy's gather of ids into out, packed. */
+static void gather(const dataset *d, const uint64_t *ids, uint64_t n, uint8_t *out)
+{
+    uint64_t at = 0;
+    for (uint64_t k = 0; k < n; k++) {
+        uint64_t len = d->start[ids[k] + 1] - d->start[ids[k]];
+        memcpy(out + at, d->all + d->start[ids[k]], len);
+        at += len;
+    }
+}
+
 /* The slowest rank's time of one variant: barrier, run, allreduce(max). */
 #define TIMED(result, body)                                                                   \
     do {                                                                                      \
@@ -139,8 +163,8 @@ static double sampler_step(mdl_loader *h, const uint64_t **ids, const void **dat
 
 /* --mode sampler at one batch size: epochs of the three loaders in step, on the same
    seed (the same ids), until warmup + steps steps are measured. */
-static void run_sampler(mdl_loader *h[3], uint64_t batch, size_t size, const uint8_t *all, uint8_t *out_memcpy,
-                        double *t[4], int steps, int warmup)
+static void run_sampler(mdl_loader *h[3], uint64_t batch, const dataset *d, uint8_t *out_memcpy, double *t[4],
+                        int steps, int warmup)
 {
     int s = -warmup, bad = 0;
     for (uint64_t epoch = 0; s < steps; epoch++) {
@@ -160,10 +184,11 @@ static void run_sampler(mdl_loader *h[3], uint64_t batch, size_t size, const uin
                 r[v + 1] = sampler_step(h[v], &ids[v], &data[v], &offs[v], &n[v]);
             if (n[0] == 0)
                 break;
-            TIMED(r[0], for (size_t k = 0; k < n[0]; k++) memcpy(out_memcpy + k * size, all + ids[0][k] * size, size));
+            TIMED(r[0], gather(d, ids[0], n[0], out_memcpy));
+            size_t bytes = offs[0][n[0]];
             for (int v = 1; v < 3; v++)
-                bad |= n[v] != n[0] || memcmp(ids[v], ids[0], n[0] * sizeof **ids) || memcmp(data[v], data[0], n[0] * size);
-            bad |= memcmp(data[0], out_memcpy, n[0] * size) != 0;
+                bad |= n[v] != n[0] || memcmp(ids[v], ids[0], n[0] * sizeof **ids) || memcmp(data[v], data[0], bytes);
+            bad |= memcmp(data[0], out_memcpy, bytes) != 0;
             if (s >= 0)
                 for (int v = 0; v < 4; v++)
                     t[v][s] = r[v];
@@ -186,7 +211,7 @@ int main(int argc, char **argv)
     MPI_Comm_size(MPI_COMM_WORLD, &g_size);
     const char *mpi = "?", *mode = "fetch";
     uint64_t batches[16] = {16, 64, 256, 1024}, sizes[16] = {256, 1024, 4096, 16384};
-    int n_batches = 4, n_sizes = 4, steps = 30, warmup = 5;
+    int n_batches = 4, n_sizes = 4, steps = 30, warmup = 5, varying = 0;
     uint64_t shard_bytes = 32u << 20;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--mpi"))
@@ -201,6 +226,8 @@ int main(int argc, char **argv)
             steps = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--warmup"))
             warmup = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--varying"))
+            varying = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--shard-bytes"))
             shard_bytes = strtoull(argv[i + 1], NULL, 10);
     }
@@ -225,28 +252,34 @@ int main(int argc, char **argv)
         size_t size = sizes[z];
         uint64_t n = shard_bytes / size, total = n * (uint64_t)g_size;
         /* The whole dataset in this process (memcpy's source); this rank's shard is a slice. */
-        uint8_t *all = malloc(total * size);
-        uint64_t *offsets = malloc((n + 1) * sizeof *offsets);
+        dataset d = {NULL, malloc((total + 1) * sizeof(uint64_t))};
+        d.start[0] = 0;
         for (uint64_t g = 0; g < total; g++)
-            fill(all + g * size, g, size);
+            d.start[g + 1] = d.start[g] + (varying ? size / 2 + mix(g ^ 0x76617279u) % (size + 1) : size);
+        d.all = malloc(d.start[total]);
+        for (uint64_t g = 0; g < total; g++)
+            fill(d.all + d.start[g], g, d.start[g + 1] - d.start[g]);
+        uint64_t first = (uint64_t)g_rank * n, *offsets = malloc((n + 1) * sizeof *offsets);
         for (uint64_t i = 0; i <= n; i++)
-            offsets[i] = i * size;
-        const uint8_t *mine = all + (uint64_t)g_rank * n * size;
-        size_t cap = max_batch * size;
+            offsets[i] = d.start[first + i] - d.start[first];
+        const uint8_t *mine = d.all + d.start[first];
+        const char *mode_name = varying ? (!strcmp(mode, "sampler") ? "sampler-varying" : "fetch-varying") : mode;
+        size_t cap = max_batch * (varying ? size + size / 2 + 1 : size);
         uint8_t *out_memcpy = malloc(cap), *out = malloc(cap);
         if (!strcmp(mode, "sampler")) {
             mdl_loader *h[3] = {open_loader("on", "auto", mine, offsets, n), open_loader("off", "onesided", mine, offsets, n),
                                 open_loader("off", "collective", mine, offsets, n)};
             for (int b = 0; b < n_batches; b++) {
-                run_sampler(h, batches[b], size, all, out_memcpy, t, steps, warmup);
-                report(mpi, mode, batches[b], size, t, steps);
+                run_sampler(h, batches[b], &d, out_memcpy, t, steps, warmup);
+                report(mpi, mode_name, batches[b], size, t, steps);
             }
             for (int v = 0; v < 3; v++)
                 mdl_finalize(&h[v]);
             free(out_memcpy);
             free(out);
             free(offsets);
-            free(all);
+            free(d.all);
+            free(d.start);
             continue;
         }
         mdl_loader *node = open_loader("on", "auto", mine, offsets, n), *engines = open_loader("off", "auto", mine, offsets, n);
@@ -262,12 +295,12 @@ int main(int argc, char **argv)
                     ids[k] = (owner % (uint64_t)g_size) * n + (rng >> 20) % n;
                 }
                 double r[4];
-                TIMED(r[0], for (uint64_t k = 0; k < batch; k++) memcpy(out_memcpy + k * size, all + ids[k] * size, size));
+                TIMED(r[0], gather(&d, ids, batch, out_memcpy));
                 mdl_status st = MDL_OK;
                 TIMED(r[1], st = mdl_fetch_batch(node, ids, batch, out, cap, offs));
                 if (st != MDL_OK)
                     die("mdl_fetch_batch (node-local)", st);
-                bad |= memcmp(out, out_memcpy, batch * size) != 0;
+                bad |= memcmp(out, out_memcpy, offs[batch]) != 0;
                 mdl_set_backend(engines, MDL_BACKEND_ONESIDED);
                 TIMED(r[2], st = mdl_fetch_batch(engines, ids, batch, out, cap, offs));
                 if (st != MDL_OK)
@@ -287,14 +320,15 @@ int main(int argc, char **argv)
                             (unsigned long long)batch, size);
                 MPI_Abort(MPI_COMM_WORLD, 2);
             }
-            report(mpi, mode, batch, size, t, steps);
+            report(mpi, mode_name, batch, size, t, steps);
         }
         mdl_finalize(&node);
         mdl_finalize(&engines);
         free(out_memcpy);
         free(out);
         free(offsets);
-        free(all);
+        free(d.all);
+        free(d.start);
     }
     for (int v = 0; v < 4; v++)
         free(t[v]);

@@ -177,7 +177,9 @@ pub extern "C" fn mdl_replica_part(h: *const mdl_loader, num_samples: u64, first
 /// Memory: the shard is copied into node-shared memory (files in MDL_SHM_DIR, default
 /// /dev/shm) where every node's file system can hold its ranks' shards and the index;
 /// otherwise, agreed over the job, into each rank's private memory, with a warning
-/// from each short node (no SIGBUS, no hang where /dev/shm is small).
+/// from each short node (no SIGBUS, no hang where /dev/shm is small). The index
+/// takes 8 bytes per sample of the job (once per node), unless every sample of the job
+/// has the same length: then there is no index table, and fetches skip its lookups.
 #[unsafe(no_mangle)]
 pub extern "C" fn mdl_register_shard(
     h: *mut mdl_loader,

@@ -223,11 +223,12 @@ impl Core {
         let started = mpi::wtime();
         let store = self.register_copy(&shard)?;
         log::info!(
-            "registered {} samples ({} bytes) of {} in {:.3} s",
+            "registered {} samples ({} bytes) of {} in {:.3} s; {}",
             shard.num_samples(),
             shard.data.len(),
             store.index.num_samples(),
-            mpi::wtime() - started
+            mpi::wtime() - started,
+            store.index.describe()
         );
         self.published.set_index(store.index.clone());
         self.store = Some(store);

@@ -4,7 +4,8 @@
 //!
 //! Memory per rank: the shard itself (one copy of the registered bytes, in the window)
 //! plus the index: 8 bytes per global sample (a prefix sum of all sample lengths), one
-//! copy per node shared by its ranks (`node_index`), and 8 bytes per rank.
+//! copy per node shared by its ranks (`node_index`), and 8 bytes per rank. Where every
+//! sample of the job has the same length the index keeps no per-sample table.
 
 mod index;
 mod node_index;
@@ -74,6 +75,16 @@ impl<'a> ShardView<'a> {
     }
 }
 
+/// Collective: the length every sample of the job has, if they all have one (one
+/// all-reduce of each rank's shortest and longest); None for an empty job.
+fn uniform_length(comm: &Comm, shard: &ShardView) -> Result<Option<u64>> {
+    let (shortest, longest) = shard.offsets.windows(2).fold((u64::MAX, 0), |(lo, hi), w| (lo.min(w[1] - w[0]), hi.max(w[1] - w[0])));
+    // The shortest as a maximum: u64::MAX - shortest.
+    let job = comm.allreduce_max(&[u64::MAX - shortest, longest])?;
+    let (shortest, longest) = (u64::MAX - job[0], job[1]);
+    Ok((shortest == longest).then_some(longest))
+}
+
 /// Whether `bytes` can be allocated at all (address space, `ulimit -v`): tried before
 /// the collective `MPI_Win_allocate`, whose failure on one rank leaves the others
 /// waiting in it. The memory is released at once, untouched.
@@ -124,14 +135,15 @@ impl Store {
     pub fn register(comm: &Comm, shard: &ShardView, settings: &StoreSettings) -> Result<Store> {
         let per_rank = comm.allgather(shard.num_samples())?;
         agree_on_checks(comm, check_allocatable(shard.data.len()))?;
-        let entries = per_rank.iter().fold(1u64, |sum, &n| sum.saturating_add(n));
+        let uniform = uniform_length(comm, shard)?;
+        // A uniform index has no table to place.
+        let entries = if uniform.is_some() { 0 } else { per_rank.iter().fold(1u64, |sum, &n| sum.saturating_add(n)) };
         let shared = shm_budget::decide(comm, shard.data.len(), entries, settings)?;
-        let starts = if shared.index {
-            node_index::build(comm, shard, &per_rank)?
-        } else {
-            Starts::Private(node_index::gather_private(comm, shard, &per_rank)?)
+        let index = match uniform {
+            Some(len) => GlobalIndex::uniform(&per_rank, len),
+            None if shared.index => GlobalIndex::from_starts(&per_rank, node_index::build(comm, shard, &per_rank)?),
+            None => GlobalIndex::from_starts(&per_rank, Starts::Private(node_index::gather_private(comm, shard, &per_rank)?)),
         };
-        let index = GlobalIndex::from_starts(&per_rank, starts);
         let (window, node, topology) = if !shared.shards {
             (private_window(comm, shard.data)?, None, Topology::default())
         } else if settings.node_local {
@@ -160,8 +172,8 @@ impl Store {
         // The RMA window first: it may expose the node-shared window's memory.
         let freed_window = self.window.free().and(self.node.map_or(Ok(()), NodeShards::free));
         let freed_index = match Arc::try_unwrap(self.index).map(GlobalIndex::into_starts) {
-            Ok(Starts::Node(shared)) => shared.free(),
-            Ok(Starts::Private(_)) => Ok(()),
+            Ok(Some(Starts::Node(shared))) => shared.free(),
+            Ok(Some(Starts::Private(_)) | None) => Ok(()),
             Err(_) => {
                 log::warn!("the index is still in use at finalize: its shared memory is left to the end of the job");
                 Ok(())

@@ -4,7 +4,7 @@
  * store. Whatever the size, registration must succeed on every rank, every fetched
  * byte must be right, and the node-local path must be on exactly where the shards fit.
  *
- *   shm_test --samples N --bytes B --expect shared|private
+ *   shm_test --samples N --bytes B [--varying 1] --expect shared|private
  *   shm_test --shards-vs-room DELTA_MIB | --index-vs-room DELTA_MIB --expect ...
  *
  * Each rank registers N samples of B bytes (byte k of sample g is a hash of g and k),
@@ -76,19 +76,24 @@ int main(int argc, char **argv)
     uint64_t n = 0, bytes = 0;
     const char *expect = "", *vs_room = NULL;
     double delta_mib = 0;
+    int varying = 0;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--samples"))
             n = strtoull(argv[i + 1], NULL, 10);
         else if (!strcmp(argv[i], "--bytes"))
             bytes = strtoull(argv[i + 1], NULL, 10);
+        else if (!strcmp(argv[i], "--varying"))
+            varying = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--expect"))
             expect = argv[i + 1];
         else if (!strcmp(argv[i], "--shards-vs-room") || !strcmp(argv[i], "--index-vs-room"))
             vs_room = argv[i], delta_mib = atof(argv[i + 1]);
     }
     MPI_Comm_size(MPI_COMM_WORLD, &g_size);
+    int index_case = vs_room && !strcmp(vs_room, "--index-vs-room");
     if (vs_room)
-        size_against_room(!strcmp(vs_room, "--index-vs-room"), delta_mib, &n, &bytes);
+        size_against_room(index_case, delta_mib, &n, &bytes);
+    varying |= index_case;
     uint64_t first = (uint64_t)g_rank * n;
     uint8_t *data = malloc(n * bytes + 1);
     uint64_t *offsets = malloc((n + 1) * sizeof *offsets);
@@ -98,6 +103,12 @@ int main(int argc, char **argv)
     for (uint64_t i = 0; i < n; i++)
         for (uint64_t k = 0; k < bytes; k++)
             data[i * bytes + k] = byte_of(first + i, k);
+    /* --varying 1 (implied by --index-vs-room): a job whose samples all have one
+       length keeps no index, so each rank's last sample is one byte longer. */
+    if (varying && n > 0) {
+        offsets[n] += 1;
+        data[n * bytes] = byte_of(first + n - 1, bytes);
+    }
 
     mdl_loader *h = NULL;
     check(mdl_init(MPI_COMM_WORLD, &h) == MDL_OK, "mdl_init");
