@@ -98,6 +98,12 @@ setup_torch() {
     log=$LOGDIR/bindings-$mpi-torch-install.log
     echo "+ scripts/install-torch.sh $(venv_of "$mpi")" >"$log"
     "$ROOT/scripts/install-torch.sh" "$(venv_of "$mpi")" >>"$log" 2>&1 || return $?
+    # torch_geometric (pure Python, for mdloader.pyg) goes into the venv itself.
+    local py
+    py=$(venv_of "$mpi")/bin/python
+    if ! "$py" -c "import torch_geometric" >/dev/null 2>&1; then
+        step "$log" "$py" -m pip install -q --no-cache-dir torch_geometric || return 1
+    fi
     TORCH_INSTALLED="ready in $((SECONDS - start)) s"
 }
 

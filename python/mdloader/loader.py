@@ -420,6 +420,7 @@ class Loader:
         self._max_size = 0  # the largest sample on any rank (sizes fetch buffers; see fetch)
         self._epoch_steps: int | None = None  # steps of the built-in epoch in progress
         self._align = 1  # register_shard's align: every sample's size is a multiple of it
+        self.schema = None  # typed samples' schema (mdloader.typed), agreed at registration
         try:
             groups = None if group_size is None else _uint(group_size, "group_size", hi=(1 << 31) - 1)
             initial = None if backend is None else Backend.parse(backend)
@@ -466,8 +467,20 @@ class Loader:
         return self._h
 
     # -- data -------------------------------------------------------------------------
-    def register_shard(self, data: Any, offsets: Any = None, *, align: int = 1) -> None:
+    def register_shard(self, data: Any, offsets: Any = None, *, align: int = 1, cat_dims: Any = None) -> None:
         """Collective. Registers this rank's shard (once per loader); the data is copied.
+
+        **Typed samples**: a sequence of mappings of names to arrays (numpy arrays, CPU
+        torch tensors, numbers), e.g. ``{"z": int64[n], "pos": float32[n, 3],
+        "edge_index": int64[2, m], "y": float32[1]}``. Each field's dtype and its shape
+        apart from its concatenation dimension (``cat_dims``: a dict of name -> dimension
+        or a function (name, array) -> dimension; 0 by default) form the schema, the same
+        for every sample and agreed across ranks (a difference is ValueError on every rank,
+        naming the field and the values). The raw bytes are stored, no pickle
+        (docs/typed_format.md). Fetched batches are then :class:`mdloader.typed.TypedBatch`:
+        ``batch.fields["pos"]`` is every sample's ``pos`` concatenated,
+        ``batch.fields.counts["pos"]`` each sample's rows. ``schema`` holds the schema.
+        torch_geometric ``Data``: see :mod:`mdloader.pyg`.
 
         Either a sequence of samples (bytes, bytearray, numpy arrays of any dtype, CPU
         torch tensors: each becomes one sample, its raw bytes), or one buffer ``data``
@@ -486,6 +499,8 @@ class Loader:
         (checked: a mismatch raises ValueError on every rank).
         """
         h = self._handle()
+        if offsets is None and self._agreed_typed(data):
+            data, offsets, align = self._typed_shard(data, cat_dims)
         try:
             align = self._agreed_align(align)
             buf, offs = _shard_arrays(data, offsets, align)
@@ -508,6 +523,33 @@ class Loader:
                              if group == mine.group and rank < mine.rank_in_group)
         self._n_local = n
         self._max_size = max(m for *_, m in everyone)
+
+    def _agreed_typed(self, data: Any) -> bool:
+        """Whether the shards are typed samples (collective, one allgather): a rank with
+        no sample follows the others; bytes on one rank and mappings on another is
+        ValueError on every rank."""
+        from .typed import is_typed_sample
+
+        try:
+            kind = ("typed" if is_typed_sample(data[0]) else "bytes") if len(data) else None
+        except TypeError:
+            kind = "bytes"  # not a sequence: the byte path says what is wrong with it
+        kinds = {k for k in self.comm.allgather(kind) if k}
+        if len(kinds) > 1:
+            raise ValueError("register_shard: some ranks pass typed samples (mappings of arrays), others byte samples")
+        return kinds == {"typed"}
+
+    def _typed_shard(self, samples: Any, cat_dims: Any) -> tuple:
+        """(data, offsets, align) of typed samples, their schema agreed (collective)."""
+        from .typed import RECORD_ALIGN, agree_schema, encode
+
+        schema, problem = None, ""
+        try:
+            schema, data, offsets = encode(samples, cat_dims)
+        except (TypeError, ValueError) as err:
+            problem = str(err)
+        self.schema, _ = agree_schema(self.comm, schema, problem)
+        return data, offsets, RECORD_ALIGN
 
     def _agreed_align(self, align: Any) -> int:
         """align, checked and compared across ranks (one allgather): any rank's bad or
@@ -657,7 +699,15 @@ class Loader:
         # A buffer of our own was sized by the largest sample: the batch keeps its unused
         # tail (at most n * the largest sample, and 64 MiB; pages never written are not
         # resident). Shrinking it (realloc, mremap) measured slower per step under Open MPI.
-        return Batch(idv, buf[: int(offs[-1])], offs)
+        return self._typed(Batch(idv, buf[: int(offs[-1])], offs))
+
+    def _typed(self, batch: Batch, decoded: bool = False) -> Batch:
+        """A TypedBatch where the samples are typed (decoded now when ``decoded``)."""
+        if self.schema is None:
+            return batch
+        from .typed import typed_batch
+
+        return typed_batch(self.schema, batch, decoded)
 
     def set_backend(self, backend: Union[str, int, Backend]) -> None:
         """Forces "onesided" or "collective", or returns to "auto". Local; takes effect at
@@ -778,7 +828,8 @@ class Loader:
                 data.flags.writeable = False
             else:
                 data = np.zeros(0, dtype=np.uint8)
-            yield Batch(ids, data, offs)
+            # Typed batches are decoded before the library reuses the memory.
+            yield self._typed(Batch(ids, data, offs), decoded=True)
 
     def end_epoch(self) -> None:
         """Collective. Ends the built-in sampler's epoch in progress (after stopping

@@ -1,0 +1,279 @@
+"""torch_geometric graphs in, ``torch_geometric.data.Batch`` out.
+
+    from mdloader.pyg import DistDataset, DataLoader
+
+    dataset = DistDataset(my_graphs, "trainset", comm)          # torch_geometric Data objects
+    loader = DataLoader(dataset, batch_size=64, shuffle=True)   # the library's sampler
+    for epoch in range(epochs):
+        loader.set_epoch(epoch)
+        for batch in loader:                                    # torch_geometric.data.Batch
+            out = model(batch.z, batch.pos, batch.batch)
+
+Each ``Data`` is stored as a typed record (:mod:`mdloader.typed`: raw array bytes, no
+pickle) with two facts per attribute that torch_geometric's batching needs and that are
+agreed across ranks with the schema: the concatenation dimension (``Data.__cat_dim__``)
+and whether the attribute is incremented by the graph's node count (``Data.__inc__``:
+``edge_index`` and other ``*index*`` attributes); each graph's node count is stored
+too. A batch is then built from the fetched fields with vectorised numpy, equal to
+``Batch.from_data_list`` of the same graphs (``batch``, ``ptr``, the increments, and
+the slice and increment dictionaries that ``get_example`` and ``to_data_list`` use).
+
+HydraGNN users: ``DistDataset(data, label, comm, ddstore_width=..., local=...)`` takes
+HydraGNN's arguments; ``ddstore_width`` ranks hold one full copy (replica groups). It
+also works under torch_geometric's own ``DataLoader`` with a ``DistributedSampler``
+(one collective fetch per batch through ``__getitems__``), and :class:`DataLoader` here
+is the fast path (the library's sampler, prefetch, vectorised collate).
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, Iterable, Iterator, Optional
+
+import numpy as np
+import torch
+from torch_geometric.data import Batch, Data
+
+from .loader import Loader
+from .typed import agree_schema, decode, encode
+
+__all__ = ["DistDataset", "DataLoader", "collate"]
+
+NUM_NODES = "__num_nodes__"  # hidden field: each graph's node count (-1: not known)
+# Kinds of attribute.
+TENSOR, NUMBER, EXPLICIT_NUM_NODES = "tensor", "number", "num_nodes"
+
+
+def _attribute(data: Data, key: str, value: Any) -> tuple:
+    """(array, kind, cat_dim, incremented) of one attribute of ``data``."""
+    if key == "num_nodes":
+        return np.asarray(int(value), dtype=np.int64), EXPLICIT_NUM_NODES, 0, False
+    if isinstance(value, torch.Tensor):
+        if value.is_sparse or value.layout != torch.strided:
+            raise TypeError(f"attribute {key!r}: sparse tensors are not supported")
+        array = value.detach().cpu().numpy()
+        kind = TENSOR
+        cat = data.__cat_dim__(key, value) if value.dim() else 0
+    elif isinstance(value, (bool, int, float)):
+        # As torch_geometric batches numbers: torch.tensor of the list.
+        array = torch.tensor(value).numpy()
+        kind, cat = NUMBER, 0
+    else:
+        raise TypeError(f"attribute {key!r}: a {type(value).__name__} is neither a tensor nor a number "
+                        "(graphs are stored as raw array bytes, no pickle)")
+    if not isinstance(cat, int):
+        raise TypeError(f"attribute {key!r}: concatenation dimension {cat!r} is not supported")
+    inc = data.__inc__(key, value)
+    inc = int(inc) if not isinstance(inc, torch.Tensor) else int(inc.reshape(-1)[0]) if inc.numel() == 1 else None
+    nodes = data.num_nodes
+    if inc is None or (inc != 0 and inc != nodes):
+        raise TypeError(f"attribute {key!r}: increment {inc!r} is neither 0 nor the node count ({nodes}); "
+                        "only torch_geometric's own rules are supported")
+    return array, kind, cat % max(array.ndim, 1), bool(inc) and inc == nodes
+
+
+def _records(graphs: list) -> tuple:
+    """(mappings of arrays, per-attribute facts) of ``graphs``; every graph must have the
+    same attributes and facts."""
+    records, facts = [], None
+    for i, data in enumerate(graphs):
+        if not isinstance(data, Data):
+            raise TypeError(f"graph {i} is a {type(data).__name__}, not a torch_geometric.data.Data")
+        record, mine = {}, []
+        for key in data.keys():
+            array, kind, cat, inc = _attribute(data, key, data[key])
+            record[key] = array
+            mine.append((key, kind, cat, inc))
+        if facts is None:
+            facts = tuple(mine)
+        elif sorted(facts) != sorted(mine):
+            raise ValueError(f"graph {i}'s attributes {sorted(mine)} differ from graph 0's {sorted(facts)}")
+        nodes = data.num_nodes
+        record[NUM_NODES] = np.asarray(-1 if nodes is None else nodes, dtype=np.int64)
+        records.append(record)
+    return records, facts
+
+
+def register_graphs(loader: Loader, graphs: list) -> tuple:
+    """Collective: register this rank's graphs; the (schema, facts) agreed by all ranks."""
+    schema = facts = None
+    problem = ""
+    try:
+        records, facts = _records(graphs)
+        cat_dims = {key: cat for key, _, cat, _ in facts or ()}
+        schema, data, offsets = encode(records, cat_dims)
+    except (TypeError, ValueError) as err:
+        problem = str(err)
+        data, offsets = np.zeros(0, dtype=np.uint8), np.zeros(1, dtype=np.uint64)
+    # The facts are compared in key order: graphs of different ranks may list them
+    # in different orders.
+    schema, facts = agree_schema(loader.comm, schema, problem, None if facts is None else sorted(facts))
+    loader.register_shard(data, offsets, align=8)
+    loader.schema = schema
+    return schema, tuple(facts)
+
+
+def collate(fields: Any, facts: tuple, follow_batch: Iterable[str] = (), exclude_keys: Iterable[str] = ()) -> Batch:
+    """A ``torch_geometric.data.Batch`` equal to ``Batch.from_data_list`` of the graphs
+    whose fields (:class:`mdloader.typed.TypedFields`) are given, built without a loop
+    over graphs."""
+    follow, exclude = set(follow_batch or ()), set(exclude_keys or ())
+    nodes = fields.values[NUM_NODES]
+    graphs = nodes.shape[0]
+    first_node = np.cumsum(nodes) - nodes
+    out = Batch(_base_cls=Data)
+    store = out._store
+    slice_dict, inc_dict = {}, {}
+    for key, kind, cat, incremented in facts:
+        if key in exclude:
+            continue
+        value, counts = fields.values[key], fields.counts[key]
+        if kind == EXPLICIT_NUM_NODES:
+            store._num_nodes = value.tolist()
+            store.num_nodes = int(value.sum())
+            continue
+        if incremented:
+            shift = np.repeat(first_node, counts).astype(value.dtype, copy=False)
+            shape = [1] * value.ndim
+            shape[cat] = -1
+            value = value + shift.reshape(shape)
+        slices = np.zeros(graphs + 1, dtype=np.int64)
+        np.cumsum(counts, out=slices[1:])
+        store[key] = torch.from_numpy(np.ascontiguousarray(value))
+        slice_dict[key] = torch.from_numpy(slices)
+        inc_dict[key] = torch.from_numpy(first_node.copy() if incremented else np.zeros(graphs, dtype=np.int64))
+        if key in follow:
+            store[f"{key}_batch"] = torch.from_numpy(np.repeat(np.arange(graphs, dtype=np.int64), counts))
+            store[f"{key}_ptr"] = torch.from_numpy(slices.copy())
+    if graphs and nodes.min() >= 0:
+        store.batch = torch.from_numpy(np.repeat(np.arange(graphs, dtype=np.int64), nodes))
+        ptr = np.zeros(graphs + 1, dtype=np.int64)
+        np.cumsum(nodes, out=ptr[1:])
+        store.ptr = torch.from_numpy(ptr)
+    out._num_graphs = graphs
+    out._slice_dict = slice_dict
+    out._inc_dict = inc_dict
+    return out
+
+
+class DistDataset(torch.utils.data.Dataset):
+    """torch_geometric graphs held by the ranks of ``comm`` (HydraGNN's ``DistDataset``
+    arguments).
+
+    data: the graphs (``Data``). With ``local=False`` every rank passes the whole
+    dataset (or the same indexable view of it) and keeps its share; with ``local=True``
+    each rank passes only its own graphs. label: a name (for messages). ddstore_width:
+    how many consecutive ranks hold one full copy (replica groups; default all of
+    ``comm``, one copy); fetches then read only the rank's own group.
+
+    ``dataset[i]`` is graph i (a collective fetch: every rank must ask for one graph at
+    the same time); ``dataset.__getitems__(ids)``, what torch's DataLoader calls with a
+    batch of a sampler, fetches them in one collective call. Fetches are the main
+    process's: torch worker processes (``num_workers >= 1``) cannot make them.
+    """
+
+    def __init__(self, data: Any, label: str = "dataset", comm: Any = None, ddstore_width: Optional[int] = None,
+                 local: bool = False):
+        from mpi4py import MPI
+
+        self.comm = MPI.COMM_WORLD if comm is None else comm
+        self.label = label
+        width = self.comm.Get_size() if ddstore_width is None else ddstore_width
+        if local and width != self.comm.Get_size():
+            raise ValueError(f"{label}: local=True with ddstore_width={width}: each copy must hold the whole "
+                             "dataset; pass every graph with local=False")
+        self.loader = Loader(self.comm, group_size=None if width == self.comm.Get_size() else width)
+        try:
+            if local:
+                mine = list(data)
+            else:
+                part = self.loader.replica_part(len(data))
+                mine = [data[i] for i in part]
+            self.schema, self.facts = register_graphs(self.loader, mine)
+        except BaseException:
+            self.loader.close()
+            raise
+
+    def __len__(self) -> int:
+        return self.loader.num_samples
+
+    def len(self) -> int:
+        return len(self)
+
+    def _fetch(self, ids: Any) -> Batch:
+        if torch.utils.data.get_worker_info() is not None:
+            raise RuntimeError(f"{self.label}: a fetch is a collective MPI call, which torch's worker processes "
+                               "cannot make: use num_workers=0, or mdloader.pyg.DataLoader")
+        fetched = self.loader.fetch(np.asarray(ids, dtype=np.int64))
+        return collate(fetched.fields, self.facts)
+
+    def get(self, idx: int) -> Data:
+        return self[idx]
+
+    def __getitem__(self, idx: int) -> Data:
+        return self._fetch([idx]).get_example(0)
+
+    def __getitems__(self, ids: list) -> list:
+        return self._fetch(ids).to_data_list()
+
+    def close(self) -> None:
+        """Collective: free the loader."""
+        self.loader.close()
+
+
+class DataLoader:
+    """Batches of a :class:`DistDataset` as ``torch_geometric.data.Batch``, through the
+    library's sampler (every epoch a permutation of all graphs from (seed, epoch), split
+    over all ranks as torch's ``DistributedSampler``), fetched ``prefetch`` batches ahead
+    on a library thread and collated with vectorised numpy.
+
+    ``len(loader)`` is the number of batches per epoch, the same on every rank.
+    ``set_epoch(e)`` as torch's sampler. Leaving a loop early is fine: the next
+    ``iter`` (this loader's or another's on the same dataset) ends the epoch left open.
+    ``follow_batch`` and ``exclude_keys`` as torch_geometric's ``DataLoader``.
+    """
+
+    def __init__(self, dataset: DistDataset, batch_size: int = 1, shuffle: bool = False, *, seed: int = 0,
+                 drop_last: bool = False, follow_batch: Optional[list] = None, exclude_keys: Optional[list] = None,
+                 prefetch: int = 2, sampler: Any = None, **unsupported: Any):
+        if sampler is not None:
+            raise TypeError("mdloader.pyg.DataLoader draws its own order (seed, epoch, shuffle); pass no sampler, "
+                            "or use torch_geometric.loader.DataLoader with a DistributedSampler over the DistDataset")
+        if unsupported:
+            raise TypeError(f"mdloader.pyg.DataLoader: unsupported arguments {sorted(unsupported)} "
+                            "(fetching and collating happen in the library's thread and this process)")
+        self.dataset = dataset
+        self.batch_size = batch_size
+        self.shuffle, self.seed, self.drop_last = shuffle, seed, drop_last
+        self.follow_batch, self.exclude_keys = follow_batch or [], exclude_keys or []
+        self.prefetch = _prefetch_allowed(prefetch)
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return self.dataset.loader.epoch_steps(self.batch_size, self.drop_last)
+
+    def __iter__(self) -> Iterator[Batch]:
+        loader = self.dataset.loader
+        # An epoch left open by a loop that stopped early (this loader's or another's on
+        # the same dataset) ends here, on every rank alike.
+        loader.end_epoch()
+        loader.set_prefetch(self.prefetch)
+        for fetched in loader.epoch(self.batch_size, seed=self.seed, epoch=self.epoch, shuffle=self.shuffle,
+                                    drop_last=self.drop_last):
+            yield collate(fetched.fields, self.dataset.facts, self.follow_batch, self.exclude_keys)
+
+
+def _prefetch_allowed(depth: int) -> int:
+    """``depth``, or 0 with a warning where MPI was not initialised with
+    MPI_THREAD_MULTIPLE (the library's prefetch thread calls MPI)."""
+    from mpi4py import MPI
+
+    if depth and MPI.Query_thread() < MPI.THREAD_MULTIPLE:
+        warnings.warn("mdloader.pyg.DataLoader: MPI was initialised without MPI_THREAD_MULTIPLE, so batches are "
+                      "not fetched ahead (prefetch=0); mpi4py's default level is MULTIPLE", RuntimeWarning,
+                      stacklevel=3)
+        return 0
+    return depth

@@ -1,0 +1,138 @@
+"""mdloader.pyg: torch_geometric graphs in, Batch objects out, equal to
+Batch.from_data_list of the same graphs; HydraGNN's DistDataset arguments and its
+torch_geometric DataLoader + DistributedSampler pattern.
+
+torch and torch_geometric are installed by tests/run_binding_tests.sh; without them
+these tests skip, saying so."""
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is not installed: the mdloader.pyg tests did not run")
+pytest.importorskip("torch_geometric", reason="torch_geometric is not installed: the mdloader.pyg tests did not run")
+
+from torch_geometric.data import Batch, Data  # noqa: E402
+
+from mdloader.pyg import DataLoader, DistDataset, collate  # noqa: E402
+
+
+def graphs(count: int, seed: int = 0) -> list:
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for i in range(count):
+        n = int(torch.randint(1, 12, (1,), generator=g))
+        m = int(torch.randint(0, 20, (1,), generator=g))
+        out.append(Data(x=torch.randn(n, 5, generator=g), z=torch.randint(0, 9, (n,), generator=g),
+                        pos=torch.randn(n, 3, generator=g), edge_index=torch.randint(0, n, (2, m), generator=g),
+                        edge_attr=torch.randn(m, 2, generator=g), y=torch.randn(1, 19, generator=g), idx=i,
+                        weight=float(i) / 4))
+    return out
+
+
+def assert_same_batch(got: Batch, want: Batch) -> None:
+    assert set(got.keys()) == set(want.keys())
+    for key in want.keys():
+        a, b = got[key], want[key]
+        if isinstance(b, torch.Tensor):
+            assert a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b), key
+        else:
+            assert a == b, key
+    for name in ("_slice_dict", "_inc_dict"):
+        a, b = getattr(got, name), getattr(want, name)
+        assert set(a) == set(b), name
+        for key in b:
+            assert torch.equal(a[key], b[key]), (name, key)
+    assert got.num_graphs == want.num_graphs
+
+
+@pytest.fixture
+def dataset(comm):
+    ds = DistDataset(graphs(41), "trainset", comm)
+    yield ds
+    ds.close()
+
+
+def test_a_fetched_batch_equals_from_data_list(comm, dataset):
+    every = graphs(41)
+    rng = np.random.default_rng(comm.rank)
+    for ids in ([3, 0, 40, 17, 17], rng.integers(0, 41, 9).tolist()):
+        got = dataset._fetch(ids)
+        want = Batch.from_data_list([every[i] for i in ids])
+        assert_same_batch(got, want)
+        # What get_example and to_data_list give back, as for torch_geometric's own batch.
+        for mine, theirs in zip(got.to_data_list(), want.to_data_list()):
+            assert set(mine.keys()) == set(theirs.keys())
+            assert all(torch.equal(mine[key], theirs[key]) for key in theirs.keys())
+    fields = dataset.loader.fetch([1, 2, 3]).fields
+    got = collate(fields, dataset.facts, follow_batch=["edge_attr"], exclude_keys=["weight"])
+    assert_same_batch(got, Batch.from_data_list(every[1:4], follow_batch=["edge_attr"], exclude_keys=["weight"]))
+
+
+def test_the_loader_covers_every_graph_once_per_epoch(comm, dataset):
+    loader = DataLoader(dataset, batch_size=4, shuffle=True, seed=1)
+    every = graphs(41)
+    for epoch in range(2):
+        loader.set_epoch(epoch)
+        seen, batches = [], 0
+        for batch in loader:
+            assert_same_batch(batch, Batch.from_data_list([every[i] for i in batch.idx.tolist()]))
+            seen += batch.idx.tolist()
+            batches += 1
+        assert batches == len(loader)
+        everyone = sum(comm.allgather(seen), [])
+        assert set(everyone) == set(range(41))
+
+
+def test_leaving_early_and_a_second_loader(comm, dataset):
+    val = DistDataset(graphs(9, seed=5), "valset", comm)
+    try:
+        train_loader = DataLoader(dataset, batch_size=2, shuffle=True)
+        val_loader = DataLoader(val, batch_size=3)
+        for step, batch in enumerate(train_loader):
+            if step == 1:
+                break  # leave the epoch early
+        assert sum(b.num_graphs for b in val_loader) > 0  # a validation pass in the middle
+        assert len(list(train_loader)) == len(train_loader)  # the next epoch starts cleanly
+    finally:
+        val.close()
+
+
+def test_torch_geometric_dataloader_with_a_distributed_sampler(comm, dataset):
+    """HydraGNN's pattern: torch_geometric's DataLoader, DistributedSampler; one
+    collective fetch per batch through __getitems__."""
+    from torch.utils.data.distributed import DistributedSampler
+    from torch_geometric.loader import DataLoader as PygDataLoader
+
+    every = graphs(41)
+    sampler = DistributedSampler(dataset, num_replicas=comm.size, rank=comm.rank, shuffle=True, seed=2)
+    for batch in PygDataLoader(dataset, batch_size=5, shuffle=False, sampler=sampler):
+        assert_same_batch(batch, Batch.from_data_list([every[i] for i in batch.idx.tolist()]))
+    assert dataset[7].idx == 7
+
+
+def test_ddstore_width_is_replica_groups(comm):
+    if comm.size % 2:
+        pytest.skip("needs an even number of ranks")
+    ds = DistDataset(graphs(20), "trainset", comm, ddstore_width=comm.size // 2)
+    try:
+        assert ds.loader.replica.num_groups == 2
+        every = graphs(20)
+        assert_same_batch(ds._fetch([19, 0]), Batch.from_data_list([every[19], every[0]]))
+    finally:
+        ds.close()
+
+
+def test_graphs_that_differ_fail_on_every_rank(comm):
+    mine = graphs(6)
+    if comm.rank == comm.size - 1:
+        for data in mine:
+            data.pos = data.pos.double()
+    with pytest.raises(ValueError, match=r"field 'pos' is float32\[n, 3\] on rank 0 and float64\[n, 3\] on rank"):
+        DistDataset(mine, "trainset", comm, local=True)
+
+
+def test_the_loader_names_what_it_does_not_take(dataset):
+    with pytest.raises(TypeError, match="pass no sampler"):
+        DataLoader(dataset, batch_size=2, sampler=[0, 1])
+    with pytest.raises(TypeError, match="num_workers"):
+        DataLoader(dataset, batch_size=2, num_workers=2)
