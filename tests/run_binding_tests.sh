@@ -159,6 +159,25 @@ qm9_data() {
     return 0
 }
 
+# abort_case <mpi> <mode> <py> [VAR=value ...]: one rank fails (an exception in the loop,
+# or SIGINT) and the whole job must end within 10 s (mdloader.abort), not hang.
+abort_case() {
+    local mpi=$1 mode=$2 py=$3
+    shift 3
+    local log=$LOGDIR/bindings-$mpi-abort-on-$mode.log rc
+    TIMEOUT=60 mdl_mpirun "$mpi" 2 "$log" "$@" -- "$py" "$ROOT/tests/python/abort_case.py" "$mode"
+    rc=$?
+    if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
+        fail "$mpi/abort-on-$mode (the job hung: killed after 60 s)" "$log"
+    elif [ $rc -eq 0 ] || ! grep -q "aborting the MPI job" "$log"; then
+        fail "$mpi/abort-on-$mode (exit $rc without the abort)" "$log"
+    elif [ "$MDL_ELAPSED" -gt 10 ]; then
+        fail "$mpi/abort-on-$mode (ended after $MDL_ELAPSED s, more than 10)" "$log"
+    else
+        pass "$mpi/abort-on-$mode (the job ended in $MDL_ELAPSED s)"
+    fi
+}
+
 # run_case <mpi> <np> <name> [VAR=value ...] -- <program> [args...]
 run_case() {
     local mpi=$1 np=$2 name=$3
@@ -301,6 +320,10 @@ for mpi in "${MPIS[@]}"; do
         run_case "$mpi" "$np" "pytest-np$np" "${pyenv[@]}" -- "$py" -m pytest -q -rs -p no:cacheprovider --color=no \
             "$ROOT/tests/python" -k "not matches_the_csv"
     done
+    if [ $python_ok -eq 1 ]; then
+        abort_case "$mpi" raise "$py" "${pyenv[@]}"
+        abort_case "$mpi" sigint "$py" "${pyenv[@]}"
+    fi
     # The decode test must notice a wrong value: one coordinate of the reference changed
     # in its last digit (read by every rank, so every rank fetches that molecule).
     if [ "$mpi" = openmpi ] && [ $QM9_READY -eq 1 ]; then

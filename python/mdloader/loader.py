@@ -409,11 +409,15 @@ class Loader:
             comm = MPI.COMM_WORLD
         if isinstance(comm, int):
             comm = MPI.Comm.f2py(comm)
+        _refuse_torchrun(MPI)
         self.comm = comm
         self.rank: int = comm.Get_rank()
         self.size: int = comm.Get_size()
         self._lib = _lib.load_library()
         _check_same_mpi(MPI)
+        from .abort import install
+
+        install()
         self._h = ctypes.c_void_p()
         self._first_id = 0  # this rank's first global id, and its number of samples
         self._n_local = 0
@@ -449,8 +453,13 @@ class Loader:
     def __enter__(self) -> "Loader":
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def __exit__(self, kind, value, traceback) -> None:
+        # Closing is collective: leaving the block by an exception that the other ranks
+        # may not share (a failed collate, a KeyboardInterrupt) must not wait in it for
+        # them. The loader stays open; MPI_Finalize closes it (every rank reaches it), or
+        # the job ends first (mdloader.abort).
+        if kind is None:
+            self.close()
 
     def __del__(self):
         # Finalizing is collective: it cannot be done from the garbage collector.
@@ -499,7 +508,7 @@ class Loader:
         (checked: a mismatch raises ValueError on every rank).
         """
         h = self._handle()
-        if offsets is None and self._agreed_typed(data):
+        if self._agreed_typed(data, offsets):
             data, offsets, align = self._typed_shard(data, cat_dims)
         try:
             align = self._agreed_align(align)
@@ -524,16 +533,19 @@ class Loader:
         self._n_local = n
         self._max_size = max(m for *_, m in everyone)
 
-    def _agreed_typed(self, data: Any) -> bool:
-        """Whether the shards are typed samples (collective, one allgather): a rank with
-        no sample follows the others; bytes on one rank and mappings on another is
-        ValueError on every rank."""
+    def _agreed_typed(self, data: Any, offsets: Any) -> bool:
+        """Whether the shards are typed samples (collective, one allgather, whatever the
+        arguments): a rank with no sample follows the others; bytes on one rank and
+        mappings on another is ValueError on every rank."""
         from .typed import is_typed_sample
 
         try:
-            kind = ("typed" if is_typed_sample(data[0]) else "bytes") if len(data) else None
-        except TypeError:
-            kind = "bytes"  # not a sequence: the byte path says what is wrong with it
+            if offsets is not None:
+                kind = "bytes"
+            else:
+                kind = ("typed" if is_typed_sample(data[0]) else "bytes") if len(data) else None
+        except Exception:  # noqa: BLE001 - not a sequence of samples: the byte path says what is wrong
+            kind = "bytes"
         kinds = {k for k in self.comm.allgather(kind) if k}
         if len(kinds) > 1:
             raise ValueError("register_shard: some ranks pass typed samples (mappings of arrays), others byte samples")
@@ -911,6 +923,21 @@ class Loader:
     def __repr__(self) -> str:
         state = "closed" if self.closed else f"rank {self.rank}/{self.size}"
         return f"<mdloader.Loader {state}>"
+
+
+def _refuse_torchrun(MPI: Any) -> None:
+    """torchrun (or another launcher of torch's) started more processes than the MPI job
+    has: each process is then an MPI job of its own, and every rank would load only
+    its own data, with no error. Local: each such process sees it alike."""
+    import os
+
+    world = os.environ.get("WORLD_SIZE", "")
+    if world.isdigit() and int(world) > MPI.COMM_WORLD.Get_size():
+        raise RuntimeError(
+            f"mdloader: WORLD_SIZE={world} (torchrun?) but MPI_COMM_WORLD has {MPI.COMM_WORLD.Get_size()} "
+            f"rank(s): each process is an MPI job of its own. Launch with MPI instead: "
+            f"mpirun -n {world} python -m mpi4py your_script.py (and start torch.distributed from the MPI "
+            f"rank and size, see the README)")
 
 
 def _check_same_mpi(MPI: Any) -> None:

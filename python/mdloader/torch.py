@@ -160,6 +160,11 @@ class ShardDataset(Dataset):
     def __getitems__(self, index) -> Samples:
         if isinstance(index, Fetched):
             return Samples(index.data, index.offsets, index.ids)
+        if isinstance(index, (list, tuple)) and index and isinstance(index[0], Fetched):
+            # torch wrapped the batch sampler in a BatchSampler of its own (sampler=):
+            # its batches arrive as items, while the library's epoch is open.
+            raise TypeError("mdloader.torch.DistributedBatchSampler was passed as sampler=; it yields whole "
+                            "batches: pass it as batch_sampler= (DataLoader(ds, batch_sampler=sampler, ...))")
         if torch.utils.data.get_worker_info() is not None:
             raise RuntimeError(
                 "ShardDataset got plain ids in a DataLoader worker process, which cannot fetch (MPI): "

@@ -213,3 +213,10 @@ def test_job_stats(comm, loader):
 
 def test_verdicts_agree(comm):
     assert all_ranks(comm, True)
+
+
+def test_a_torchrun_launch_is_refused(comm, monkeypatch):
+    """WORLD_SIZE larger than the MPI job: every process would be a job of its own."""
+    monkeypatch.setenv("WORLD_SIZE", str(comm.size + 1))
+    with pytest.raises(RuntimeError, match=r"WORLD_SIZE=\d+ \(torchrun\?\) but MPI_COMM_WORLD has"):
+        mdloader.Loader(comm)

@@ -229,3 +229,12 @@ def test_vectorised_qm9_collate_matches_the_per_molecule_one():
     corrupted[0] ^= 1
     with pytest.raises(ValueError, match="not a batch of QM9 records"):
         collate_records(corrupted, offsets)
+
+
+def test_the_sampler_passed_as_sampler_is_a_clear_error(comm, loader):
+    loader.register_shard([np.full(8, i % 256, dtype=np.uint8) for i in range(64)])
+    ds = mdt.ShardDataset(loader)
+    sampler = mdt.DistributedBatchSampler(ds, 4, prefetch=0)
+    with pytest.raises(TypeError, match="pass it as batch_sampler="):
+        next(iter(DataLoader(ds, sampler=sampler)))
+    loader.end_epoch()

@@ -1,0 +1,42 @@
+"""One rank's uncaught exception ends the whole MPI job, as torch users expect.
+
+Without this, a rank that raises (in a collate function, a KeyboardInterrupt from
+SIGINT) leaves Python through ``MPI_Finalize``, where the library closes its loaders
+collectively, while the other ranks wait in their next fetch: the job hangs for ever.
+The hook prints the traceback as usual, then calls ``MPI_Abort`` on ``COMM_WORLD``,
+which the launcher turns into the end of every rank in seconds (what ``python -m
+mpi4py`` does too). It is installed when the first :class:`mdloader.Loader` is made;
+``MDLOADER_ABORT_ON_ERROR=0`` leaves the default behaviour alone.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+_installed = False
+
+
+def _enabled() -> bool:
+    return os.environ.get("MDLOADER_ABORT_ON_ERROR", "1").strip().lower() not in ("0", "off", "no", "false")
+
+
+def install() -> None:
+    """Chain an abort after ``sys.excepthook`` (once; see the module's comment)."""
+    global _installed
+    if _installed or not _enabled():
+        return
+    _installed = True
+    previous = sys.excepthook
+
+    def abort_the_job(kind, value, traceback):
+        previous(kind, value, traceback)
+        from mpi4py import MPI
+
+        if MPI.Is_initialized() and not MPI.Is_finalized() and MPI.COMM_WORLD.Get_size() > 1:
+            print(f"mdloader: rank {MPI.COMM_WORLD.Get_rank()}: uncaught {kind.__name__}: aborting the MPI job "
+                  "(MDLOADER_ABORT_ON_ERROR=0 turns this off)", file=sys.stderr, flush=True)
+            sys.stdout.flush()
+            MPI.COMM_WORLD.Abort(1)
+
+    sys.excepthook = abort_the_job

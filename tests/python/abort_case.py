@@ -1,0 +1,31 @@
+"""A job in which one rank fails, for tests/run_binding_tests.sh: the job must end in
+seconds (mdloader.abort), not hang with the failed rank in MPI_Finalize and the other in
+its next fetch.
+
+    mpirun -n 2 python tests/python/abort_case.py raise|sigint
+"""
+
+import os
+import signal
+import sys
+import time
+
+import numpy as np
+from mpi4py import MPI
+
+import mdloader
+
+mode = sys.argv[1]
+comm = MPI.COMM_WORLD
+with mdloader.Loader(comm) as ld:
+    ld.register_shard([np.full(64, i % 256, dtype=np.uint8) for i in range(1000)])
+    start = time.time()
+    for epoch in range(1000):
+        for step, batch in enumerate(ld.epoch(16, epoch=epoch)):
+            if comm.rank == 1 and epoch == 1 and step == 3:
+                if mode == "raise":
+                    raise RuntimeError("a collate function failed on rank 1")
+                os.kill(os.getpid(), signal.SIGINT)
+        if time.time() - start > 120:
+            break
+print(f"rank {comm.rank}: the job was not ended", flush=True)
