@@ -87,7 +87,7 @@ def main() -> None:
                 rates[name].append(slowest)
     if comm.rank == 0:
         pyg, ours_rate = statistics.median(rates["pyg"]), statistics.median(rates["mdloader"])
-        print(f"mpi={MPI.Get_library_version().split()[0]} ranks={comm.size} graphs={len(graphs)} batch={a.batch} "
+        print(f"mpi={MPI.Get_library_version().splitlines()[0].strip()[:24]!r} ranks={comm.size} graphs={len(graphs)} batch={a.batch} "
               f"epochs={a.epochs} data={'qm9' if a.qm9 else 'synthetic'}")
         print(f"pyg DataLoader (in-memory list): {pyg:.0f} graphs/s per rank (median)")
         print(f"mdloader.pyg.DataLoader:         {ours_rate:.0f} graphs/s per rank (median)")
