@@ -37,16 +37,6 @@ impl Starts {
     }
 }
 
-/// How the index knows each sample's length and place.
-#[derive(Debug)]
-enum Layout {
-    /// Every sample of the job has this length.
-    Uniform(u64),
-    /// `starts[g]` is sample g's position in the concatenation of all shards;
-    /// `starts[N]` is the total size.
-    Varying(Starts),
-}
-
 /// Global id -> location, identical on every rank.
 #[derive(Debug)]
 pub struct GlobalIndex {
@@ -56,7 +46,15 @@ pub struct GlobalIndex {
     /// concatenation. P entries that stay in cache, where `starts[first_id[r]]` would
     /// be one more cache miss per sample in a large index.
     shard_start: Vec<u64>,
-    layout: Layout,
+    /// Whether every sample of the job takes `uniform_len` bytes (then `starts` is
+    /// empty). Plain fields rather than an enum over the table: optimised code may load
+    /// a field of an enum's other variant before testing which variant it is, and
+    /// valgrind reports the branch on those never-written bytes.
+    uniform: bool,
+    uniform_len: u64,
+    /// `starts[g]` is sample g's position in the concatenation of all shards;
+    /// `starts[N]` is the total size.
+    starts: Starts,
 }
 
 /// Rank r's first global id at `[r]`, the number of samples last.
@@ -78,14 +76,14 @@ impl GlobalIndex {
         let first_id = first_ids(per_rank);
         assert_eq!(first_id[per_rank.len()] + 1, starts.as_slice().len() as u64, "per-rank counts must cover all samples");
         let shard_start = first_id[..per_rank.len()].iter().map(|&first| starts.as_slice()[first as usize]).collect();
-        GlobalIndex { first_id, shard_start, layout: Layout::Varying(starts) }
+        GlobalIndex { first_id, shard_start, uniform: false, uniform_len: 0, starts }
     }
 
     /// The index of a job whose samples all take `len` bytes.
     pub fn uniform(per_rank: &[u64], len: u64) -> GlobalIndex {
         let first_id = first_ids(per_rank);
         let shard_start = first_id[..per_rank.len()].iter().map(|&first| first * len).collect();
-        GlobalIndex { first_id, shard_start, layout: Layout::Uniform(len) }
+        GlobalIndex { first_id, shard_start, uniform: true, uniform_len: len, starts: Starts::Private(Vec::new()) }
     }
 
     /// The index from every sample's length (tests and the step-cost benchmark).
@@ -111,23 +109,19 @@ impl GlobalIndex {
     }
 
     pub fn len_of(&self, id: u64) -> Option<u64> {
-        match &self.layout {
-            Layout::Uniform(len) => (id < self.num_samples()).then_some(*len),
-            Layout::Varying(starts) => {
-                let starts = starts.as_slice();
-                let i = usize::try_from(id).ok().filter(|&i| i < starts.len() - 1)?;
-                Some(starts[i + 1] - starts[i])
-            }
+        if self.uniform {
+            return (id < self.num_samples()).then_some(self.uniform_len);
         }
+        let starts = self.starts.as_slice();
+        let i = usize::try_from(id).ok().filter(|&i| i < starts.len() - 1)?;
+        Some(starts[i + 1] - starts[i])
     }
 
     /// Ask the memory for `id`'s entry ahead of `len_of` or `locate` (a hint: no
     /// effect on results, nothing to ask for without a table).
     #[inline]
     pub fn prefetch(&self, id: u64) {
-        if let Layout::Varying(starts) = &self.layout
-            && let Some(entry) = usize::try_from(id).ok().and_then(|i| starts.as_slice().get(i))
-        {
+        if let Some(entry) = usize::try_from(id).ok().and_then(|i| self.starts.as_slice().get(i)) {
             crate::prefetch::lines(std::slice::from_ref(entry), 1);
         }
     }
@@ -142,29 +136,27 @@ impl GlobalIndex {
     pub fn locate(&self, id: u64) -> Option<Location> {
         let len = self.len_of(id)?;
         let owner = self.owner_of(id);
-        let offset = match &self.layout {
-            Layout::Uniform(len) => (id - self.first_id[owner]) * len,
-            Layout::Varying(starts) => starts.as_slice()[id as usize] - self.shard_start[owner],
+        let offset = if self.uniform {
+            (id - self.first_id[owner]) * self.uniform_len
+        } else {
+            self.starts.as_slice()[id as usize] - self.shard_start[owner]
         };
         Some(Location { owner, offset, len })
     }
 
     /// What the index keeps, for the registration's log line.
     pub fn describe(&self) -> String {
-        match &self.layout {
-            Layout::Uniform(len) => format!("no index table (every sample takes {len} bytes)"),
-            Layout::Varying(Starts::Node(_)) => "an index table of 8 bytes per sample, one per node".into(),
-            Layout::Varying(Starts::Private(_)) => "an index table of 8 bytes per sample on each rank".into(),
+        match &self.starts {
+            _ if self.uniform => format!("no index table (every sample takes {} bytes)", self.uniform_len),
+            Starts::Node(_) => "an index table of 8 bytes per sample, one per node".into(),
+            Starts::Private(_) => "an index table of 8 bytes per sample on each rank".into(),
         }
     }
 
     /// The prefix sums' memory, to free a node-shared copy (collective over the node);
-    /// None for a uniform index, which has none.
-    pub fn into_starts(self) -> Option<Starts> {
-        match self.layout {
-            Layout::Uniform(_) => None,
-            Layout::Varying(starts) => Some(starts),
-        }
+    /// an empty private one for a uniform index.
+    pub fn into_starts(self) -> Starts {
+        self.starts
     }
 }
 
@@ -195,7 +187,7 @@ mod tests {
             assert_eq!(uniform.locate(id), table.locate(id), "id {id}");
             assert_eq!(uniform.len_of(id), table.len_of(id), "id {id}");
         }
-        assert!(uniform.into_starts().is_none());
+        assert!(matches!(uniform.into_starts(), Starts::Private(v) if v.is_empty()));
     }
 
     #[test]

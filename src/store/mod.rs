@@ -172,8 +172,8 @@ impl Store {
         // The RMA window first: it may expose the node-shared window's memory.
         let freed_window = self.window.free().and(self.node.map_or(Ok(()), NodeShards::free));
         let freed_index = match Arc::try_unwrap(self.index).map(GlobalIndex::into_starts) {
-            Ok(Some(Starts::Node(shared))) => shared.free(),
-            Ok(Some(Starts::Private(_)) | None) => Ok(()),
+            Ok(Starts::Node(shared)) => shared.free(),
+            Ok(Starts::Private(_)) => Ok(()),
             Err(_) => {
                 log::warn!("the index is still in use at finalize: its shared memory is left to the end of the job");
                 Ok(())
