@@ -312,6 +312,9 @@ for mpi in "${MPIS[@]}"; do
             # node-local path copies those samples instead.)
             gnnenv=("${pyenv[@]}")
             run_case "$mpi" "$np" "qm9-gnn-np$np" "${gnnenv[@]}" -- "${gnn[@]}"
+            # torch_geometric's SchNet through mdloader.pyg, DDP over gloo: it must learn.
+            run_case "$mpi" "$np" "qm9-schnet-pyg-np$np" "${pyenv[@]}" -- "$py" "$ROOT/python/examples/qm9_schnet.py" \
+                "$QM9DIR/qm9.qm9g" --train 1024 --val 256 --batch-size 32 --epochs 3 --hidden 32 --check
             if [ "$np" = 2 ]; then
                 run_case "$mpi" "$np" "qm9-gnn-worker-processes-np$np" "${gnnenv[@]}" -- "${gnn[@]}" --collate workers
                 run_case "$mpi" "$np" "qm9-gnn-list-baseline-np$np" "${gnnenv[@]}" -- "${gnn[@]}" --feeder list

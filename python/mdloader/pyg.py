@@ -27,6 +27,8 @@ is the fast path (the library's sampler, prefetch, vectorised collate).
 
 from __future__ import annotations
 
+import copy
+import functools
 import warnings
 from typing import Any, Iterable, Iterator, Optional
 
@@ -34,6 +36,7 @@ import numpy as np
 import torch
 from torch_geometric.data import Batch, Data
 
+from .background import in_background
 from .loader import Loader
 from .typed import agree_schema, decode, encode
 
@@ -121,7 +124,7 @@ def collate(fields: Any, facts: tuple, follow_batch: Iterable[str] = (), exclude
     nodes = fields.values[NUM_NODES]
     graphs = nodes.shape[0]
     first_node = np.cumsum(nodes) - nodes
-    out = Batch(_base_cls=Data)
+    out = copy.copy(_empty_batch())
     store = out._store
     slice_dict, inc_dict = {}, {}
     for key, kind, cat, incremented in facts:
@@ -156,6 +159,14 @@ def collate(fields: Any, facts: tuple, follow_batch: Iterable[str] = (), exclude
     return out
 
 
+@functools.lru_cache(maxsize=1)
+def _empty_batch() -> Batch:
+    """An empty batch of Data, copied for each new batch: making one through its class
+    (torch_geometric inspects the class's signature every time) costs more than the
+    rest of a QM9 batch's collate."""
+    return Batch(_base_cls=Data)
+
+
 class DistDataset(torch.utils.data.Dataset):
     """torch_geometric graphs held by the ranks of ``comm`` (HydraGNN's ``DistDataset``
     arguments).
@@ -183,6 +194,7 @@ class DistDataset(torch.utils.data.Dataset):
             raise ValueError(f"{label}: local=True with ddstore_width={width}: each copy must hold the whole "
                              "dataset; pass every graph with local=False")
         self.loader = Loader(self.comm, group_size=None if width == self.comm.Get_size() else width)
+        self._open_epoch = None  # the batches of the DataLoader epoch in progress
         try:
             if local:
                 mine = list(data)
@@ -201,6 +213,7 @@ class DistDataset(torch.utils.data.Dataset):
         return len(self)
 
     def _fetch(self, ids: Any) -> Batch:
+        self._close_open_epoch()
         if torch.utils.data.get_worker_info() is not None:
             raise RuntimeError(f"{self.label}: a fetch is a collective MPI call, which torch's worker processes "
                                "cannot make: use num_workers=0, or mdloader.pyg.DataLoader")
@@ -216,8 +229,16 @@ class DistDataset(torch.utils.data.Dataset):
     def __getitems__(self, ids: list) -> list:
         return self._fetch(ids).to_data_list()
 
+    def _close_open_epoch(self) -> None:
+        """End the epoch a DataLoader left open (its thread, then the library's epoch)."""
+        if self._open_epoch is not None:
+            self._open_epoch.close()
+            self._open_epoch = None
+        self.loader.end_epoch()
+
     def close(self) -> None:
-        """Collective: free the loader."""
+        """Collective: end any open epoch and free the loader."""
+        self._close_open_epoch()
         self.loader.close()
 
 
@@ -231,11 +252,17 @@ class DataLoader:
     ``set_epoch(e)`` as torch's sampler. Leaving a loop early is fine: the next
     ``iter`` (this loader's or another's on the same dataset) ends the epoch left open.
     ``follow_batch`` and ``exclude_keys`` as torch_geometric's ``DataLoader``.
+
+    collate_ahead: batches fetched and collated on a thread of the loader's own, ahead
+    of the training loop (default 2; 0: in the loop), so that the loop only takes
+    finished batches (:func:`mdloader.background.in_background`: the same number of
+    batches taken on every rank however early a loop stops). Like ``prefetch``, it needs
+    MPI_THREAD_MULTIPLE (mpi4py's default); below it the loader warns and uses 0.
     """
 
     def __init__(self, dataset: DistDataset, batch_size: int = 1, shuffle: bool = False, *, seed: int = 0,
                  drop_last: bool = False, follow_batch: Optional[list] = None, exclude_keys: Optional[list] = None,
-                 prefetch: int = 2, sampler: Any = None, **unsupported: Any):
+                 prefetch: int = 2, collate_ahead: int = 2, sampler: Any = None, **unsupported: Any):
         if sampler is not None:
             raise TypeError("mdloader.pyg.DataLoader draws its own order (seed, epoch, shuffle); pass no sampler, "
                             "or use torch_geometric.loader.DataLoader with a DistributedSampler over the DistDataset")
@@ -246,7 +273,8 @@ class DataLoader:
         self.batch_size = batch_size
         self.shuffle, self.seed, self.drop_last = shuffle, seed, drop_last
         self.follow_batch, self.exclude_keys = follow_batch or [], exclude_keys or []
-        self.prefetch = _prefetch_allowed(prefetch)
+        self.prefetch = _threads_allowed(prefetch, "prefetch")
+        self.collate_ahead = _threads_allowed(collate_ahead, "collate_ahead")
         self.epoch = 0
 
     def set_epoch(self, epoch: int) -> None:
@@ -256,24 +284,30 @@ class DataLoader:
         return self.dataset.loader.epoch_steps(self.batch_size, self.drop_last)
 
     def __iter__(self) -> Iterator[Batch]:
-        loader = self.dataset.loader
         # An epoch left open by a loop that stopped early (this loader's or another's on
-        # the same dataset) ends here, on every rank alike.
-        loader.end_epoch()
+        # the same dataset) ends here, on every rank alike: its thread first.
+        self.dataset._close_open_epoch()
+        batches = self._batches()
+        if self.collate_ahead:
+            batches = in_background(batches, self.collate_ahead)
+        self.dataset._open_epoch = batches
+        return batches
+
+    def _batches(self) -> Iterator[Batch]:
+        loader = self.dataset.loader
         loader.set_prefetch(self.prefetch)
         for fetched in loader.epoch(self.batch_size, seed=self.seed, epoch=self.epoch, shuffle=self.shuffle,
                                     drop_last=self.drop_last):
             yield collate(fetched.fields, self.dataset.facts, self.follow_batch, self.exclude_keys)
 
 
-def _prefetch_allowed(depth: int) -> int:
+def _threads_allowed(depth: int, what: str) -> int:
     """``depth``, or 0 with a warning where MPI was not initialised with
-    MPI_THREAD_MULTIPLE (the library's prefetch thread calls MPI)."""
+    MPI_THREAD_MULTIPLE (the library's prefetch thread and the collate thread call MPI)."""
     from mpi4py import MPI
 
     if depth and MPI.Query_thread() < MPI.THREAD_MULTIPLE:
-        warnings.warn("mdloader.pyg.DataLoader: MPI was initialised without MPI_THREAD_MULTIPLE, so batches are "
-                      "not fetched ahead (prefetch=0); mpi4py's default level is MULTIPLE", RuntimeWarning,
-                      stacklevel=3)
+        warnings.warn(f"mdloader.pyg.DataLoader: MPI was initialised without MPI_THREAD_MULTIPLE, so {what}=0 "
+                      "(no thread may call MPI); mpi4py's default level is MULTIPLE", RuntimeWarning, stacklevel=3)
         return 0
     return depth

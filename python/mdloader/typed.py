@@ -25,7 +25,7 @@ samples.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence, Union
 
 import numpy as np
@@ -50,10 +50,11 @@ class Field:
     row_shape: tuple
     #: Where the concatenation dimension sits in a sample's own array (None: a 0-d value).
     cat_dim: Optional[int]
+    #: Bytes of one row (derived; kept, as decoding asks for it per field and batch).
+    row_bytes: int = field(init=False, compare=False)
 
-    @property
-    def row_bytes(self) -> int:
-        return int(self.dtype.itemsize * np.prod(self.row_shape, dtype=np.int64))
+    def __post_init__(self):
+        object.__setattr__(self, "row_bytes", int(self.dtype.itemsize * np.prod(self.row_shape, dtype=np.int64)))
 
     def describe(self) -> str:
         shape = [str(d) for d in self.row_shape]
