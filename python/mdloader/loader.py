@@ -423,6 +423,7 @@ class Loader:
         self._n_local = 0
         self._max_size = 0  # the largest sample on any rank (sizes fetch buffers; see fetch)
         self._epoch_steps: int | None = None  # steps of the built-in epoch in progress
+        self._epoch_owner: object | None = None  # the generator of Loader.epoch whose epoch it is
         self._align = 1  # register_shard's align: every sample's size is a multiple of it
         self.schema = None  # typed samples' schema (mdloader.typed), agreed at registration
         try:
@@ -694,6 +695,9 @@ class Loader:
         raise MDLError(ERR_REMOTE)), so that no rank waits for another.
         """
         h = self._handle()
+        # A built-in epoch left open (a loop that stopped early) ends here, on every rank
+        # alike (the library refuses plain fetches during one).
+        self.end_epoch()
         try:
             idv, problem = _id_array(ids)
             # (allocations too: a MemoryError here must not leave the other ranks waiting)
@@ -809,6 +813,10 @@ class Loader:
             _note(err, _FAILED_EVERYWHERE)
             raise
         _check(begin(h, *args))
+        # The library runs one epoch per loader: a second epoch (another sampler or
+        # iterator) replaces this one, whose generator must then stop, not go on with
+        # the other's batches.
+        mine = self._epoch_owner = object()
         self._epoch_steps = self._library_steps(args[2], bool(args[4]))
         # drop_last means full batches only, as everywhere in Python: past them the epoch
         # is ended by a seek to its end, so that the short last batch is never taken
@@ -824,13 +832,17 @@ class Loader:
         n = ctypes.c_size_t()
         refs = (ctypes.byref(ids_p), ctypes.byref(data_p), ctypes.byref(offs_p), ctypes.byref(n))
         while True:
+            if self._epoch_owner is not mine:
+                raise MDLError(Status.ERR_STATE, "this epoch was ended by another one begun on the same Loader (a "
+                               "second sampler or iterator, or end_epoch): its batches belong to that one",
+                               "Loader.epoch")
             if step == last < self._epoch_steps:
                 self.seek(self._epoch_steps)
             _check(next_batch(h, *refs))
             step += 1
             count = n.value
             if count == 0:
-                self._epoch_steps = None
+                self._epoch_steps = self._epoch_owner = None
                 return
             ids = np.ctypeslib.as_array(ids_p, (count,)).copy()
             offs = np.ctypeslib.as_array(offs_p, (count + 1,)).copy()
@@ -846,6 +858,7 @@ class Loader:
     def end_epoch(self) -> None:
         """Collective. Ends the built-in sampler's epoch in progress (after stopping
         early), so that :meth:`fetch` may be used again. No-op when none is open."""
+        self._epoch_owner = None
         if self._epoch_steps is None:
             return
         try:

@@ -207,16 +207,21 @@ class DistDataset(torch.utils.data.Dataset):
             raise
 
     def __len__(self) -> int:
-        return self.loader.num_samples
+        return self.loader.num_samples if self.loader is not None else self._num_samples
+
+    def __getstate__(self) -> dict:
+        """What a worker process gets: no loader (MPI stays in the main process); a fetch
+        there is the clear error of :meth:`_fetch`."""
+        return {**self.__dict__, "loader": None, "comm": None, "_open_epoch": None, "_num_samples": len(self)}
 
     def len(self) -> int:
         return len(self)
 
     def _fetch(self, ids: Any) -> Batch:
-        self._close_open_epoch()
-        if torch.utils.data.get_worker_info() is not None:
+        if torch.utils.data.get_worker_info() is not None or self.loader is None:
             raise RuntimeError(f"{self.label}: a fetch is a collective MPI call, which torch's worker processes "
                                "cannot make: use num_workers=0, or mdloader.pyg.DataLoader")
+        self._close_open_epoch()
         fetched = self.loader.fetch(np.asarray(ids, dtype=np.int64))
         return collate(fetched.fields, self.facts)
 

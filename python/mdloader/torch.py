@@ -146,9 +146,15 @@ class ShardDataset(Dataset):
 
     def __init__(self, loader: Loader):
         self.loader = loader
+        self._num_samples = None  # a worker process's copy: the loader's count, without the loader
 
     def __len__(self) -> int:
-        return self.loader.num_samples
+        return self.loader.num_samples if self.loader is not None else self._num_samples
+
+    def __getstate__(self) -> dict:
+        """What a worker process gets (spawn, forkserver): no loader (ctypes handles and
+        MPI stay in the main process); the batches it is handed carry their bytes."""
+        return {"loader": None, "_num_samples": len(self)}
 
     def __getitem__(self, index):
         raise TypeError(
@@ -165,7 +171,7 @@ class ShardDataset(Dataset):
             # its batches arrive as items, while the library's epoch is open.
             raise TypeError("mdloader.torch.DistributedBatchSampler was passed as sampler=; it yields whole "
                             "batches: pass it as batch_sampler= (DataLoader(ds, batch_sampler=sampler, ...))")
-        if torch.utils.data.get_worker_info() is not None:
+        if torch.utils.data.get_worker_info() is not None or self.loader is None:
             raise RuntimeError(
                 "ShardDataset got plain ids in a DataLoader worker process, which cannot fetch (MPI): "
                 "use batch_sampler=mdloader.torch.DistributedBatchSampler(ds, ...), which fetches in the main process"

@@ -220,3 +220,25 @@ def test_a_torchrun_launch_is_refused(comm, monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", str(comm.size + 1))
     with pytest.raises(RuntimeError, match=r"WORLD_SIZE=\d+ \(torchrun\?\) but MPI_COMM_WORLD has"):
         mdloader.Loader(comm)
+
+
+def test_a_second_epoch_on_one_loader_stops_the_first(comm, loader):
+    """Two iterations of the built-in sampler on one Loader: the library runs one epoch,
+    so the older iteration raises instead of yielding the newer one's batches."""
+    loader.register_shard([bytes([i % 256]) * 4 for i in range(64)])
+    first = loader.epoch(4, seed=0)
+    next(first)
+    second = loader.epoch(4, seed=1)
+    b = next(second)
+    with pytest.raises(MDLError, match="ended by another one") as info:
+        next(first)
+    assert info.value.status == Status.ERR_STATE
+    assert len(next(second)) == 4 and len(b) == 4  # the newer one goes on
+
+
+def test_fetch_after_a_loop_left_early(comm, loader):
+    loader.register_shard([bytes([i % 256]) * 4 for i in range(64)])
+    for step, _ in enumerate(loader.epoch(4)):
+        if step == 2:
+            break  # a validation pass in the middle of an epoch
+    assert bytes(loader.fetch([3])[0]) == bytes([3]) * 4

@@ -136,3 +136,13 @@ def test_the_loader_names_what_it_does_not_take(dataset):
         DataLoader(dataset, batch_size=2, sampler=[0, 1])
     with pytest.raises(TypeError, match="num_workers"):
         DataLoader(dataset, batch_size=2, num_workers=2)
+
+
+def test_worker_processes_get_a_clear_error(comm, dataset):
+    from torch.utils.data.distributed import DistributedSampler
+    from torch_geometric.loader import DataLoader as PygDataLoader
+
+    sampler = DistributedSampler(dataset, num_replicas=comm.size, rank=comm.rank)
+    loader = PygDataLoader(dataset, batch_size=4, sampler=sampler, num_workers=1, multiprocessing_context="spawn")
+    with pytest.raises(RuntimeError, match="worker processes cannot make"):
+        next(iter(loader))

@@ -189,6 +189,19 @@ def test_worker_processes_collate_the_same_batches(comm, loader):
     del workers
 
 
+@pytest.mark.parametrize("context", ["spawn", "forkserver"])
+def test_spawned_workers_collate_the_same_batches(comm, loader, context):
+    """The dataset pickles for spawn and forkserver workers (Python 3.14's default on
+    Linux): they get no loader, only the batches, and never call MPI."""
+    loader.register_shard(shard(comm, 24))
+    ds = mdt.ShardDataset(loader)
+    sampler = mdt.DistributedBatchSampler(ds, 4, seed=3)
+    inline = [(x.tolist(), ids.tolist()) for x, ids in DataLoader(ds, batch_sampler=sampler, collate_fn=collate)]
+    workers = DataLoader(ds, batch_sampler=sampler, collate_fn=collate, num_workers=1,
+                         multiprocessing_context=context)
+    assert [(x.tolist(), ids.tolist()) for x, ids in workers] == inline
+
+
 def test_register_torch_tensors(comm, loader):
     w = torch.arange(6, dtype=torch.float32, requires_grad=True)
     loader.register_shard([torch.tensor([comm.rank, 7], dtype=torch.int16), w, torch.ones(3, dtype=torch.float64)])
