@@ -344,9 +344,35 @@ class BackgroundLoader:
     def __init__(self, dataloader, depth: int = 2):
         self.dataloader = dataloader
         self.depth = _uint(depth, "depth", lo=1)
+        self._consumed = 0  # batches of the current epoch the loop has taken
 
     def __len__(self) -> int:
         return len(self.dataloader)
 
     def __iter__(self):
-        return in_background(self.dataloader, self.depth)
+        from mpi4py import MPI
+
+        if MPI.Is_initialized() and MPI.Query_thread() < MPI.THREAD_MULTIPLE:
+            raise RuntimeError("BackgroundLoader calls MPI (the sampler's fetch) from its thread, which needs "
+                               "MPI_THREAD_MULTIPLE (mpi4py's default); MPI was initialised with less: iterate the "
+                               "DataLoader itself")
+        sampler = self._sampler()
+        resume = sampler._resume if sampler is not None else None
+        self._consumed = resume[1] if resume is not None and resume[0] == sampler.epoch else 0
+        for batch in in_background(self.dataloader, self.depth):
+            self._consumed += 1
+            yield batch
+
+    def _sampler(self) -> Optional["DistributedBatchSampler"]:
+        sampler = getattr(self.dataloader, "batch_sampler", None)
+        return sampler if isinstance(sampler, DistributedBatchSampler) else None
+
+    def state_dict(self) -> dict:
+        """The sampler's state at the batches the loop has taken (the thread takes
+        ``depth`` ahead, which the sampler's own count includes): resuming from it
+        continues exactly after the last batch the loop saw."""
+        sampler = self._sampler()
+        if sampler is None:
+            raise TypeError("BackgroundLoader.state_dict needs a DataLoader whose batch_sampler is "
+                            "mdloader.torch.DistributedBatchSampler")
+        return sampler.state_dict(step=self._consumed)

@@ -251,3 +251,22 @@ def test_the_sampler_passed_as_sampler_is_a_clear_error(comm, loader):
     with pytest.raises(TypeError, match="pass it as batch_sampler="):
         next(iter(DataLoader(ds, sampler=sampler)))
     loader.end_epoch()
+
+
+def test_background_loader_resumes_exactly(comm, loader):
+    """state_dict through BackgroundLoader counts the batches the loop took, not the
+    ones its thread took ahead."""
+    loader.register_shard(shard(comm, 40))
+    ds = mdt.ShardDataset(loader)
+    sampler = mdt.DistributedBatchSampler(ds, 2, seed=5)
+    whole = [ids.tolist() for _, ids in DataLoader(ds, batch_sampler=sampler, collate_fn=collate)]
+    background = mdt.BackgroundLoader(DataLoader(ds, batch_sampler=sampler, collate_fn=collate), depth=2)
+    for step, _ in enumerate(background):
+        if step == 2:
+            state = background.state_dict()
+            break
+    assert state["step"] == 3
+    resumed = mdt.DistributedBatchSampler(ds, 2, seed=5)
+    resumed.load_state_dict(state)
+    again = mdt.BackgroundLoader(DataLoader(ds, batch_sampler=resumed, collate_fn=collate), depth=2)
+    assert [ids.tolist() for _, ids in again] == whole[3:]
