@@ -178,6 +178,40 @@ abort_case() {
     fi
 }
 
+# wheel_case <mpi> <py> [other MPI's python]: the wheel of scripts/build-wheel.sh, installed
+# with pip, finds its library with no environment variable; under the other MPI's
+# mpi4py it refuses, naming both MPIs.
+wheel_case() {
+    local mpi=$1 py=$2 other_py=${3:-} log=$LOGDIR/bindings-$1-wheel.log site=$ROOT/target/wheel-site/$1
+    : >"$log"
+    rm -rf "$site"
+    if ! step "$log" env PYTHON="$py" "$ROOT/scripts/build-wheel.sh" "$mpi" "$ROOT/target/wheels" ||
+        ! step "$log" "$py" -m pip install -q --no-deps --target "$site" "$ROOT"/target/wheels/mdloader-*+"$mpi"-*.whl; then
+        fail "$mpi/wheel (build or install)" "$log"
+        return
+    fi
+    local check="import mdloader; ld = mdloader.Loader(); ld.register_shard([b'ab', b'cd']); \
+assert bytes(ld.fetch([ld.num_samples - 1])[0]) == b'cd'; assert mdloader.library_path().startswith('$site'); \
+ld.close(); print('wheel ok', mdloader.library_path())"
+    mdl_mpirun "$mpi" 2 "$log.run" PYTHONPATH="$site" -- env -u MDLOADER_LIBRARY "$py" -c "$check"
+    local rc=$?
+    cat "$log.run" >>"$log"
+    if [ $rc -ne 0 ]; then
+        fail "$mpi/wheel (the installed wheel did not load its library)" "$log"
+        return
+    fi
+    if [ -n "$other_py" ]; then
+        PYTHONPATH="$site" OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 60 \
+            env -u MDLOADER_LIBRARY "$other_py" -c "import mdloader; mdloader.Loader()" \
+            >>"$log" 2>&1
+        if ! grep -q "is built for $mpi, but mpi4py runs" "$log"; then
+            fail "$mpi/wheel (under the other MPI's mpi4py it did not refuse clearly)" "$log"
+            return
+        fi
+    fi
+    pass "$mpi/wheel (pip-installed, library found without MDLOADER_LIBRARY${other_py:+; the other MPI refused})"
+}
+
 # run_case <mpi> <np> <name> [VAR=value ...] -- <program> [args...]
 run_case() {
     local mpi=$1 np=$2 name=$3
@@ -323,6 +357,15 @@ for mpi in "${MPIS[@]}"; do
         run_case "$mpi" "$np" "pytest-np$np" "${pyenv[@]}" -- "$py" -m pytest -q -rs -p no:cacheprovider --color=no \
             "$ROOT/tests/python" -k "not matches_the_csv"
     done
+    if [ $python_ok -eq 1 ] && [ "$mpi" = mpich ]; then
+        # The Open MPI wheel under MPICH's mpi4py must refuse (the Open MPI venv exists
+        # by now when both MPIs run).
+        other=$(venv_of openmpi)/bin/python
+        [ -x "$other" ] || other=
+        wheel_case "$mpi" "$py" "$other"
+    elif [ $python_ok -eq 1 ]; then
+        wheel_case "$mpi" "$py"
+    fi
     if [ $python_ok -eq 1 ]; then
         abort_case "$mpi" raise "$py" "${pyenv[@]}"
         abort_case "$mpi" sigint "$py" "${pyenv[@]}"

@@ -963,5 +963,6 @@ def _check_same_mpi(MPI: Any) -> None:
         raise _lib.LibraryNotFound(
             f"{_lib.library_path()} is built for {built}, but mpi4py runs {running} "
             f"({version.splitlines()[0].strip()}). Point MDLOADER_LIBRARY at the library built for {running} "
-            f"(e.g. target/{running}/release/libmdloader.so)."
+            f"(e.g. target/{running}/release/libmdloader.so), or install the wheel built for it "
+            f"(scripts/build-wheel.sh {running})."
         )
