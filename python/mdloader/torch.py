@@ -31,6 +31,7 @@ How the work is split, and why:
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from typing import Any, Iterator, Optional
 
@@ -41,7 +42,7 @@ from torch.utils.data import Dataset, Sampler
 from .background import in_background
 from .loader import Batch, Loader, _integer, _uint, aligned_empty, sample_at
 
-__all__ = ["BackgroundLoader", "DistributedBatchSampler", "Fetched", "Samples", "ShardDataset"]
+__all__ = ["BackgroundLoader", "DistributedBatchSampler", "Fetched", "FetchingBatchSampler", "Samples", "ShardDataset"]
 
 # Every batch copied out of the library starts at a multiple of this (a cache line):
 # with register_shard(align=...) every sample then does too.
@@ -313,6 +314,57 @@ class DistributedBatchSampler(Sampler):
             raise ValueError(f"load_state_dict: step {step} is past the epoch's {len(self)} steps")
         self.epoch, self._step = epoch, step
         self._resume = (epoch, step)
+
+
+class FetchingBatchSampler(Sampler):
+    """Any batch sampler of the user's (torch's ``BatchSampler`` over a
+    ``DistributedSampler``, a weighted sampler, HydraGNN's order) behind the library:
+    each batch of ids is fetched in the main process, ``depth`` batches ahead on a
+    thread, and handed to the DataLoader as a :class:`Fetched` batch that carries its
+    bytes, so that ``num_workers >= 1`` works (workers only collate) and the loop does
+    not wait for the fetch::
+
+        batches = BatchSampler(DistributedSampler(ds, seed=0), 64, drop_last=True)
+        loader = DataLoader(ds, batch_sampler=FetchingBatchSampler(batches, ds), collate_fn=collate,
+                            num_workers=2)
+
+    Every rank's sampler must give the same number of batches (a fetch is collective);
+    the fetches are still one collective call per step, off the training thread. The
+    thread needs MPI_THREAD_MULTIPLE (mpi4py's default); below it, ``depth`` is 0 (the
+    fetch happens when torch asks for the batch) with a warning. ``set_epoch`` is passed
+    on to the wrapped sampler's sampler, as torch's ``DistributedSampler`` wants it.
+    """
+
+    def __init__(self, batch_sampler: Any, dataset: "ShardDataset", depth: int = 2):
+        from mpi4py import MPI
+
+        self.batch_sampler = batch_sampler
+        self.dataset = dataset
+        depth = _uint(depth, "depth")
+        if depth and MPI.Query_thread() < MPI.THREAD_MULTIPLE:
+            warnings.warn("FetchingBatchSampler: MPI was initialised without MPI_THREAD_MULTIPLE: batches are "
+                          "fetched when asked for, not ahead (depth=0)", RuntimeWarning, stacklevel=2)
+            depth = 0
+        self.depth = depth
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+        inner = getattr(self.batch_sampler, "sampler", None)
+        for target in (self.batch_sampler, inner):
+            if hasattr(target, "set_epoch"):
+                target.set_epoch(epoch)
+
+    def __len__(self) -> int:
+        return len(self.batch_sampler)
+
+    def _fetched(self) -> Iterator[Fetched]:
+        for step, ids in enumerate(self.batch_sampler):
+            batch = self.dataset.loader.fetch(np.asarray(list(ids), dtype=np.int64))
+            yield Fetched.copy_of(batch, self.epoch, step)
+
+    def __iter__(self) -> Iterator[Fetched]:
+        return in_background(self._fetched(), self.depth) if self.depth else self._fetched()
 
 
 def _boolean(what: str):

@@ -270,3 +270,21 @@ def test_background_loader_resumes_exactly(comm, loader):
     resumed.load_state_dict(state)
     again = mdt.BackgroundLoader(DataLoader(ds, batch_sampler=resumed, collate_fn=collate), depth=2)
     assert [ids.tolist() for _, ids in again] == whole[3:]
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_users_batch_sampler_fetched_ahead(comm, loader, workers):
+    """torch's own DistributedSampler order behind the library: the same batches as
+    fetching them one by one, with worker processes collating."""
+    from torch.utils.data import BatchSampler, DistributedSampler
+
+    loader.register_shard(shard(comm, 30))
+    ds = mdt.ShardDataset(loader)
+    batches = BatchSampler(DistributedSampler(ds, num_replicas=comm.size, rank=comm.rank, seed=4), 4, drop_last=True)
+    sampler = mdt.FetchingBatchSampler(batches, ds, depth=2)
+    sampler.set_epoch(1)
+    expected = [list(b) for b in batches]
+    got = DataLoader(ds, batch_sampler=sampler, collate_fn=collate, num_workers=workers,
+                     multiprocessing_context="spawn" if workers else None)
+    assert [ids.tolist() for _, ids in got] == expected
+    assert len(sampler) == len(expected)
