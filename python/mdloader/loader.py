@@ -324,8 +324,11 @@ def _as_bytes(a: Any) -> np.ndarray:
     """Any buffer (bytes, numpy array of any dtype, a CPU torch tensor or any other
     DLPack array, ...) as a flat uint8 array (a view when possible)."""
     if not isinstance(a, np.ndarray) and hasattr(a, "__dlpack__"):
-        # torch refuses to export a tensor that requires grad; its bytes are what we want
-        a = np.from_dlpack(a.detach() if hasattr(a, "detach") else a)
+        # torch refuses to export a tensor that requires grad, and drops a lazy negation
+        # or conjugation (t.conj().imag): its values are what we want
+        from .typed import _plain_tensor
+
+        a = np.from_dlpack(_plain_tensor(a))
     if isinstance(a, np.ndarray):
         a = np.ascontiguousarray(a)
         return a.reshape(-1).view(np.uint8)
@@ -559,8 +562,8 @@ class Loader:
         schema, problem = None, ""
         try:
             schema, data, offsets = encode(samples, cat_dims)
-        except (TypeError, ValueError) as err:
-            problem = str(err)
+        except Exception as err:  # noqa: BLE001 - any failure here is agreed, not raised alone
+            problem = f"{type(err).__name__}: {err}"
         self.schema, _ = agree_schema(self.comm, schema, problem)
         return data, offsets, RECORD_ALIGN
 

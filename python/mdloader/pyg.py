@@ -54,7 +54,7 @@ def _attribute(data: Data, key: str, value: Any) -> tuple:
     if isinstance(value, torch.Tensor):
         if value.is_sparse or value.layout != torch.strided:
             raise TypeError(f"attribute {key!r}: sparse tensors are not supported")
-        array = value.detach().cpu().numpy()
+        array = value.detach().cpu().resolve_neg().resolve_conj().numpy()
         kind = TENSOR
         cat = data.__cat_dim__(key, value) if value.dim() else 0
     elif isinstance(value, (bool, int, float)):
@@ -72,13 +72,16 @@ def _attribute(data: Data, key: str, value: Any) -> tuple:
     if inc is None or (inc != 0 and inc != nodes):
         raise TypeError(f"attribute {key!r}: increment {inc!r} is neither 0 nor the node count ({nodes}); "
                         "only torch_geometric's own rules are supported")
-    return array, kind, cat % max(array.ndim, 1), bool(inc) and inc == nodes
+    # A graph without nodes cannot tell whether the attribute is incremented (0 either
+    # way): None, settled by the other graphs.
+    incremented = None if not nodes else inc == nodes
+    return array, kind, cat % max(array.ndim, 1), incremented
 
 
 def _records(graphs: list) -> tuple:
     """(mappings of arrays, per-attribute facts) of ``graphs``; every graph must have the
     same attributes and facts."""
-    records, facts = [], None
+    records, facts, settled = [], None, {}
     for i, data in enumerate(graphs):
         if not isinstance(data, Data):
             raise TypeError(f"graph {i} is a {type(data).__name__}, not a torch_geometric.data.Data")
@@ -86,7 +89,10 @@ def _records(graphs: list) -> tuple:
         for key in data.keys():
             array, kind, cat, inc = _attribute(data, key, data[key])
             record[key] = array
-            mine.append((key, kind, cat, inc))
+            mine.append((key, kind, cat))
+            if inc is not None and settled.setdefault(key, inc) != inc:
+                raise ValueError(f"graph {i}: attribute {key!r} is incremented by the node count in some graphs "
+                                 "and not in others")
         if facts is None:
             facts = tuple(mine)
         elif sorted(facts) != sorted(mine):
@@ -94,26 +100,39 @@ def _records(graphs: list) -> tuple:
         nodes = data.num_nodes
         record[NUM_NODES] = np.asarray(-1 if nodes is None else nodes, dtype=np.int64)
         records.append(record)
-    return records, facts
+    # Whether each attribute is incremented: None where no graph here could tell.
+    return records, facts, {key: settled.get(key) for key, _, _ in facts or ()}
 
 
-def register_graphs(loader: Loader, graphs: list) -> tuple:
-    """Collective: register this rank's graphs; the (schema, facts) agreed by all ranks."""
+def register_graphs(loader: Loader, graphs: Any, problem: str = "") -> tuple:
+    """Collective: register this rank's graphs; the (schema, facts) agreed by all ranks.
+    ``problem``: why this rank has no graphs to give (any failure before, agreed here,
+    so that every rank raises together)."""
     schema = facts = None
-    problem = ""
-    try:
-        records, facts = _records(graphs)
-        cat_dims = {key: cat for key, _, cat, _ in facts or ()}
-        schema, data, offsets = encode(records, cat_dims)
-    except (TypeError, ValueError) as err:
-        problem = str(err)
-        data, offsets = np.zeros(0, dtype=np.uint8), np.zeros(1, dtype=np.uint64)
+    incremented: dict = {}
+    data, offsets = np.zeros(0, dtype=np.uint8), np.zeros(1, dtype=np.uint64)
+    if not problem:
+        try:
+            records, facts, incremented = _records(graphs)
+            cat_dims = {key: cat for key, _, cat in facts or ()}
+            schema, data, offsets = encode(records, cat_dims)
+        except Exception as err:  # noqa: BLE001 - any failure here is agreed, not raised alone
+            problem = f"{type(err).__name__}: {err}"
+            schema = facts = None
     # The facts are compared in key order: graphs of different ranks may list them
     # in different orders.
     schema, facts = agree_schema(loader.comm, schema, problem, None if facts is None else sorted(facts))
+    # Whether an attribute is incremented, from the ranks whose graphs could tell (a
+    # graph without nodes cannot); the same gathered facts give every rank one answer.
+    settled: dict = {}
+    for theirs in loader.comm.allgather(incremented):
+        for key, inc in theirs.items():
+            if inc is not None and settled.setdefault(key, inc) != inc:
+                raise ValueError(f"register_shard: attribute {key!r} is incremented by the node count on some "
+                                 "ranks and not on others")
     loader.register_shard(data, offsets, align=8)
     loader.schema = schema
-    return schema, tuple(facts)
+    return schema, tuple((key, kind, cat, settled.get(key, False)) for key, kind, cat in facts)
 
 
 def collate(fields: Any, facts: tuple, follow_batch: Iterable[str] = (), exclude_keys: Iterable[str] = ()) -> Batch:
@@ -195,15 +214,15 @@ class DistDataset(torch.utils.data.Dataset):
                              "dataset; pass every graph with local=False")
         self.loader = Loader(self.comm, group_size=None if width == self.comm.Get_size() else width)
         self._open_epoch = None  # the batches of the DataLoader epoch in progress
+        mine, problem = None, ""
         try:
-            if local:
-                mine = list(data)
-            else:
-                part = self.loader.replica_part(len(data))
-                mine = [data[i] for i in part]
-            self.schema, self.facts = register_graphs(self.loader, mine)
-        except BaseException:
-            self.loader.close()
+            mine = list(data) if local else [data[i] for i in self.loader.replica_part(len(data))]
+        except Exception as err:  # noqa: BLE001 - agreed in register_graphs
+            problem = f"{label}: {type(err).__name__}: {err}"
+        try:
+            self.schema, self.facts = register_graphs(self.loader, mine, problem)
+        except (TypeError, ValueError):
+            self.loader.close()  # raised on every rank alike: closing is collective
             raise
 
     def __len__(self) -> int:

@@ -88,7 +88,7 @@ def _as_array(value: Any, name: str) -> np.ndarray:
     if isinstance(value, np.ndarray):
         a = value
     elif hasattr(value, "__dlpack__") and not isinstance(value, (bytes, bytearray, memoryview)):
-        a = np.from_dlpack(value.detach() if hasattr(value, "detach") else value)
+        a = np.from_dlpack(_plain_tensor(value))
     elif isinstance(value, (bool, int, float, np.number, np.bool_)):
         a = np.asarray(value)
     else:
@@ -97,6 +97,14 @@ def _as_array(value: Any, name: str) -> np.ndarray:
     if a.dtype.kind not in "biufc":
         raise TypeError(f"field {name!r}: dtype {a.dtype} is not a plain numeric dtype")
     return a
+
+
+def _plain_tensor(value: Any) -> Any:
+    """A torch tensor as DLPack exports its values: detached, with its lazy negation and
+    conjugation (``t.conj().imag``) applied, which DLPack would otherwise drop."""
+    if hasattr(value, "resolve_neg"):
+        return value.detach().resolve_neg().resolve_conj()
+    return value
 
 
 def _cat_dim(cat_dims: CatDims, name: str, a: np.ndarray) -> Optional[int]:

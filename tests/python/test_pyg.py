@@ -146,3 +146,27 @@ def test_worker_processes_get_a_clear_error(comm, dataset):
     loader = PygDataLoader(dataset, batch_size=4, sampler=sampler, num_workers=1, multiprocessing_context="spawn")
     with pytest.raises(RuntimeError, match="worker processes cannot make"):
         next(iter(loader))
+
+
+def test_graphs_without_nodes_batch_as_torch_geometric_does(comm):
+    mine = [Data(x=torch.randn(n, 2), edge_index=torch.zeros(2, 0, dtype=torch.long)) for n in (3, 0, 2, 4)]
+    if comm.rank == 0:
+        mine = [Data(x=torch.zeros(0, 2), edge_index=torch.zeros(2, 0, dtype=torch.long))]  # cannot tell increments
+    ds = DistDataset(mine, "t", comm, local=True)
+    try:
+        every = sum(comm.allgather(mine), [])
+        ids = list(range(len(every)))
+        assert_same_batch(ds._fetch(ids), Batch.from_data_list([every[i] for i in ids]))
+    finally:
+        ds.close()
+
+
+def test_a_failure_on_one_rank_before_the_agreement_raises_everywhere(comm):
+    # torch_geometric cannot infer num_nodes for rank 0's graph: Data.__inc__ raises there.
+    graph = Data(my_index=torch.tensor([[0, 1]]), y=torch.zeros(1))
+    if comm.rank:
+        graph.x = torch.zeros(2, 1)
+    with pytest.raises(ValueError, match=r"on rank 0: RuntimeError: Unable to infer 'num_nodes'"):
+        DistDataset([graph], "t", comm, local=True)
+    with pytest.raises(ValueError, match=r"on rank 0: t: TypeError"):
+        DistDataset(None if comm.rank == 0 else [Data(x=torch.zeros(2, 1))], "t", comm, local=True)

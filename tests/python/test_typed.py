@@ -105,3 +105,10 @@ def test_torch_tensors_and_numbers_are_fields(comm, loader):
     assert fields["x"].tolist() == [0, 1, 0, 1, 2, 3]
     assert fields.counts["x"].tolist() == [2, 4]
     assert fields["label"].tolist() == [1, 3]
+
+
+def test_torch_views_with_a_lazy_negation_keep_their_values(comm, loader):
+    torch = pytest.importorskip("torch")
+    x = torch.tensor([1 + 2j, 3 + 4j], dtype=torch.complex64).conj().imag  # negative bit set
+    loader.register_shard([{"x": x}])
+    assert loader.fetch([comm.rank]).fields["x"].tolist() == [-2.0, -4.0]
