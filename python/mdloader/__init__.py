@@ -22,11 +22,14 @@ The shared library is found through MDLOADER_LIBRARY (its full path), MDLOADER_P
 for the same MPI as mpi4py. See mdloader._lib.
 """
 
+from . import abort
 from ._lib import LibraryNotFound, library_path, load_library
 from .data import BatchIterator, DataLoader, DistributedSampler
 from .loader import Backend, Batch, Loader, MDLError, ReplicaInfo, Status, last_error, status_string
 
 __version__ = "0.1.0"
+
+abort.install()  # one rank's uncaught exception ends the MPI job (MDLOADER_ABORT_ON_ERROR=0: off)
 
 __all__ = [
     "Backend",

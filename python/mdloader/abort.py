@@ -5,8 +5,10 @@ SIGINT) leaves Python through ``MPI_Finalize``, where the library closes its loa
 collectively, while the other ranks wait in their next fetch: the job hangs for ever.
 The hook prints the traceback as usual, then calls ``MPI_Abort`` on ``COMM_WORLD``,
 which the launcher turns into the end of every rank in seconds (what ``python -m
-mpi4py`` does too). It is installed when the first :class:`mdloader.Loader` is made;
-``MDLOADER_ABORT_ON_ERROR=0`` leaves the default behaviour alone.
+mpi4py`` does too). It is installed when the package is imported (so that a rank
+failing before its first Loader ends the job too), and acts only in a process that has
+initialised MPI; ``MDLOADER_ABORT_ON_ERROR=0`` leaves the default behaviour alone.
+``sys.exit`` does not reach the hook: ``python -m mpi4py`` covers it.
 """
 
 from __future__ import annotations
@@ -31,9 +33,10 @@ def install() -> None:
 
     def abort_the_job(kind, value, traceback):
         previous(kind, value, traceback)
-        from mpi4py import MPI
-
-        if MPI.Is_initialized() and not MPI.Is_finalized() and MPI.COMM_WORLD.Get_size() > 1:
+        # Only where this process uses MPI: importing mpi4py.MPI would initialise it
+        # (in a torch worker process, say).
+        MPI = getattr(sys.modules.get("mpi4py.MPI"), "COMM_WORLD", None) and sys.modules["mpi4py.MPI"]
+        if MPI and MPI.Is_initialized() and not MPI.Is_finalized() and MPI.COMM_WORLD.Get_size() > 1:
             print(f"mdloader: rank {MPI.COMM_WORLD.Get_rank()}: uncaught {kind.__name__}: aborting the MPI job "
                   "(MDLOADER_ABORT_ON_ERROR=0 turns this off)", file=sys.stderr, flush=True)
             sys.stdout.flush()

@@ -245,8 +245,9 @@ class DataLoader:
             self.batch_size, seed=self.seed, epoch=self.epoch, shuffle=self.shuffle, drop_last=self.drop_last
         )
         for batch in batches:
-            if self.num_workers:
-                # taken ahead: the library reuses its buffer at its next step
+            if self.num_workers and getattr(batch, "schema", None) is None:
+                # taken ahead: the library reuses its buffer at its next step (a typed
+                # batch's fields are decoded copies already)
                 batch = Batch(batch.ids, batch.data.copy(), batch.offsets)
             yield self.collate_fn(batch) if self.collate_fn is not None else batch
         self.sampler.set_epoch(self.sampler.epoch + 1)

@@ -718,7 +718,8 @@ class Loader:
         # A buffer of our own was sized by the largest sample: the batch keeps its unused
         # tail (at most n * the largest sample, and 64 MiB; pages never written are not
         # resident). Shrinking it (realloc, mremap) measured slower per step under Open MPI.
-        return self._typed(Batch(idv, buf[: int(offs[-1])], offs))
+        # Decoded now where the caller's buffer may be reused before the fields are read.
+        return self._typed(Batch(idv, buf[: int(offs[-1])], offs), decoded=out is not None)
 
     def _typed(self, batch: Batch, decoded: bool = False) -> Batch:
         """A TypedBatch where the samples are typed (decoded now when ``decoded``)."""

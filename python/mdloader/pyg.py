@@ -70,8 +70,9 @@ def _attribute(data: Data, key: str, value: Any) -> tuple:
     inc = int(inc) if not isinstance(inc, torch.Tensor) else int(inc.reshape(-1)[0]) if inc.numel() == 1 else None
     nodes = data.num_nodes
     if inc is None or (inc != 0 and inc != nodes):
-        raise TypeError(f"attribute {key!r}: increment {inc!r} is neither 0 nor the node count ({nodes}); "
-                        "only torch_geometric's own rules are supported")
+        raise TypeError(f"attribute {key!r}: its increment ({inc!r}) is neither 0 nor the graph's node count "
+                        f"({nodes}); mdloader.pyg supports only those two (not yet torch_geometric's max + 1 for "
+                        "*batch* attributes, nor custom __inc__ rules)")
     # A graph without nodes cannot tell whether the attribute is incremented (0 either
     # way): None, settled by the other graphs.
     incremented = None if not nodes else inc == nodes
@@ -97,7 +98,9 @@ def _records(graphs: list) -> tuple:
             facts = tuple(mine)
         elif sorted(facts) != sorted(mine):
             raise ValueError(f"graph {i}'s attributes {sorted(mine)} differ from graph 0's {sorted(facts)}")
-        nodes = data.num_nodes
+        # As torch_geometric: a graph gets `batch` and `ptr` only where its node count
+        # can be inferred from its attributes.
+        nodes = data.num_nodes if data._store.can_infer_num_nodes else None
         record[NUM_NODES] = np.asarray(-1 if nodes is None else nodes, dtype=np.int64)
         records.append(record)
     # Whether each attribute is incremented: None where no graph here could tell.
@@ -135,19 +138,21 @@ def register_graphs(loader: Loader, graphs: Any, problem: str = "") -> tuple:
     return schema, tuple((key, kind, cat, settled.get(key, False)) for key, kind, cat in facts)
 
 
-def collate(fields: Any, facts: tuple, follow_batch: Iterable[str] = (), exclude_keys: Iterable[str] = ()) -> Batch:
+def collate(fields: Any, facts: tuple, follow_batch: Iterable[str] = (), exclude_keys: Iterable[str] = (),
+            data_class: type = Data) -> Batch:
     """A ``torch_geometric.data.Batch`` equal to ``Batch.from_data_list`` of the graphs
     whose fields (:class:`mdloader.typed.TypedFields`) are given, built without a loop
-    over graphs."""
+    over graphs; ``data_class``: the graphs' class (a ``Data`` subclass with its own
+    ``__cat_dim__`` separates its batches with it)."""
     follow, exclude = set(follow_batch or ()), set(exclude_keys or ())
     nodes = fields.values[NUM_NODES]
     graphs = nodes.shape[0]
     first_node = np.cumsum(nodes) - nodes
-    out = copy.copy(_empty_batch())
+    out = copy.copy(_empty_batch(data_class))
     store = out._store
     slice_dict, inc_dict = {}, {}
     for key, kind, cat, incremented in facts:
-        if key in exclude:
+        if key in exclude or key == "ptr":  # torch_geometric makes its own ptr
             continue
         value, counts = fields.values[key], fields.counts[key]
         if kind == EXPLICIT_NUM_NODES:
@@ -178,12 +183,12 @@ def collate(fields: Any, facts: tuple, follow_batch: Iterable[str] = (), exclude
     return out
 
 
-@functools.lru_cache(maxsize=1)
-def _empty_batch() -> Batch:
-    """An empty batch of Data, copied for each new batch: making one through its class
-    (torch_geometric inspects the class's signature every time) costs more than the
-    rest of a QM9 batch's collate."""
-    return Batch(_base_cls=Data)
+@functools.lru_cache(maxsize=8)
+def _empty_batch(data_class: type) -> Batch:
+    """An empty batch of ``data_class``, copied for each new batch: making one through
+    its class (torch_geometric inspects the class's signature every time) costs more
+    than the rest of a QM9 batch's collate."""
+    return Batch(_base_cls=data_class)
 
 
 class DistDataset(torch.utils.data.Dataset):
@@ -215,8 +220,12 @@ class DistDataset(torch.utils.data.Dataset):
         self.loader = Loader(self.comm, group_size=None if width == self.comm.Get_size() else width)
         self._open_epoch = None  # the batches of the DataLoader epoch in progress
         mine, problem = None, ""
+        self.data_class = Data
         try:
             mine = list(data) if local else [data[i] for i in self.loader.replica_part(len(data))]
+            # The graphs' class (a Data subclass may concatenate its own way); the
+            # others' where this rank has none.
+            self.data_class = type(mine[0]) if mine and isinstance(mine[0], Data) else Data
         except Exception as err:  # noqa: BLE001 - agreed in register_graphs
             problem = f"{label}: {type(err).__name__}: {err}"
         try:
@@ -242,7 +251,7 @@ class DistDataset(torch.utils.data.Dataset):
                                "cannot make: use num_workers=0, or mdloader.pyg.DataLoader")
         self._close_open_epoch()
         fetched = self.loader.fetch(np.asarray(ids, dtype=np.int64))
-        return collate(fetched.fields, self.facts)
+        return collate(fetched.fields, self.facts, data_class=self.data_class)
 
     def get(self, idx: int) -> Data:
         return self[idx]
@@ -322,7 +331,8 @@ class DataLoader:
         loader.set_prefetch(self.prefetch)
         for fetched in loader.epoch(self.batch_size, seed=self.seed, epoch=self.epoch, shuffle=self.shuffle,
                                     drop_last=self.drop_last):
-            yield collate(fetched.fields, self.dataset.facts, self.follow_batch, self.exclude_keys)
+            yield collate(fetched.fields, self.dataset.facts, self.follow_batch, self.exclude_keys,
+                          self.dataset.data_class)
 
 
 def _threads_allowed(depth: int, what: str) -> int:

@@ -170,3 +170,31 @@ def test_a_failure_on_one_rank_before_the_agreement_raises_everywhere(comm):
         DistDataset([graph], "t", comm, local=True)
     with pytest.raises(ValueError, match=r"on rank 0: t: TypeError"):
         DistDataset(None if comm.rank == 0 else [Data(x=torch.zeros(2, 1))], "t", comm, local=True)
+
+
+class PairedData(Data):
+    """A Data subclass as torch_geometric's docs show it: its own concatenation dimension."""
+
+    def __cat_dim__(self, key, value, *args, **kwargs):
+        return 1 if key == "foo" else super().__cat_dim__(key, value, *args, **kwargs)
+
+
+def test_data_subclasses_and_torch_geometric_own_exceptions(comm):
+    mine = [PairedData(x=torch.randn(3, 2), foo=torch.randn(2, k + 1)) for k in range(4)]
+    ds = DistDataset(mine, "t", comm, local=True)
+    try:
+        every = sum(comm.allgather(mine), [])
+        got = ds._fetch([1, 0, 3])
+        want = Batch.from_data_list([every[i] for i in (1, 0, 3)])
+        assert isinstance(got, PairedData) and isinstance(want, PairedData)
+        assert_same_batch(got, want)
+        assert [d.foo.shape for d in got.to_data_list()] == [d.foo.shape for d in want.to_data_list()]
+    finally:
+        ds.close()
+    featured = [Data(feat=torch.randn(3, 2), y=torch.zeros(1)) for _ in range(3)]  # node count not inferable
+    ds = DistDataset(featured, "t", comm, local=True)
+    try:
+        every = sum(comm.allgather(featured), [])
+        assert_same_batch(ds._fetch([0, 2]), Batch.from_data_list([every[0], every[2]]))
+    finally:
+        ds.close()
