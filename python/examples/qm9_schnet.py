@@ -18,9 +18,6 @@ loop waited for data and, with mdloader, the library's fetch time; the last line
 """
 
 import argparse
-import json
-import os
-import socket
 import sys
 import time
 from pathlib import Path
@@ -36,6 +33,7 @@ from torch_geometric.nn.models import SchNet
 
 import mdloader.pyg as mdpyg
 from mdloader import qm9
+from qm9_gnn import init_ddp, my_rows, report  # the same launch, slicing and report as the plain-torch GNN
 
 HARTREE_EV = 27.211386
 
@@ -69,24 +67,6 @@ def graphs_of(pack: Path, lo: int, hi: int) -> list:
                         edge_index=torch.from_numpy(m.edge_index.astype(np.int64)),
                         y=torch.tensor([m.gap * HARTREE_EV], dtype=torch.float32), row=m.row))
     return out
-
-
-def my_rows(lo: int, hi: int, rank: int, size: int) -> tuple:
-    n = hi - lo
-    return lo + n * rank // size, lo + n * (rank + 1) // size
-
-
-def init_ddp(comm) -> None:
-    """gloo under mpirun: rank and world size from MPI, rank 0's free port on MASTER_ADDR
-    (default loopback: one node) broadcast by MPI."""
-    addr = os.environ.get("MASTER_ADDR", "127.0.0.1")
-    port = None
-    if comm.rank == 0:
-        with socket.socket() as s:
-            s.bind((addr, 0))
-            port = s.getsockname()[1]
-    port = comm.bcast(port)
-    dist.init_process_group("gloo", init_method=f"tcp://{addr}:{port}", rank=comm.rank, world_size=comm.size)
 
 
 def fetch_seconds(dataset: mdpyg.DistDataset) -> float:
@@ -206,16 +186,7 @@ def main() -> int:
     trainset.close()
     valset.close()
     dist.destroy_process_group()
-    if rank == 0:
-        print("RESULT " + json.dumps(summary), flush=True)
-    maes = [e["val_mae_ev"] for e in epochs]
-    if args.check and not (len(maes) >= 2 and maes[-1] < maes[0]):
-        if rank == 0:
-            print(f"the validation MAE did not decrease over the epochs: {maes}", flush=True)
-        return 1
-    if args.check and rank == 0:
-        print(f"learned: validation MAE {maes[0]:.3f} -> {maes[-1]:.3f} eV over {len(maes)} epochs", flush=True)
-    return 0
+    return report(summary, args.check, rank)
 
 
 if __name__ == "__main__":

@@ -35,8 +35,8 @@ def install() -> None:
         previous(kind, value, traceback)
         # Only where this process uses MPI: importing mpi4py.MPI would initialise it
         # (in a torch worker process, say).
-        MPI = getattr(sys.modules.get("mpi4py.MPI"), "COMM_WORLD", None) and sys.modules["mpi4py.MPI"]
-        if MPI and MPI.Is_initialized() and not MPI.Is_finalized() and MPI.COMM_WORLD.Get_size() > 1:
+        MPI = sys.modules.get("mpi4py.MPI")
+        if MPI is not None and MPI.Is_initialized() and not MPI.Is_finalized() and MPI.COMM_WORLD.Get_size() > 1:
             print(f"mdloader: rank {MPI.COMM_WORLD.Get_rank()}: uncaught {kind.__name__}: aborting the MPI job "
                   "(MDLOADER_ABORT_ON_ERROR=0 turns this off)", file=sys.stderr, flush=True)
             sys.stdout.flush()

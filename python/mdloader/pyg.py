@@ -47,8 +47,9 @@ NUM_NODES = "__num_nodes__"  # hidden field: each graph's node count (-1: not kn
 TENSOR, NUMBER, EXPLICIT_NUM_NODES = "tensor", "number", "num_nodes"
 
 
-def _attribute(data: Data, key: str, value: Any) -> tuple:
-    """(array, kind, cat_dim, incremented) of one attribute of ``data``."""
+def _attribute(data: Data, key: str, value: Any, nodes: Optional[int]) -> tuple:
+    """(array, kind, cat_dim, incremented) of one attribute of ``data``, a graph of
+    ``nodes`` nodes (torch_geometric's inference)."""
     if key == "num_nodes":
         return np.asarray(int(value), dtype=np.int64), EXPLICIT_NUM_NODES, 0, False
     if isinstance(value, torch.Tensor):
@@ -68,7 +69,6 @@ def _attribute(data: Data, key: str, value: Any) -> tuple:
         raise TypeError(f"attribute {key!r}: concatenation dimension {cat!r} is not supported")
     inc = data.__inc__(key, value)
     inc = int(inc) if not isinstance(inc, torch.Tensor) else int(inc.reshape(-1)[0]) if inc.numel() == 1 else None
-    nodes = data.num_nodes
     if inc is None or (inc != 0 and inc != nodes):
         raise TypeError(f"attribute {key!r}: its increment ({inc!r}) is neither 0 nor the graph's node count "
                         f"({nodes}); mdloader.pyg supports only those two (not yet torch_geometric's max + 1 for "
@@ -87,8 +87,9 @@ def _records(graphs: list) -> tuple:
         if not isinstance(data, Data):
             raise TypeError(f"graph {i} is a {type(data).__name__}, not a torch_geometric.data.Data")
         record, mine = {}, []
+        nodes = data.num_nodes  # inferred from the attributes: once per graph
         for key in data.keys():
-            array, kind, cat, inc = _attribute(data, key, data[key])
+            array, kind, cat, inc = _attribute(data, key, data[key], nodes)
             record[key] = array
             mine.append((key, kind, cat))
             if inc is not None and settled.setdefault(key, inc) != inc:
@@ -100,7 +101,8 @@ def _records(graphs: list) -> tuple:
             raise ValueError(f"graph {i}'s attributes {sorted(mine)} differ from graph 0's {sorted(facts)}")
         # As torch_geometric: a graph gets `batch` and `ptr` only where its node count
         # can be inferred from its attributes.
-        nodes = data.num_nodes if data._store.can_infer_num_nodes else None
+        if not data._store.can_infer_num_nodes:
+            nodes = None
         record[NUM_NODES] = np.asarray(-1 if nodes is None else nodes, dtype=np.int64)
         records.append(record)
     # Whether each attribute is incremented: None where no graph here could tell.
