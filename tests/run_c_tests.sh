@@ -214,6 +214,10 @@ for mpi in "${MPIS[@]}"; do
     # needs the library's progress thread for it (MDL_PROGRESS, on by default there;
     # with MDL_PROGRESS=off this case fails after --give-up seconds).
     run_case "$mpi" 2 "progress_test-np2" -- "$bin/progress_test" --give-up 60
+    # Without MPI_THREAD_MULTIPLE no progress thread can run: one-sided steps then end
+    # in a barrier (with MDL_PROGRESS=off these fail on MPICH after --give-up seconds).
+    run_case "$mpi" 2 "progress_test-np2-funneled" -- "$bin/progress_test" --funneled --give-up 60
+    run_case "$mpi" 3 "progress_test-np3-funneled" -- "$bin/progress_test" --funneled --give-up 60
     # The library's defaults (node-local on): on one node every sample is a copy from
     # the node's shared memory, byte-exact under every backend setting.
     run_case "$mpi" 2 "fetch_test-np2-defaults" MDL_NODE_LOCAL= -- "$bin/fetch_test" --iters $((ITERS / 4)) --seed "$SEED"

@@ -41,7 +41,7 @@ build() {
     local mpi=$1 libdir=$ROOT/target/$1/release log=$LOGDIR/$1-hosts-build.log src
     mkdir -p "$BUILDROOT/$mpi"
     : >"$log"
-    for src in node_local_test errors_test replica_test; do
+    for src in node_local_test errors_test replica_test progress_test; do
         "mpicc.$mpi" -std=c11 -O2 -g -Wall -Wextra -I"$ROOT/include" -I"$ROOT/tests/c" "$ROOT/tests/c/$src.c" \
             -o "$BUILDROOT/$mpi/$src" -L"$libdir" -lmdloader -Wl,-rpath,"$libdir" -lm >>"$log" 2>&1 || return 1
     done
@@ -96,6 +96,11 @@ for mpi in "${MPIS[@]}"; do
         "$bin/replica_test" 0 --seed "$SEED"
     run_hosts "$mpi" replica_test-group1 "replica_test (group_size 1, 4 ranks): all checks passed" -- \
         "$bin/replica_test" 1 --seed "$SEED"
+    # The last rank (host B) gets from rank 0 (host A), which then waits outside MPI:
+    # without MPI_THREAD_MULTIPLE (Open MPI's osc pt2pt refuses it) no progress thread
+    # serves the get, and the step's closing barrier must.
+    run_hosts "$mpi" progress-funneled "progress_test: rank 0 waited .* all checks passed" -- \
+        "$bin/progress_test" --funneled --give-up 60
     if [ "$mpi" = openmpi ]; then
         run_hosts "$mpi" no-sharing "node_local_test: all checks passed" --osc pt2pt -- \
             "$bin/node_local_test" --seed "$SEED" --iters 20 --no-sharing

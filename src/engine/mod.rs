@@ -36,6 +36,9 @@ pub struct StepContext<'a> {
     /// When every rank's batch of this step is known (the built-in sampler). The
     /// collective engine then sends no requests.
     pub known_batches: Option<&'a dyn KnownBatches>,
+    /// The step ends in a barrier: some rank serves gets only while inside MPI
+    /// (agreed by the loader).
+    pub gets_end_in_barrier: bool,
 }
 
 /// Every rank's batch of a step, known on every rank without communication.
@@ -102,7 +105,13 @@ fn prefetch(bytes: &[u8]) {
 /// Move the plan's remote samples with `engine` (collective: on every rank).
 pub fn fetch_remote(step: &StepContext, engine: Backend, out: &mut [u8]) -> Result<()> {
     match engine {
-        Backend::Collective => Collective.fetch(step, out),
-        Backend::OneSided | Backend::Auto => OneSided.fetch(step, out),
+        Backend::Collective => Collective.fetch(step, out)?,
+        Backend::OneSided | Backend::Auto => OneSided.fetch(step, out)?,
     }
+    // Both engines may get (the collective one its oversize samples): no rank leaves
+    // MPI before every rank's gets have been served.
+    if step.gets_end_in_barrier {
+        step.comm.barrier()?;
+    }
+    Ok(())
 }

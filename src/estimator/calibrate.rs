@@ -157,6 +157,8 @@ fn run_probes(comm: &Comm, store: &Store, settings: &CalibrationSettings, starte
             collective_rounds: f.rounds as u64,
             requests_to_me: requests_to_me.as_deref(),
             known_batches: None,
+            // The probes run in lockstep: every rank stays in MPI until all have done.
+            gets_end_in_barrier: false,
         };
         let mut out_of_time = false;
         for engine in [Backend::OneSided, Backend::Collective] {

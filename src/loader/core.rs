@@ -41,6 +41,10 @@ pub struct Core {
     /// Drives MPI's progress between calls where gets need it (`mpi::ProgressThread`).
     /// First, so that it stops before anything it uses is freed.
     progress: Option<ProgressThread>,
+    /// Agreed: one-sided steps end in a barrier, because some rank serves gets with
+    /// neither a progress thread nor a guarantee that it stays in MPI (see
+    /// [`Core::agree_on_lingering`]).
+    gets_end_in_barrier: bool,
     /// The host's ranks (a duplicate): agreements, the sampler's split, job statistics.
     comm: Comm,
     /// This rank's replica group, when the host is split into several
@@ -153,6 +157,7 @@ impl Core {
             buffers: RefCell::default(),
             spare_batches: Vec::new(),
             progress: None,
+            gets_end_in_barrier: false,
             estimator: Estimator::new(CostParams::default(), Settings { probe_interval: 0, hysteresis: 0.0 }),
             calibration: Calibration::default_params("default"),
             stats: Stats::default(),
@@ -244,7 +249,35 @@ impl Core {
         self.published.set_calibration(&self.calibration);
         self.publish();
         self.progress = self.start_progress();
+        self.gets_end_in_barrier = self.agree_on_lingering()?;
         Ok(())
+    }
+
+    /// Collective: whether some rank serves one-sided gets without a progress thread
+    /// (no `MPI_THREAD_MULTIPLE` on it, as Open MPI's pt2pt one-sided component
+    /// demands). Such a rank serves a peer's get only while it is inside MPI; leaving a
+    /// step for another library's collective (DDP's gloo all-reduce) while a peer still
+    /// reads from it would hang both. Every one-sided step then ends in a barrier on
+    /// every rank, so no rank leaves MPI before the last get of the step has been
+    /// served; it costs the ranks' skew, which the estimator then sees in the one-sided
+    /// engine's times. `MDL_PROGRESS=off` on a rank keeps it out of this (the user
+    /// takes the risk, as with the thread).
+    fn agree_on_lingering(&self) -> Result<bool> {
+        let wanted = self.config.progress != Progress::Off && self.gets_made() && self.progress.is_none();
+        let agreed = self.comm.allreduce_max(&[wanted as u8])?[0] != 0;
+        if agreed {
+            log::info!(
+                "one-sided steps end in a barrier: a rank serves gets without a progress thread \
+                 (MPI_THREAD_MULTIPLE missing), and would otherwise serve them only while inside MPI"
+            );
+        }
+        Ok(agreed)
+    }
+
+    /// Whether any get is ever made (one node whose samples are all copies makes none).
+    fn gets_made(&self) -> bool {
+        let one_node = self.store.as_ref().is_some_and(|store| store.topology.is_one_node());
+        self.data_comm().size() > 1 && !one_node
     }
 
     /// Stop the progress thread (a loader about to be leaked after a failure).
@@ -255,9 +288,7 @@ impl Core {
     /// The progress thread, where `MDL_PROGRESS` asks for it and MPI allows it. Local:
     /// it changes no communication, so the ranks need not agree.
     fn start_progress(&self) -> Option<ProgressThread> {
-        let topology = &self.store.as_ref()?.topology;
-        // One node whose samples are all copies makes no get at all.
-        let gets_made = self.data_comm().size() > 1 && !topology.is_one_node();
+        let gets_made = self.gets_made();
         let wanted = match self.config.progress {
             Progress::Off => false,
             Progress::On => true,
@@ -654,6 +685,7 @@ impl Core {
             collective_rounds: features.rounds as u64,
             requests_to_me,
             known_batches,
+            gets_end_in_barrier: self.gets_end_in_barrier,
         };
         let started = mpi::wtime();
         copy_local(&step, out);
