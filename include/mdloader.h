@@ -146,7 +146,9 @@ extern "C" {
  * (a thread that pokes MPI's progress while the host is outside the library, so that
  * peers' one-sided gets from this rank complete: MPICH, and Open MPI's pt2pt one-sided
  * component, serve a get only while its target is in MPI; on by default wherever
- * gets are made; needs MPI_THREAD_MULTIPLE; not agreed). The README documents each.
+ * gets are made; needs MPI_THREAD_MULTIPLE, and where a rank serving gets has no
+ * thread every engine step ends in a barrier instead, agreed at registration; `off`
+ * turns both off; not agreed). The README documents each.
  *
  * What cannot be agreed: MPI_COMM_NULL or an invalid handle on one rank returns an
  * error there at once while the other ranks wait in MPI_Comm_dup (MDL_TIMEOUT cannot

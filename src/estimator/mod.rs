@@ -8,7 +8,9 @@
 //!
 //! Every input of a decision (features, measured times) is agreed on by all ranks
 //! before use, and the state updates are deterministic, so all ranks make the same
-//! choice without further communication.
+//! choice without further communication. Deterministic to the bit: no libm function
+//! is on that path ([`portable`] has the `ln`/`exp` it needs), since glibc's differ by
+//! CPU and build, and one rank choosing apart would hang the job.
 //!
 //! Online correction, in two levels, per engine: a global scale applied to the model
 //! everywhere (calibration errors are mostly the same for all batches: a transport the
@@ -35,6 +37,7 @@
 pub mod calibrate;
 pub mod features;
 pub mod model;
+mod portable;
 
 use crate::config::Backend;
 use model::{CostParams, StepFeatures};
@@ -126,7 +129,7 @@ fn other(engine: Backend) -> Backend {
 /// sizes often are powers of two; with the bounds there, the steps of one workload
 /// would jitter between two buckets and learn everything twice). 0 for nothing.
 fn log2_class(x: f64) -> usize {
-    if x < 1.0 { 0 } else { 1 + (x.log2() + 0.5).floor() as usize }
+    portable::log2_class(x)
 }
 
 /// (batch class, sample-size class) of a step.
@@ -173,7 +176,7 @@ impl Estimator {
         let params = self.params;
         let bucket = *self.bucket(f);
         let global = self.global;
-        let predict = |e: Backend| params.predict(e, f) * (global[slot(e)] + bucket.residual[slot(e)]).exp();
+        let predict = |e: Backend| params.predict(e, f) * portable::exp(global[slot(e)] + bucket.residual[slot(e)]);
         (predict(Backend::OneSided), predict(Backend::Collective))
     }
 
@@ -225,7 +228,7 @@ impl Estimator {
             return;
         }
         let e = slot(engine);
-        let error = (measured / modelled).ln();
+        let error = portable::ln(measured / modelled);
         let residual = self.bucket(f).residual[e];
         let global = corrected(self.global[e], error - residual);
         self.global[e] = global;
@@ -238,9 +241,9 @@ impl Estimator {
 /// A log scale moved towards `target` by one measurement: by `CORRECTION_RATE` of the
 /// difference, the difference capped at `MAX_STEP_RATIO`, the result at `MAX_SCALE`.
 fn corrected(log_scale: f64, target: f64) -> f64 {
-    let limit = MAX_STEP_RATIO.ln();
+    let limit = portable::ln(MAX_STEP_RATIO);
     let step = CORRECTION_RATE * (target - log_scale).clamp(-limit, limit);
-    (log_scale + step).clamp(-MAX_SCALE.ln(), MAX_SCALE.ln())
+    (log_scale + step).clamp(-portable::ln(MAX_SCALE), portable::ln(MAX_SCALE))
 }
 
 #[cfg(test)]
