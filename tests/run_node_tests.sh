@@ -47,24 +47,35 @@ build() {
     done
 }
 
-# run_hosts <mpi> <name> <closing line> [--osc COMPONENTS] -- <program> [args...]
+# run_hosts <mpi> <name> <closing line> [--osc COMPONENTS] [--round-robin]
+#           [--env VAR=VALUE]... -- <program> [args...]
+# --round-robin: ranks alternate between the hosts (0 and 2 on A, 1 and 3 on B), so a
+# node's ranks are not adjacent.
 run_hosts() {
-    local mpi=$1 name=$2 closing=$3 osc="sm,pt2pt" rc
+    local mpi=$1 name=$2 closing=$3 osc="sm,pt2pt" rc round_robin=0 envs=(MDL_NODE_LOCAL=on) e
     shift 3
-    if [ "$1" = --osc ]; then
-        osc=$2
-        shift 2
-    fi
+    while [ "$1" != -- ]; do
+        case $1 in
+        --osc) osc=$2; shift 2 ;;
+        --round-robin) round_robin=1; shift ;;
+        --env) envs+=("$2"); shift 2 ;;
+        *) echo "run_hosts: unknown option $1" >&2; return 2 ;;
+        esac
+    done
     shift # --
-    local log=$LOGDIR/$mpi-hosts-$name.log
+    local log=$LOGDIR/$mpi-hosts-$name.log passed=()
     if [ "$mpi" = openmpi ]; then
-        mdl_hosts_openmpi "$osc" -x MDL_NODE_LOCAL
+        for e in "${envs[@]}"; do passed+=(-x "$e"); done
+        mdl_hosts_openmpi "$osc" "${passed[@]}"
+        [ $round_robin = 1 ] && MDL_HOSTS_LAUNCH+=(--map-by node)
     else
-        mdl_hosts_mpich -genv MDL_NODE_LOCAL on
+        for e in "${envs[@]}"; do passed+=(-genv "${e%%=*}" "${e#*=}"); done
+        mdl_hosts_mpich "${passed[@]}"
+        [ $round_robin = 1 ] && MDL_HOSTS_LAUNCH+=(-ppn 1)
     fi
     echo "+ ip netns exec $MDL_HOST_A ${MDL_HOSTS_LAUNCH[*]} $*" >"$log"
     local start=$SECONDS
-    (cd "$ROOT" && MDL_NODE_LOCAL=on OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+    (cd "$ROOT" && export "${envs[@]}" && OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
         timeout -k 10 "$TIMEOUT" ip netns exec "$MDL_HOST_A" "${MDL_HOSTS_LAUNCH[@]}" "$@") >>"$log" 2>&1 </dev/null
     rc=$?
     MDL_ELAPSED=$((SECONDS - start))
@@ -96,6 +107,10 @@ for mpi in "${MPIS[@]}"; do
         "$bin/replica_test" 0 --seed "$SEED"
     run_hosts "$mpi" replica_test-group1 "replica_test (group_size 1, 4 ranks): all checks passed" -- \
         "$bin/replica_test" 1 --seed "$SEED"
+    # The node index's leaders exchange their nodes' lengths in rounds (here several:
+    # MDL_MAX_MESSAGE_BYTES bounds them), each node's ranks not adjacent.
+    run_hosts "$mpi" node_local_test-round-robin-maxmsg4096 "node_local_test: all checks passed" --round-robin \
+        --env MDL_MAX_MESSAGE_BYTES=4096 -- "$bin/node_local_test" --seed "$SEED" --iters 20
     # The last rank (host B) gets from rank 0 (host A), which then waits outside MPI:
     # without MPI_THREAD_MULTIPLE (Open MPI's osc pt2pt refuses it) no progress thread
     # serves the get, and the step's closing barrier must.

@@ -141,7 +141,7 @@ impl Store {
         let shared = shm_budget::decide(comm, shard.data.len(), entries, settings)?;
         let index = match uniform {
             Some(len) => GlobalIndex::uniform(&per_rank, len),
-            None if shared.index => GlobalIndex::from_starts(&per_rank, node_index::build(comm, shard, &per_rank)?),
+            None if shared.index => GlobalIndex::from_starts(&per_rank, node_index::build(comm, shard, &per_rank, settings.limits.max_message)?),
             None => GlobalIndex::from_starts(&per_rank, Starts::Private(node_index::gather_private(comm, shard, &per_rank)?)),
         };
         let (window, node, topology) = if !shared.shards {
