@@ -445,7 +445,17 @@ fn check_handle(host: ffi::MPI_Comm) -> Result<()> {
         }
         check(rc, "MPI_Comm_size").map_err(|err| {
             Error::invalid(format!("the communicator is not a valid handle ({})", err.message))
-        })
+        })?;
+        // An intercommunicator passes every call above and then crashes or hangs the
+        // node split (Open MPI segfaults in MPI_Comm_split_type, MPICH waits in MPI_Bcast).
+        let mut inter: c_int = 0;
+        check(ffi::MPI_Comm_test_inter(host, &mut inter), "MPI_Comm_test_inter")?;
+        if inter != 0 {
+            return Err(Error::invalid(
+                "the communicator is an intercommunicator; MDLoader needs an intracommunicator (MPI_Intercomm_merge makes one)",
+            ));
+        }
+        Ok(())
     }
 }
 

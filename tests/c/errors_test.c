@@ -659,6 +659,33 @@ static void case_init_comm_null(void)
     case_end(name, &r);
 }
 
+/* ---------- init with an intercommunicator: refused on every rank ---------- */
+
+static void case_init_intercomm(void)
+{
+    const char *name = "init/mdl_init and mdl_init_replicated of an intercommunicator -> INVALID_ARG everywhere";
+    if (g_size < 2) {
+        case_skip(name, "needs 2 ranks");
+        return;
+    }
+    cres r;
+    case_begin(name, &r);
+    /* Even and odd ranks, joined by an intercommunicator (leaders: world ranks 0 and 1). */
+    MPI_Comm half, inter;
+    MPI_Comm_split(MPI_COMM_WORLD, g_rank % 2, g_rank, &half);
+    MPI_Intercomm_create(half, 0, MPI_COMM_WORLD, g_rank % 2 ? 0 : 1, 77, &inter);
+    mdl_loader *h = NULL;
+    expect_code(&r, "mdl_init(intercommunicator)", mdl_init(inter, &h), MDL_ERR_INVALID_ARG);
+    EXPECT(&r, h == NULL, "mdl_init(intercommunicator) left a handle");
+    expect_code(&r, "mdl_init_replicated(intercommunicator, 1)", mdl_init_replicated(inter, 1, &h), MDL_ERR_INVALID_ARG);
+    EXPECT(&r, h == NULL, "mdl_init_replicated(intercommunicator) left a handle");
+    if (h)
+        mdl_finalize(&h);
+    MPI_Comm_free(&inter);
+    MPI_Comm_free(&half);
+    case_end(name, &r);
+}
+
 int main(int argc, char **argv)
 {
     int provided = 0;
@@ -730,6 +757,7 @@ int main(int argc, char **argv)
         EXPECT(&fin, w.h == NULL, "handle not NULL after finalize");
         case_end("setup/finalize the shared loader", &fin);
     }
+    case_init_intercomm();
     case_init_comm_null();
 
     if (g_rank == 0) {

@@ -178,6 +178,20 @@ def test_close_and_context_manager(comm):
     assert info.value.status == Status.ERR_STATE
 
 
+def test_an_intercommunicator_is_refused_on_every_rank(comm):
+    if comm.size < 2:
+        pytest.skip("needs 2 ranks")
+    half = comm.Split(comm.rank % 2, comm.rank)
+    inter = half.Create_intercomm(0, comm, 1 - comm.rank % 2, tag=78)
+    try:
+        with pytest.raises(MDLError) as info:
+            mdloader.Loader(inter)
+        assert info.value.status == Status.ERR_INVALID_ARG and "intercommunicator" in str(info.value)
+    finally:
+        inter.Free()
+        half.Free()
+
+
 def test_status_strings_and_error_type():
     assert mdloader.status_string(Status.ERR_REMOTE) != ""
     err = MDLError(3, "mdl_fetch_batch: something")
