@@ -171,6 +171,8 @@ abort_case() {
         fail "$mpi/abort-on-$mode (the job hung: killed after 60 s)" "$log"
     elif [ $rc -eq 0 ] || ! grep -q "aborting the MPI job" "$log"; then
         fail "$mpi/abort-on-$mode (exit $rc without the abort)" "$log"
+    elif [ "$mode" != sigint ] && ! grep -q "RuntimeError: a collate function failed on rank 1" "$log"; then
+        fail "$mpi/abort-on-$mode (the job ended without the failing rank's traceback)" "$log"
     elif [ "$MDL_ELAPSED" -gt 10 ]; then
         fail "$mpi/abort-on-$mode (ended after $MDL_ELAPSED s, more than 10)" "$log"
     else
@@ -369,6 +371,8 @@ for mpi in "${MPIS[@]}"; do
     if [ $python_ok -eq 1 ]; then
         abort_case "$mpi" raise "$py" "${pyenv[@]}"
         abort_case "$mpi" sigint "$py" "${pyenv[@]}"
+        # torch.distributed's excepthook captures the traceback: it must still show.
+        [ $torch_ok -eq 1 ] && abort_case "$mpi" raise-ddp "$py" "${pyenv[@]}"
     fi
     # The decode test must notice a wrong value: one coordinate of the reference changed
     # in its last digit (read by every rank, so every rank fetches that molecule).

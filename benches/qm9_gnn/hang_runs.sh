@@ -63,10 +63,13 @@ launch() {
     # Two hosts: gloo meets on host A's address over the veth pair. Open MPI's pt2pt
     # one-sided component serves the other host's gets; it refuses
     # MPI_THREAD_MULTIPLE, so mpi4py asks for FUNNELED (the library then fetches
-    # without its prefetch thread, and says so).
+    # without its prefetch thread, and says so; the batches are collated in the
+    # training thread, since BackgroundLoader's thread would call MPI). No progress
+    # thread can run either: the library ends each engine step in a barrier.
     env+=(MASTER_ADDR="$MDL_HOSTS_SUBNET.1" GLOO_SOCKET_IFNAME="$MDL_HOSTS_IFACE")
     if [ "$mpi" = openmpi ]; then
         env+=(MPI4PY_RC_THREAD_LEVEL=funneled)
+        job+=(--collate main)
         local x=() e
         for e in "${env[@]}"; do x+=(-x "${e%%=*}"); done
         mdl_hosts_openmpi "sm,pt2pt" "${x[@]}"

@@ -37,9 +37,23 @@ def install() -> None:
         # (in a torch worker process, say).
         MPI = sys.modules.get("mpi4py.MPI")
         if MPI is not None and MPI.Is_initialized() and not MPI.Is_finalized() and MPI.COMM_WORLD.Get_size() > 1:
+            _release_captured_stderr()
             print(f"mdloader: rank {MPI.COMM_WORLD.Get_rank()}: uncaught {kind.__name__}: aborting the MPI job "
-                  "(MDLOADER_ABORT_ON_ERROR=0 turns this off)", file=sys.stderr, flush=True)
+                  "(MDLOADER_ABORT_ON_ERROR=0 turns this off)", file=sys.__stderr__, flush=True)
             sys.stdout.flush()
             MPI.COMM_WORLD.Abort(1)
 
     sys.excepthook = abort_the_job
+
+
+def _release_captured_stderr() -> None:
+    """Write out what a hook installed after this one captured of the traceback.
+
+    torch.distributed's ``init_process_group`` wraps ``sys.excepthook``: it points
+    ``sys.stderr`` at a buffer, calls the previous hook (this one) and prints the buffer
+    with ``[rankN]:`` prefixes when that returns, which an abort never does. Every
+    DDP job's traceback was lost that way."""
+    captured = sys.stderr
+    if captured is not sys.__stderr__ and hasattr(captured, "getvalue") and sys.__stderr__ is not None:
+        sys.__stderr__.write(captured.getvalue())
+        sys.__stderr__.flush()

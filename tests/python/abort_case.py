@@ -2,7 +2,10 @@
 seconds (mdloader.abort), not hang with the failed rank in MPI_Finalize and the other in
 its next fetch.
 
-    mpirun -n 2 python tests/python/abort_case.py raise|sigint
+    mpirun -n 2 python tests/python/abort_case.py raise|sigint|raise-ddp
+
+raise-ddp: as raise, in a job that started torch.distributed (gloo), whose own
+excepthook captures the traceback; the log must still show it.
 """
 
 import os
@@ -17,13 +20,25 @@ import mdloader
 
 mode = sys.argv[1]
 comm = MPI.COMM_WORLD
+if mode == "raise-ddp":
+    import socket
+
+    import torch.distributed as dist
+
+    port = None
+    if comm.rank == 0:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+    port = comm.bcast(port)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=comm.rank, world_size=comm.size)
 with mdloader.Loader(comm) as ld:
     ld.register_shard([np.full(64, i % 256, dtype=np.uint8) for i in range(1000)])
     start = time.time()
     for epoch in range(1000):
         for step, batch in enumerate(ld.epoch(16, epoch=epoch)):
             if comm.rank == 1 and epoch == 1 and step == 3:
-                if mode == "raise":
+                if mode.startswith("raise"):
                     raise RuntimeError("a collate function failed on rank 1")
                 os.kill(os.getpid(), signal.SIGINT)
         if time.time() - start > 120:
