@@ -221,6 +221,8 @@ fn exchange(step: &StepContext, requests: &[RemoteSample], asked: Requests, out:
     let ExchangeBuffers { packed, received } = &mut *step.buffers.borrow_mut();
     let bytes_to = pack(step, &asked, &ids_from, packed)?;
     let received = grown(received, bytes_from.iter().sum::<u64>())?;
+    // After a timeout the buffers stay with the loader, which is then poisoned and
+    // leaked, never freed (calibration leaks its own).
     comm.alltoallv(packed, &bytes_to, received, &bytes_from)?;
     unpack(requests, received, out);
     Ok(())
@@ -234,7 +236,7 @@ fn send_ids(comm: &Comm, requests: &[RemoteSample], ids_to: &[u64], ids_from: Ve
     let mut asked = zeroed(ids_from.iter().sum::<u64>())?;
     let sent = comm.alltoallv(&wanted, ids_to, &mut asked, &ids_from);
     if crate::mpi::timed_out(&sent) {
-        std::mem::forget(asked); // MPI may still write into it
+        std::mem::forget((wanted, asked)); // MPI may still read and write them
         return Err(sent.unwrap_err());
     }
     sent.map(|()| (asked, ids_from))

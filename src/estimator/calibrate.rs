@@ -165,7 +165,12 @@ fn run_probes(comm: &Comm, store: &Store, settings: &CalibrationSettings, starte
             let mut local = Vec::with_capacity(REPS + 1);
             for _ in 0..=REPS {
                 let t0 = mpi::wtime();
-                execute(&step, engine, &mut out)?;
+                let done = execute(&step, engine, &mut out);
+                if mpi::timed_out(&done) {
+                    // MPI may still use the exchange's buffers and `out`: leaked.
+                    std::mem::forget((std::mem::take(&mut *buffers.borrow_mut()), std::mem::take(&mut out)));
+                }
+                done?;
                 local.push(mpi::wtime() - t0);
             }
             local.push(mpi::wtime() - started);

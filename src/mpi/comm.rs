@@ -316,6 +316,11 @@ impl Comm {
     /// `MPI_Alltoallv`: `send` is cut into consecutive parts of `send_counts[p]` elements
     /// for rank p; `recv` receives consecutive parts of `recv_counts[p]` from rank p.
     /// Fails clearly (never truncates) when a count or displacement exceeds `int`.
+    ///
+    /// After a timeout (`MDL_TIMEOUT`) MPI may still read `send` and write `recv` when
+    /// the late peers arrive: the caller must leak both. Not copied here, unlike the
+    /// small collectives' values: a copy of a step's whole send buffer doubled its
+    /// memory and aborted the process where the memory was short.
     pub fn alltoallv<T: Datatype>(
         &self,
         send: &[T],
@@ -331,8 +336,7 @@ impl Comm {
         let rdispls = displacements(&rcounts, "alltoallv receive total")?;
         assert_eq!(send_counts.iter().sum::<u64>(), send.len() as u64);
         assert_eq!(recv_counts.iter().sum::<u64>(), recv.len() as u64);
-        let send = self.sendable(send);
-        let (sp, rp, ty) = (send_ptr(&send), recv_ptr(recv), T::mpi_type());
+        let (sp, rp, ty) = (send_ptr(send), recv_ptr(recv), T::mpi_type());
         let (sc, sd, rc, rd) = (scounts.as_ptr(), sdispls.as_ptr(), rcounts.as_ptr(), rdispls.as_ptr());
         // SAFETY (both closures): counts and displacements were checked to lie within
         // both buffers.
@@ -343,9 +347,9 @@ impl Comm {
             |req| unsafe { ffi::MPI_Ialltoallv(sp, sc, sd, ty, rp, rc, rd, ty, self.raw, req) },
         );
         if timed_out(&done) {
-            // MPI may still read the counts and the data sent when the late peers
-            // arrive; `recv` is the caller's to keep alive.
-            std::mem::forget((scounts, sdispls, rcounts, rdispls, send));
+            // MPI may still read the counts when the late peers arrive; `send` and
+            // `recv` are the caller's to keep alive.
+            std::mem::forget((scounts, sdispls, rcounts, rdispls));
         }
         done
     }
