@@ -10,7 +10,9 @@
 # (network namespaces, tests/emulated_hosts.sh: MPI sees two nodes and moves everything
 # between them over TCP; gloo meets on host A's address). Knobs: MDL_HANG_MPIS
 # ("openmpi mpich"), MDL_HANG_LAYOUTS ("node hosts"), MDL_HANG_TIMEOUT (seconds a run
-# may take, default 300), MDL_HANG_ARGS (the GNN's arguments after the pack).
+# may take, default 300), MDL_HANG_ARGS (the GNN's arguments after the pack),
+# MDL_HANG_ENV (VAR=VALUE words passed to every rank, e.g. MDL_PROGRESS=off for the
+# control without the progress thread and the closing barrier).
 #
 # Needs what scripts/test.sh builds: the libraries, the Python environments (.venv,
 # .venv-mpich, with torch) and the QM9 pack (target/qm9/qm9.qm9g). Writes one line per
@@ -50,7 +52,7 @@ launch() {
     # Unbuffered, with the library's per-epoch lines: a hung run's log shows how far
     # it got.
     local env=(MDLOADER_LIBRARY="$ROOT/target/$mpi/release/libmdloader.so" PYTHONPATH="$ROOT/python"
-        OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PYTHONUNBUFFERED=1 MDL_LOG=info)
+        OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PYTHONUNBUFFERED=1 MDL_LOG=info ${MDL_HANG_ENV:-})
     local job=("$py" python/examples/qm9_gnn.py "$PACK" "${GNN_ARGS[@]}")
     if [ "$layout" = node ]; then
         if [ "$mpi" = openmpi ]; then
@@ -86,7 +88,7 @@ MDL_HOSTS_SUBNET=10.79.0
 hosts_made=0
 declare -A SUMMARY
 {
-    echo "# $(git rev-parse --short HEAD) $(date -u +%FT%TZ), $RUNS runs each, load: 2 busy processes; GNN ${GNN_ARGS[*]}"
+    echo "# $(git rev-parse --short HEAD) $(date -u +%FT%TZ), $RUNS runs each, load: 2 busy processes; GNN ${GNN_ARGS[*]}; env: ${MDL_HANG_ENV:-defaults}"
 } | tee "$LOG"
 for layout in $LAYOUTS; do
     if [ "$layout" = hosts ] && [ $hosts_made -eq 0 ]; then
