@@ -157,6 +157,18 @@ static void check_epoch(mdl_loader *h, int group, unsigned prefetch)
 
 /* A collective call that must fail on every rank, with MDL_ERR_INVALID_ARG on at least
  * one and nothing else than it or MDL_ERR_REMOTE anywhere, naming `needle` there. */
+/* The "steps" of the engine named in rank's statistics (-1 when absent). */
+static double engine_steps(mdl_loader *h, const char *engine)
+{
+    static char json[16384];
+    char key[64];
+    snprintf(key, sizeof key, "\"%s\": {", engine);
+    size_t needed = mdl_stats_json(h, json, sizeof json); /* the JSON's length + 1 */
+    const char *at = needed > 0 && needed <= sizeof json ? strstr(json, key) : NULL;
+    at = at ? strstr(at, "\"steps\":") : NULL;
+    return at ? strtod(at + strlen("\"steps\":"), NULL) : -1;
+}
+
 static int failed_everywhere(mdl_status st, const char *needle)
 {
     char msg[512] = "";
@@ -272,6 +284,12 @@ int main(int argc, char **argv)
     check_fetches(h, group, MDL_BACKEND_AUTO, "auto");
     check_epoch(h, group, 0);
     check_epoch(h, group, 2);
+    /* AUTO decides over the whole job, and whether a step needs an engine at all is
+       agreed over the whole job too: every rank ran each engine in the same steps (none
+       at all where no step needed one, as with one group per node on one node). */
+    double onesided = engine_steps(h, "onesided"), collective = engine_steps(h, "collective");
+    check(onesided >= 0 && collective >= 0 && same_on_all_ranks(onesided) && same_on_all_ranks(collective),
+          "every rank of every group ran the same engine in every step");
     check(mdl_finalize(&h) == MDL_OK && h == NULL, "mdl_finalize");
 
     check_errors(group_size, group, groups);
