@@ -18,6 +18,9 @@ pub struct Proposal {
     pub backend: Backend,
     /// Values to combine by maximum (the estimator's per-rank predictions, ...).
     pub maxima: Vec<f64>,
+    /// What must be equal on every rank besides (the estimator's fingerprint, below
+    /// 2^53); 0 where nothing is.
+    pub same: u64,
 }
 
 /// The combination over all ranks.
@@ -28,9 +31,11 @@ pub struct Agreed {
     pub backend_min: Backend,
     pub backend_max: Backend,
     pub maxima: Vec<f64>,
+    /// Whether the ranks' `Proposal::same` differed.
+    pub same_differs: bool,
 }
 
-const HEADER: usize = 3;
+const HEADER: usize = 5;
 /// A failure travels as -(rank * STATUS_SLOTS + status): the maximum is the lowest
 /// failing rank, and its status comes along in the same value.
 const STATUS_SLOTS: u64 = 16;
@@ -63,6 +68,9 @@ fn encode(comm: &Comm, proposal: &Proposal) -> Result<Vec<f64>> {
     });
     values.push(proposal.backend as i64 as f64);
     values.push(-(proposal.backend as i64 as f64));
+    debug_assert!(proposal.same < 1 << 53, "exact in a double");
+    values.push(proposal.same as f64);
+    values.push(-(proposal.same as f64));
     values.extend_from_slice(&proposal.maxima);
     Ok(values)
 }
@@ -84,6 +92,7 @@ fn decode(combined: &[f64]) -> Result<Agreed> {
         first_failure,
         backend_max: backend(combined[1])?,
         backend_min: backend(-combined[2])?,
+        same_differs: combined[3] != -combined[4],
         maxima: combined[HEADER..].to_vec(),
     })
 }
@@ -110,7 +119,7 @@ impl Agreed {
 /// Agree on the outcome of a collective call's local checks alone.
 pub fn agree_on_checks(comm: &Comm, checks: Result<()>) -> Result<()> {
     let error = checks.err();
-    let proposal = Proposal { error: error.clone(), backend: Backend::Auto, maxima: Vec::new() };
+    let proposal = Proposal { error: error.clone(), backend: Backend::Auto, maxima: Vec::new(), same: 0 };
     agree(comm, &proposal)?.outcome(error)
 }
 
@@ -171,7 +180,7 @@ pub fn agree_settings(comm: &Comm, checks: Result<()>, settings: &[Setting]) -> 
         let (hi, lo) = ((s.value >> 32) as f64, (s.value & 0xFFFF_FFFF) as f64);
         maxima.extend_from_slice(&[hi, lo, -hi, -lo, s.shown, -s.shown]);
     }
-    let proposal = Proposal { error: error.clone(), backend: Backend::Auto, maxima };
+    let proposal = Proposal { error: error.clone(), backend: Backend::Auto, maxima, same: 0 };
     let agreed = agree(comm, &proposal)?;
     agreed.outcome(error)?;
     let mut values = Vec::with_capacity(settings.len());

@@ -117,6 +117,21 @@ pub struct Estimator {
     counters: EstimatorCounters,
 }
 
+/// FNV-1a over 64-bit words: the estimator's fingerprint.
+struct Fingerprint(u64);
+
+impl Fingerprint {
+    fn new() -> Fingerprint {
+        Fingerprint(0xcbf2_9ce4_8422_2325)
+    }
+
+    fn word(&mut self, w: u64) {
+        for byte in w.to_le_bytes() {
+            self.0 = (self.0 ^ byte as u64).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+}
+
 fn slot(engine: Backend) -> usize {
     (engine == Backend::Collective) as usize
 }
@@ -169,6 +184,35 @@ impl Estimator {
             self.buckets.insert(key, fresh);
         }
         self.buckets.get_mut(&key).expect("inserted above")
+    }
+
+    /// Everything a decision depends on besides the step's agreed features, hashed to
+    /// 52 bits (exact in the agreement's doubles). Equal on every rank while the ranks
+    /// would decide alike; the steps' agreements compare it, so that a rank whose model
+    /// drifted (a libm, a CPU or a bug that computes differently) fails the step on
+    /// every rank instead of entering another engine's collective.
+    pub fn fingerprint(&self) -> u64 {
+        let mut f = Fingerprint::new();
+        let p = &self.params;
+        for v in [p.a_os, p.g_os, p.b_os, p.c_os, p.a_coll, p.s_coll, p.b_coll, self.global[0], self.global[1]] {
+            f.word(v.to_bits());
+        }
+        for (&(batch, size), b) in &self.buckets {
+            f.word(batch as u64);
+            f.word(size as u64);
+            f.word(b.residual[0].to_bits());
+            f.word(b.residual[1].to_bits());
+            f.word(b.measured[0]);
+            f.word(b.measured[1]);
+            f.word(b.preferred.map_or(u64::MAX, |e| e as u64));
+            f.word(b.steps_since_probe);
+            f.word(b.probes as u64);
+        }
+        let c = &self.counters;
+        for w in [c.decisions, c.probes, c.switches] {
+            f.word(w);
+        }
+        f.0 >> 12
     }
 
     /// Corrected predictions for both engines.

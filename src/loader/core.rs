@@ -243,7 +243,7 @@ impl Core {
             None => self.measure_calibration()?,
         };
         self.estimator = Estimator::new(
-            self.calibration.params,
+            perturbed_for_tests(self.calibration.params),
             Settings { probe_interval: self.config.probe_interval, hysteresis: self.config.hysteresis },
         );
         self.published.set_calibration(&self.calibration);
@@ -480,7 +480,8 @@ impl Core {
             maxima[at..].copy_from_slice(&mine);
         }
         let error = prepared.as_ref().err().cloned();
-        let agreed = agree(&self.comm, &Proposal { error: error.clone(), backend: self.backend, maxima })?;
+        let same = self.estimator.fingerprint();
+        let agreed = agree(&self.comm, &Proposal { error: error.clone(), backend: self.backend, maxima, same })?;
         self.learn(measured, &agreed.maxima[..at]);
         agreed.outcome(error)?;
         Self::refuse_differing_backends(&agreed)?;
@@ -539,6 +540,17 @@ impl Core {
                 agreed.backend_max.name()
             )));
         }
+        if agreed.same_differs {
+            // Every input of the model is agreed and its arithmetic portable, so this is
+            // a defect (or a rank built differently): never enter a step the ranks might
+            // run with different engines.
+            return Err(Error::new(
+                mdl_status::MDL_ERR_STATE,
+                "the ranks' engine models differ (their fingerprints in the step's agreement): they could \
+                 choose different engines for one step; the step is refused on every rank (a defect: \
+                 please report it, with MDL_LOG=debug)",
+            ));
+        }
         Ok(())
     }
 
@@ -593,7 +605,8 @@ impl Core {
             maxima[at..].copy_from_slice(&features::encode_known(&p.plan, &p.shape, served));
         }
         let error = prepared.as_ref().err().cloned();
-        let agreement = start_agreement(&self.comm, &Proposal { error, backend: self.backend, maxima })?;
+        let same = self.estimator.fingerprint();
+        let agreement = start_agreement(&self.comm, &Proposal { error, backend: self.backend, maxima, same })?;
         Ok(StepAhead { prepared, measured, agreement })
     }
 
@@ -783,6 +796,17 @@ impl Core {
 }
 
 /// Whether a batch planned as `plan` fits an output buffer of `out_len` bytes.
+/// A test hook, not a setting: `MDL_TEST_PERTURB_MODEL` in a rank's environment at
+/// registration nudges that rank's cost model by one part in 10^12, as a rank that
+/// computed differently would; the steps' agreements must then refuse every step on
+/// every rank (tests/c/errors_test.c).
+fn perturbed_for_tests(mut params: CostParams) -> CostParams {
+    if std::env::var_os("MDL_TEST_PERTURB_MODEL").is_some() {
+        params.a_os *= 1.0 + 1e-12;
+    }
+    params
+}
+
 fn fits(plan: &BatchPlan, out_len: usize) -> Result<()> {
     if plan.total_bytes() > out_len as u64 {
         return Err(Error::new(

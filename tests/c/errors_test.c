@@ -659,6 +659,46 @@ static void case_init_comm_null(void)
     case_end(name, &r);
 }
 
+/* ---------- one rank's engine model differs: every step refused everywhere ---------- */
+
+static void case_model_fingerprint(void)
+{
+    const char *name = "model/one rank's cost model perturbed -> every fetch and sampler step MDL_ERR_STATE everywhere";
+    if (g_size < 2) {
+        case_skip(name, "needs 2 ranks");
+        return;
+    }
+    cres r;
+    case_begin(name, &r);
+    enum { SAMPLES = 8, BYTES = 16 };
+    static uint8_t data[SAMPLES * BYTES], out[4 * SAMPLES * BYTES];
+    uint64_t offsets[SAMPLES + 1], out_offsets[SAMPLES + 1];
+    for (int i = 0; i <= SAMPLES; i++)
+        offsets[i] = (uint64_t)i * BYTES;
+    /* The test hook: the last rank's model, one part in 10^12 off (a rank that
+       computed differently). */
+    if (g_rank == g_last)
+        setenv("MDL_TEST_PERTURB_MODEL", "1", 1);
+    mdl_loader *h = NULL;
+    expect_code(&r, "mdl_init", mdl_init(MPI_COMM_WORLD, &h), MDL_OK);
+    expect_code(&r, "mdl_register_shard", mdl_register_shard(h, data, offsets, SAMPLES), MDL_OK);
+    unsetenv("MDL_TEST_PERTURB_MODEL");
+    uint64_t ids[SAMPLES];
+    for (int i = 0; i < SAMPLES; i++)
+        ids[i] = (uint64_t)((g_rank + 1) % g_size) * SAMPLES + (uint64_t)i; /* a neighbour's */
+    for (int attempt = 0; attempt < 2; attempt++)
+        expect_code(&r, "mdl_fetch_batch", mdl_fetch_batch(h, ids, SAMPLES, out, sizeof out, out_offsets),
+                    MDL_ERR_STATE);
+    expect_code(&r, "mdl_epoch_begin", mdl_epoch_begin(h, 1, 0, 4, 1, 0), MDL_OK);
+    const uint64_t *bids, *boffs;
+    const void *bdata;
+    size_t n = 0;
+    expect_code(&r, "mdl_next_batch", mdl_next_batch(h, &bids, &bdata, &boffs, &n), MDL_ERR_STATE);
+    expect_code(&r, "mdl_finalize", mdl_finalize(&h), MDL_OK);
+    EXPECT(&r, h == NULL, "mdl_finalize left a handle");
+    case_end(name, &r);
+}
+
 /* ---------- init with an intercommunicator: refused on every rank ---------- */
 
 static void case_init_intercomm(void)
@@ -757,6 +797,7 @@ int main(int argc, char **argv)
         EXPECT(&fin, w.h == NULL, "handle not NULL after finalize");
         case_end("setup/finalize the shared loader", &fin);
     }
+    case_model_fingerprint();
     case_init_intercomm();
     case_init_comm_null();
 
