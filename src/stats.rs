@@ -8,7 +8,8 @@ use std::fmt::Write;
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct EngineStats {
     pub steps: u64,
-    /// This rank's wall time in the engine's steps (local copies included).
+    /// This rank's wall time in the engine's steps (the copies from this rank's own
+    /// and its node's shards excluded: they are timed apart, see `NodeLocalStats`).
     pub seconds: f64,
     /// The estimator's predictions for those steps (slowest rank).
     pub predicted_seconds: f64,
