@@ -342,7 +342,10 @@ enum mdl_status mdl_finalize(struct mdl_loader **h);
  * slowest rank), "samples", "bytes_local" (own samples), "bytes_remote" (this rank's),
  * "decisions", "probes", "switches", "node_local" (samples of this rank's node copied
  * from shared memory: "steps", "bytes", "samples", and "seconds" spent copying local
- * and node-local samples), "engine_free_steps" (steps in which no rank had a remote
+ * and node-local samples), "probe_cost" (the estimator's probes measured so far:
+ * "steps", "seconds" of the slowest rank, and "excess_seconds" over what the preferred
+ * engine was predicted to take in those steps, negative where a probe found a faster
+ * engine), "engine_free_steps" (steps in which no rank had a remote
  * sample), and "calibration" ("source": measured, default, file, or "not needed (one node)" where the node-local path copies every sample,
  * "seconds", "points_onesided", "points_collective" and the cost model's parameters,
  * see README). The "calibration" object, saved to a file, can be loaded with

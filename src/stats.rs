@@ -22,6 +22,20 @@ pub struct EngineStats {
     pub measured_steps: u64,
 }
 
+/// The estimator's probes (steps run with the engine it did not prefer, to check its
+/// model), as measured on the slowest rank: what exploring cost.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct ProbeStats {
+    /// Probe steps measured so far (known at the next agreement).
+    pub steps: u64,
+    /// Their time on the slowest rank.
+    pub seconds: f64,
+    /// That time minus what the preferred engine was predicted to take in those
+    /// steps: the probes' cost over not probing (negative when probing found a faster
+    /// engine).
+    pub excess_seconds: f64,
+}
+
 /// The node-local path: samples of other ranks of this rank's node, copied from their
 /// shards with memcpy.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -48,6 +62,7 @@ pub struct Stats {
     pub onesided: EngineStats,
     pub collective: EngineStats,
     pub node_local: NodeLocalStats,
+    pub probes: ProbeStats,
     /// Steps in which no rank had a remote sample: no engine ran.
     pub engine_free_steps: u64,
     pub samples: u64,
@@ -87,6 +102,11 @@ impl Stats {
                 samples: self.node_local.samples - earlier.node_local.samples,
                 seconds: self.node_local.seconds - earlier.node_local.seconds,
             },
+            probes: ProbeStats {
+                steps: self.probes.steps - earlier.probes.steps,
+                seconds: self.probes.seconds - earlier.probes.seconds,
+                excess_seconds: self.probes.excess_seconds - earlier.probes.excess_seconds,
+            },
             engine_free_steps: self.engine_free_steps - earlier.engine_free_steps,
             samples: self.samples - earlier.samples,
             bytes_local: self.bytes_local - earlier.bytes_local,
@@ -117,6 +137,17 @@ impl Stats {
             parts.push(engine("collective", "one-sided", &self.collective));
         }
         format!("{} steps: {}", self.steps(), if parts.is_empty() { "none".to_string() } else { parts.join(", ") })
+    }
+
+    /// What the probes measured so far cost, for the summary line.
+    pub fn probe_cost(&self) -> String {
+        let p = &self.probes;
+        format!(
+            "{} probes measured: {:.3} ms on the slowest rank, {:+.3} ms against the preferred engine's prediction",
+            p.steps,
+            p.seconds * 1e3,
+            p.excess_seconds * 1e3
+        )
     }
 
     /// One line for the log.
@@ -164,6 +195,7 @@ impl Stats {
              \"onesided\": {}, \"collective\": {}, \"samples\": {}, \"bytes_local\": {}, \
              \"bytes_remote\": {}, \"decisions\": {}, \"probes\": {}, \"switches\": {}, \
              \"node_local\": {{\"steps\": {}, \"bytes\": {}, \"samples\": {}, \"seconds\": {}}}, \
+             \"probe_cost\": {{\"steps\": {}, \"seconds\": {}, \"excess_seconds\": {}}}, \
              \"engine_free_steps\": {}, \"calibration\": {{\"source\": \"{}\", \"seconds\": {}, \"points_onesided\": {}, \
              \"points_collective\": {}, {params}}}}}",
             backend.name(),
@@ -180,6 +212,9 @@ impl Stats {
             self.node_local.bytes,
             self.node_local.samples,
             number(self.node_local.seconds),
+            self.probes.steps,
+            number(self.probes.seconds),
+            number(self.probes.excess_seconds),
             self.engine_free_steps,
             calibration.source,
             number(calibration.seconds),

@@ -102,6 +102,8 @@ struct PendingMeasurement {
     features: StepFeatures,
     /// This rank's time; 0 when the step failed here.
     seconds: f64,
+    /// For a probe: the corrected prediction of the engine it stood in for.
+    probe_instead_of: Option<f64>,
 }
 
 /// The values each rank contributes to a step's agreement: the times of the steps it
@@ -528,6 +530,12 @@ impl Core {
             let stats = self.stats.engine_mut(previous.engine);
             stats.measured_slowest_seconds += slowest;
             stats.measured_steps += 1;
+            if let Some(preferred) = previous.probe_instead_of {
+                let probes = &mut self.stats.probes;
+                probes.steps += 1;
+                probes.seconds += slowest;
+                probes.excess_seconds += slowest - preferred;
+            }
         }
     }
 
@@ -712,6 +720,7 @@ impl Core {
                 engine: decision.engine,
                 features,
                 seconds: if result.is_ok() { seconds } else { 0.0 },
+                probe_instead_of: decision.probe.then(|| decision.predicted(other_engine(decision.engine))),
             });
             result?;
             let engine_stats = self.stats.engine_mut(decision.engine);
@@ -754,10 +763,11 @@ impl Core {
         if self.comm.rank() == 0 {
             let chosen_by = if self.backend == Backend::Auto { "AUTO" } else { "forced (mdl_set_backend or MDL_BACKEND)" };
             log::info!(
-                "{what}, engine {chosen_by}: {}; {} probes, {} switches",
+                "{what}, engine {chosen_by}: {}; {} probes, {} switches; {}",
                 stats.engines_and_why(),
                 counters.probes - self.summarised.1.probes,
-                counters.switches - self.summarised.1.switches
+                counters.switches - self.summarised.1.switches,
+                stats.probe_cost()
             );
         }
         self.start_summary();

@@ -153,6 +153,18 @@ int main(int argc, char **argv)
     snprintf(what, sizeof what, "AUTO decided the same on every rank for %d uneven steps (%.0f one-sided, %.0f collective, %.0f probes)",
              steps, os, co, json_number(js, NULL, "probes"));
     check(fetched && consistent && os + co == steps && (g_size == 1 || (os > 0 && co > 0)), what);
+    /* The probes' cost: every probe but the last step's is measured (a step's time is
+       known at the next agreement), on the slowest rank, so alike everywhere. */
+    double probes = json_number(js, NULL, "probes");
+    double probed = json_number(js, "\"probe_cost\": {", "steps");
+    double probe_seconds = json_number(js, "\"probe_cost\": {", "seconds");
+    double excess = json_number(js, "\"probe_cost\": {", "excess_seconds");
+    snprintf(what, sizeof what, "mdl_stats_json's probe_cost: %.0f of %.0f probes measured, %.6f s, %+.6f s over the preferred engine",
+             probed, probes, probe_seconds, excess);
+    check(probed >= 0 && probed <= probes && probed >= probes - 1 && (probed == 0) == (probe_seconds == 0) &&
+              probe_seconds >= 0 && excess <= probe_seconds && same_on_all_ranks(probe_seconds) &&
+              same_on_all_ranks(excess) && (g_size == 1 || probed > 0),
+          what);
     free(js);
 
     mdl_finalize(&h);
