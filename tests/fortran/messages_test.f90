@@ -8,7 +8,7 @@ program messages_test
    use, intrinsic :: iso_fortran_env, only: int8, int64
    implicit none
    type(mdl_loader) :: ld
-   integer :: ierr, rank, failures, total_failures
+   integer :: ierr, rank, failures, total_failures, half, inter
    integer(int8) :: data(6) = [1_int8, 2_int8, 3_int8, 4_int8, 5_int8, 6_int8]
    integer(int64) :: n_total, nbytes, out_offsets(3)
    integer(int8) :: out(64), tiny(1)
@@ -56,6 +56,14 @@ program messages_test
       end if
    end if
    call mdl_finalize(ld)
+
+   ! An intercommunicator (even and odd ranks) is refused on every rank.
+   call MPI_Comm_split(MPI_COMM_WORLD, mod(rank, 2), rank, half, ierr)
+   call MPI_Intercomm_create(half, 0, MPI_COMM_WORLD, 1 - mod(rank, 2), 79, inter, ierr)
+   call mdl_init(ld, inter, ierr)
+   call expect(ierr, -1, MDL_ERR_INVALID_ARG, 'intercommunicator')
+   call MPI_Comm_free(inter, ierr)
+   call MPI_Comm_free(half, ierr)
 
    call MPI_Allreduce(failures, total_failures, 1, MPI_INTEGER, MPI_SUM, MPI_COMM_WORLD, ierr)
    if (rank == 0) print '(a,i0,a)', 'fortran messages: ', total_failures, ' failures'
