@@ -807,12 +807,13 @@ impl Core {
 
 /// Whether a batch planned as `plan` fits an output buffer of `out_len` bytes.
 /// A test hook, not a setting: `MDL_TEST_PERTURB_MODEL` in a rank's environment at
-/// registration nudges that rank's cost model by one part in 10^12, as a rank that
-/// computed differently would; the steps' agreements must then refuse every step on
-/// every rank (tests/c/errors_test.c).
+/// registration moves one parameter of that rank's cost model by one ulp (the next
+/// double up: a fitted parameter may be 0), as a rank that computed differently would;
+/// the steps' agreements must then refuse every step on every rank
+/// (tests/c/errors_test.c).
 fn perturbed_for_tests(mut params: CostParams) -> CostParams {
     if std::env::var_os("MDL_TEST_PERTURB_MODEL").is_some() {
-        params.a_os *= 1.0 + 1e-12;
+        params.a_os = f64::from_bits(params.a_os.to_bits() + 1);
     }
     params
 }

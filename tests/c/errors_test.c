@@ -675,7 +675,7 @@ static void case_model_fingerprint(void)
     uint64_t offsets[SAMPLES + 1], out_offsets[SAMPLES + 1];
     for (int i = 0; i <= SAMPLES; i++)
         offsets[i] = (uint64_t)i * BYTES;
-    /* The test hook: the last rank's model, one part in 10^12 off (a rank that
+    /* The test hook: one parameter of the last rank's model one ulp off (a rank that
        computed differently). */
     if (g_rank == g_last)
         setenv("MDL_TEST_PERTURB_MODEL", "1", 1);
