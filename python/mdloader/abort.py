@@ -37,23 +37,43 @@ def install() -> None:
         # (in a torch worker process, say).
         MPI = sys.modules.get("mpi4py.MPI")
         if MPI is not None and MPI.Is_initialized() and not MPI.Is_finalized() and MPI.COMM_WORLD.Get_size() > 1:
-            _release_captured_stderr()
-            print(f"mdloader: rank {MPI.COMM_WORLD.Get_rank()}: uncaught {kind.__name__}: aborting the MPI job "
-                  "(MDLOADER_ABORT_ON_ERROR=0 turns this off)", file=sys.__stderr__, flush=True)
-            sys.stdout.flush()
+            try:
+                err = _release_captured_stderr(_caller())
+                print(f"mdloader: rank {MPI.COMM_WORLD.Get_rank()}: uncaught {kind.__name__}: aborting the MPI job "
+                      "(MDLOADER_ABORT_ON_ERROR=0 turns this off)", file=err, flush=True)
+                sys.stdout.flush()
+            except Exception:  # noqa: BLE001 - a closed or broken stream must not stop the abort
+                pass
             MPI.COMM_WORLD.Abort(1)
 
     sys.excepthook = abort_the_job
 
 
-def _release_captured_stderr() -> None:
-    """Write out what a hook installed after this one captured of the traceback.
+def _release_captured_stderr(caller):
+    """Where this hook's output belongs, after writing out what the hook that called it
+    captured of the traceback.
 
     torch.distributed's ``init_process_group`` wraps ``sys.excepthook``: it points
-    ``sys.stderr`` at a buffer, calls the previous hook (this one) and prints the buffer
-    with ``[rankN]:`` prefixes when that returns, which an abort never does. Every
-    DDP job's traceback was lost that way."""
-    captured = sys.stderr
-    if captured is not sys.__stderr__ and hasattr(captured, "getvalue") and sys.__stderr__ is not None:
-        sys.__stderr__.write(captured.getvalue())
-        sys.__stderr__.flush()
+    ``sys.stderr`` at a buffer, calls the previous hook (this one) and, when that
+    returns, which an abort never does, writes the buffer with ``[rankN]:`` prefixes to
+    the stream it replaced (its local ``old_stderr``). Every DDP job's traceback was
+    lost that way. Only that case is handled: any other ``sys.stderr`` is the user's,
+    and is written to as it is."""
+    if caller is None or caller.f_code.co_name != "_distributed_excepthook":
+        return sys.stderr
+    captured, destination = sys.stderr, caller.f_locals.get("old_stderr")
+    if destination is None or not hasattr(captured, "getvalue"):
+        return sys.stderr
+    prefix = caller.f_locals.get("excepthook_prefix", "")
+    lines = captured.getvalue().split("\n")
+    destination.write("\n".join(f"{prefix}: {line}" if line and prefix else line for line in lines))
+    destination.flush()
+    return destination
+
+
+def _caller():
+    """The frame that called the hook, or None where Python called it directly."""
+    try:
+        return sys._getframe(2)
+    except ValueError:
+        return None

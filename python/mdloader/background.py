@@ -50,9 +50,10 @@ def in_background(iterable: Iterable, depth: int) -> Iterator:
                 permits.acquire()
                 if limit[0] is not None and taken >= limit[0]:
                     return
-                if not ready.empty() and consumer_interval[0] > 4 * (making + HANDOFF_PAUSE_SECONDS):
-                    # The consumer holds an item and is far from needing the next:
-                    # let it leave ``next`` first (see HANDOFF_PAUSE_SECONDS).
+                if consumer_interval[0] > 4 * (making + HANDOFF_PAUSE_SECONDS):
+                    # The permit came back with an item taken, and the consumer is far
+                    # from needing the next: let it leave ``next`` first (see
+                    # HANDOFF_PAUSE_SECONDS). At any depth, 1 included.
                     time.sleep(HANDOFF_PAUSE_SECONDS)
                 started = time.perf_counter()
                 try:

@@ -102,6 +102,12 @@ pub fn measure(comm: &Comm, settings: &CalibrationSettings) -> Result<Calibratio
     let scratch = StoreSettings { node_local: false, ..settings.store.clone() };
     let store = Store::register(comm, &ShardView::new(&data, &offsets)?, &scratch)?;
     let measured = run_probes(comm, &store, settings, started);
+    if mpi::timed_out(&measured) {
+        // A peer is stuck in a probe: freeing the window would wait for it, for ever
+        // (MPI_Win_free is collective), and it may still read the scratch shard.
+        std::mem::forget((store, data, offsets));
+        return Err(measured.err().expect("a timeout is an error"));
+    }
     let freed = store.free();
     let (rows, times) = measured?;
     freed?;

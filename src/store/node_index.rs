@@ -7,7 +7,7 @@
 //!
 //! 1. every rank writes its own samples' lengths into the node's copy;
 //! 2. the leaders exchange their nodes' lengths with `MPI_Allgatherv`s of bounded
-//!    rounds (at most `EXCHANGE_BYTES`, and `MDL_MAX_MESSAGE_BYTES`, in all; each
+//!    rounds (at most `EXCHANGE_BYTES`, and `MDL_MAX_MESSAGE_BYTES` down to 4 KiB, in all; each
 //!    node's next share of that per round), through scratch buffers: a node's ranks need
 //!    not be adjacent, and no `int` count or displacement limits N. About N x 8 /
 //!    `EXCHANGE_BYTES` rounds where nodes hold equal shares (95 at N = 10^8), whatever
@@ -33,16 +33,26 @@ pub fn build(comm: &Comm, shard: &ShardView, per_rank: &[u64], max_message: u64)
     let entries = total_entries(per_rank);
     let node = comm.split_shared()?;
     let leader = node.rank() == 0;
+    let layout = match NodeLayout::of(comm, &node, per_rank, max_message) {
+        Ok(layout) => layout,
+        Err(err) => {
+            node.free()?;
+            return Err(err);
+        }
+    };
+    // The leaders' scratch buffers for the exchange, with the index's own room: agreed
+    // before any window exists.
+    let scratch = if leader && layout.segments.nodes() > 1 { layout.plan.allocate() } else { Ok(Default::default()) };
     let checks = entries.clone().and_then(|n| if leader { super::check_allocatable(n.saturating_mul(8)) } else { Ok(()) });
-    if let Err(err) = agree_on_checks(comm, checks.map(|_| ())) {
+    if let Err(err) = agree_on_checks(comm, checks.and(scratch.as_ref().map(|_| ()).map_err(Clone::clone))) {
         node.free()?;
         return Err(err);
     }
-    let entries = entries.expect("agreed that the index fits");
+    let (entries, scratch) = (entries.expect("agreed that the index fits"), scratch.expect("agreed that every leader allocated"));
     let shared = SharedArray::allocate(&node, entries);
     let shared_everywhere = agree_on_checks(comm, shared.as_ref().map(|_| ()).map_err(Clone::clone));
     let starts = match (shared_everywhere, shared) {
-        (Ok(()), Ok(shared)) => fill(comm, &node, shard, per_rank, max_message, &shared).map(|()| Starts::Node(shared)),
+        (Ok(()), Ok(shared)) => fill(comm, &node, shard, &layout, scratch, &shared).map(|()| Starts::Node(shared)),
         (Err(err), shared) => {
             log::warn!("the index cannot be shared within nodes ({}); every rank keeps its own copy", err.message);
             super::release_where_whole_node(&node, shared, SharedArray::free)?;
@@ -67,37 +77,53 @@ fn total_entries(per_rank: &[u64]) -> Result<usize> {
 /// Bytes a round of the leaders' exchange moves in all (at most): the scratch
 /// buffer's size, and a message size at which a network runs at full bandwidth.
 const EXCHANGE_BYTES: u64 = 8 << 20;
+/// The least a round moves whatever `MDL_MAX_MESSAGE_BYTES` says (512 lengths).
+const MIN_EXCHANGE_BYTES: u64 = 4096;
+
+/// Where every rank's lengths go, and the leaders' exchange.
+struct NodeLayout {
+    /// Rank r's first entry (before the leading zero).
+    first: Vec<usize>,
+    segments: NodeSegments,
+    plan: ExchangePlan,
+}
+
+impl NodeLayout {
+    /// Collective: each rank's node leader, and from it the exchange's plan.
+    fn of(comm: &Comm, node: &Comm, per_rank: &[u64], max_message: u64) -> Result<NodeLayout> {
+        let first: Vec<usize> = per_rank.iter().scan(0u64, |at, &n| Some(std::mem::replace(at, *at + n) as usize)).collect();
+        // Each rank's node leader, as its rank in `comm` (the node's lowest rank).
+        let mut my_leader = [comm.rank() as u64];
+        node.bcast_into(0, &mut my_leader)?;
+        let leader_of = comm.allgather(my_leader[0])?;
+        let segments = NodeSegments::of(&leader_of, &first, per_rank);
+        // MDL_MAX_MESSAGE_BYTES bounds the rounds, down to a floor: at a few bytes a
+        // round, a million samples would take a million rounds.
+        let plan = ExchangePlan::new(&segments, EXCHANGE_BYTES.min(max_message.max(MIN_EXCHANGE_BYTES)));
+        Ok(NodeLayout { first, segments, plan })
+    }
+}
 
 /// Fill the node's copy: own lengths, the other nodes' lengths, prefix sums.
-fn fill(comm: &Comm, node: &Comm, shard: &ShardView, per_rank: &[u64], max_message: u64, shared: &SharedArray) -> Result<()> {
-    let first: Vec<usize> = per_rank.iter().scan(0u64, |at, &n| Some(std::mem::replace(at, *at + n) as usize)).collect();
-    let me = comm.rank();
+fn fill(comm: &Comm, node: &Comm, shard: &ShardView, layout: &NodeLayout, mut scratch: ExchangeScratch, shared: &SharedArray) -> Result<()> {
+    let (first, me) = (&layout.first, comm.rank());
     {
         // SAFETY: each rank writes only its own samples' entries until the publish.
         let starts = unsafe { shared.as_mut_slice() };
-        let mine = &mut starts[first[me] + 1..first[me] + 1 + per_rank[me] as usize];
+        let mine = &mut starts[first[me] + 1..first[me] + 1 + shard.num_samples() as usize];
         for (entry, w) in mine.iter_mut().zip(shard.offsets.windows(2)) {
             *entry = w[1] - w[0];
         }
     }
     shared.publish(node)?;
-    // Each rank's node leader, as its rank in `comm` (the node's lowest rank).
-    let mut my_leader = [comm.rank() as u64];
-    node.bcast_into(0, &mut my_leader)?;
-    let leader_of = comm.allgather(my_leader[0])?;
-    let segments = NodeSegments::of(&leader_of, &first, per_rank);
-    let plan = ExchangePlan::new(&segments, EXCHANGE_BYTES.min(max_message));
-    // The scratch buffers, on the leaders, before any length travels: agreed.
-    let scratch = if node.rank() == 0 && segments.nodes() > 1 { plan.allocate() } else { Ok(Default::default()) };
-    agree_on_checks(comm, scratch.as_ref().map(|_| ()).map_err(Clone::clone))?;
-    let mut scratch = scratch.expect("agreed that every leader allocated");
+    let (segments, plan) = (&layout.segments, &layout.plan);
     let leaders = comm.split_members(node.rank() == 0)?;
     if let Some(leaders) = leaders {
         // SAFETY: only the leader touches the array until the next publish.
         let starts = unsafe { shared.as_mut_slice() };
         let filled = (|| {
             if leaders.size() > 1 {
-                plan.exchange(&leaders, &segments, &mut scratch, starts)?;
+                plan.exchange(&leaders, segments, &mut scratch, starts)?;
             }
             for i in 1..starts.len() {
                 starts[i] += starts[i - 1];
