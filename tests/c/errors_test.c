@@ -108,6 +108,17 @@ static void case_skip(const char *name, const char *why)
     }
 }
 
+/* case_begin for a case that needs a second rank; skipped (returns 0) on one rank. */
+static int case_begin_with_peers(const char *name, cres *r)
+{
+    if (g_size < 2) {
+        case_skip(name, "needs 2 ranks");
+        return 0;
+    }
+    case_begin(name, r);
+    return 1;
+}
+
 static const char *sname(mdl_status s)
 {
     const char *t = mdl_status_string(s);
@@ -606,12 +617,9 @@ static void fetch_fault_suite(world *w, mdl_backend b, const char *bname)
 
 static void case_backend_mismatch(world *w, mdl_backend others, mdl_backend last, const char *name)
 {
-    if (g_size < 2) {
-        case_skip(name, "needs 2 ranks");
-        return;
-    }
     cres r;
-    case_begin(name, &r);
+    if (!case_begin_with_peers(name, &r))
+        return;
     expect_code(&r, "mdl_set_backend", mdl_set_backend(w->h, g_rank == g_last ? last : others), MDL_OK);
     uint64_t ids[4], offs[5];
     for (int i = 0; i < 4; i++)
@@ -664,12 +672,9 @@ static void case_init_comm_null(void)
 static void case_model_fingerprint(void)
 {
     const char *name = "model/one rank's cost model perturbed -> every fetch and sampler step MDL_ERR_STATE everywhere";
-    if (g_size < 2) {
-        case_skip(name, "needs 2 ranks");
-        return;
-    }
     cres r;
-    case_begin(name, &r);
+    if (!case_begin_with_peers(name, &r))
+        return;
     enum { SAMPLES = 8, BYTES = 16 };
     static uint8_t data[SAMPLES * BYTES], out[4 * SAMPLES * BYTES];
     uint64_t offsets[SAMPLES + 1], out_offsets[SAMPLES + 1];
@@ -704,12 +709,9 @@ static void case_model_fingerprint(void)
 static void case_init_intercomm(void)
 {
     const char *name = "init/mdl_init and mdl_init_replicated of an intercommunicator -> INVALID_ARG everywhere";
-    if (g_size < 2) {
-        case_skip(name, "needs 2 ranks");
-        return;
-    }
     cres r;
-    case_begin(name, &r);
+    if (!case_begin_with_peers(name, &r))
+        return;
     /* Even and odd ranks, joined by an intercommunicator (leaders: world ranks 0 and 1). */
     MPI_Comm half, inter;
     MPI_Comm_split(MPI_COMM_WORLD, g_rank % 2, g_rank, &half);
