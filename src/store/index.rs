@@ -108,6 +108,7 @@ impl GlobalIndex {
         self.first_id.len() - 1
     }
 
+    #[inline]
     pub fn len_of(&self, id: u64) -> Option<u64> {
         if self.uniform {
             return (id < self.num_samples()).then_some(self.uniform_len);
@@ -127,12 +128,14 @@ impl GlobalIndex {
     }
 
     /// Owner rank of `id` (which must be in range).
+    #[inline]
     fn owner_of(&self, id: u64) -> usize {
         // The last rank whose first id is <= id; empty ranks share their successor's
         // first id and are skipped by taking the last.
         self.first_id[..self.num_ranks()].partition_point(|&first| first <= id) - 1
     }
 
+    #[inline]
     pub fn locate(&self, id: u64) -> Option<Location> {
         let len = self.len_of(id)?;
         let owner = self.owner_of(id);
