@@ -66,7 +66,8 @@ build() {
     local ok=0 src name
     for src in tests/c/fetch_test.c tests/c/errors_test.c tests/c/idle_rank_test.c tests/c/sampler_test.c \
         tests/c/estimator_test.c tests/c/hardening_test.c tests/c/finalize_test.c tests/c/lag_test.c \
-        tests/c/node_local_test.c tests/c/replica_test.c tests/c/progress_test.c c_examples/demo.c; do
+        tests/c/node_local_test.c tests/c/replica_test.c tests/c/progress_test.c tests/c/given_order_test.c \
+        c_examples/demo.c; do
         [ -f "$ROOT/$src" ] || continue
         name=$(basename "$src" .c)
         echo "+ $cc ${flags[*]} $src -o $out/$name ${link[*]}" >>"$log"
@@ -122,6 +123,7 @@ for mpi in "${MPIS[@]}"; do
             run_case "$mpi" "$np" "idle_rank_test-np$np" -- "$bin/idle_rank_test"
         fi
         run_case "$mpi" "$np" "sampler_test-np$np" -- "$bin/sampler_test"
+        run_case "$mpi" "$np" "given_order_test-np$np" -- "$bin/given_order_test"
         run_case "$mpi" "$np" "estimator_test-np$np" -- "$bin/estimator_test"
         # docs/hardening.md. At 2 ranks one job per group of cases, so that a crash or
         # a hang in one group (the watchdog names the case) does not hide the others;
@@ -171,6 +173,7 @@ for mpi in "${MPIS[@]}"; do
     # Thread levels that differ between ranks (one rank MPI_THREAD_FUNNELED, an MPMD
     # launch): every rank fetches without prefetch instead of failing mdl_epoch_begin.
     run_case "$mpi" 1 "sampler_test-np2-mixed-thread-levels" -- "$bin/sampler_test" : -n 1 "$bin/sampler_test" --funneled
+    run_case "$mpi" 1 "given_order_test-np2-mixed-thread-levels" -- "$bin/given_order_test" : -n 1 "$bin/given_order_test" --funneled
     run_case "$mpi" 2 "sampler_test-np2-lag0" MDL_AGREEMENT_LAG=0 -- "$bin/sampler_test"
     # The info log: one line per sampler epoch on rank 0 alone, saying which engine ran
     # and why; every line names its rank.
@@ -222,6 +225,7 @@ for mpi in "${MPIS[@]}"; do
     # the node's shared memory, byte-exact under every backend setting.
     run_case "$mpi" 2 "fetch_test-np2-defaults" MDL_NODE_LOCAL= -- "$bin/fetch_test" --iters $((ITERS / 4)) --seed "$SEED"
     run_case "$mpi" 2 "sampler_test-np2-defaults" MDL_NODE_LOCAL= -- "$bin/sampler_test"
+    run_case "$mpi" 2 "given_order_test-np2-defaults" MDL_NODE_LOCAL= -- "$bin/given_order_test"
     run_case "$mpi" 2 "errors_test-np2-defaults" MDL_NODE_LOCAL= -- "$bin/errors_test" --seed "$SEED"
     # The node-local path (MDL_NODE_LOCAL=on): one node of 2 ranks; two emulated hosts
     # of 2 ranks (tests/node_key.sh splits MPI's node by MDL_NODE_KEY; the namespaces of

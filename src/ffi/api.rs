@@ -313,6 +313,44 @@ pub extern "C" fn mdl_epoch_begin(
     })
 }
 
+/// Collective. Starts an epoch of the caller's own batches (a framework's sampler:
+/// torch's DistributedSampler, a weighted sampler, any order), run as the built-in
+/// sampler's: mdl_next_batch returns them in turn, each step planned and agreed
+/// MDL_AGREEMENT_LAG steps ahead (no step waits in a blocking collective), fetched
+/// ahead on the prefetch thread with mdl_set_prefetch, and mdl_epoch_seek restarts
+/// the epoch at a step. Step s fetches ids[batch_offsets[s] .. batch_offsets[s+1]):
+/// batch_offsets holds steps + 1 entries, from 0 to the number of ids, never
+/// decreasing (empty batches are allowed); ids and batches differ per rank, but every
+/// rank must have the same number of steps (checked). Every id must be below
+/// mdl_num_samples (MDL_ERR_OUT_OF_RANGE, agreed). Both arrays are copied (8 bytes per
+/// id and per step, on this rank). The collective engine learns what the others ask
+/// of a rank in each step, as in mdl_fetch_batch, where the built-in sampler's ranks
+/// work it out from the shared order. Stops any epoch in progress; a refused begin
+/// leaves that epoch where it was. mdl_fetch_batch is refused until this epoch ends.
+#[unsafe(no_mangle)]
+pub extern "C" fn mdl_epoch_begin_ids(
+    h: *mut mdl_loader,
+    ids: *const u64,
+    batch_offsets: *const u64,
+    steps: u64,
+) -> mdl_status {
+    boundary("mdl_epoch_begin_ids", || {
+        with_loader(h, Call::Collective, |loader| {
+            let batches = (|| {
+                let n_offsets = args::count_plus_one::<u64>(steps, "steps")?;
+                // SAFETY: the caller passes steps + 1 offsets (a length checked above),
+                // then as many ids as the last offset says (checked before reading).
+                unsafe {
+                    let bounds = slice(batch_offsets, n_offsets, "batch_offsets")?;
+                    let n_ids = args::len::<u64>(bounds[n_offsets - 1], "batch_offsets[steps]")?;
+                    Ok((slice(ids, n_ids, "ids")?, bounds))
+                }
+            })();
+            loader.epoch_begin_ids(batches)
+        })
+    })
+}
+
 /// Collective. This rank's next batch, in loader-owned memory valid until the next
 /// call on h: *n samples, their ids, their bytes and n + 1 offsets (sample ids[k] is
 /// data[offsets[k] .. offsets[k+1])). *n == 0 on every rank at once marks the end of

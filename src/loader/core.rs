@@ -588,29 +588,36 @@ impl Core {
         );
     }
 
-    /// Collective (nonblocking): plan a step whose every batch is `known` (the
-    /// sampler's), for an output buffer of `out_len` bytes (or the reason it has none),
-    /// and start its agreement. [`Core::finish_known_step`] runs it, steps later: no
-    /// rank waits for the others in between. Every input of the decision rides this
-    /// agreement: each rank's features, including the bytes it serves (worked out from
-    /// the known batches, so O(1) values at any number of ranks), and the time of the
-    /// last step it ran.
+    /// Collective (nonblocking): plan an epoch's step for an output buffer (or the
+    /// reason it has none) and start its agreement. [`Core::finish_step_ahead`] runs
+    /// it, steps later: no rank waits for the others in between. Every input of the
+    /// decision rides this agreement, with the time of the last step this rank ran.
+    /// `known`: every rank's batch of the step (the built-in sampler's): each rank's
+    /// features include the bytes it serves, worked out from them, so O(1) values at
+    /// any number of ranks. Without it (batches the caller gave, mdl_epoch_begin_ids:
+    /// only this rank knows its own), the features are `mdl_fetch_batch`'s, with the
+    /// request matrix up to `MDL_MATRIX_MAX_RANKS` ranks.
     /// `size_out(bytes)` grows the step's output buffer to the planned batch's bytes (the
     /// plan reads each sample's length from the index once).
-    pub fn start_known_step(
+    pub fn start_step_ahead(
         &mut self,
         ids: &[u64],
         ready: Result<()>,
         size_out: impl FnOnce(u64) -> Result<()>,
-        known: &dyn KnownBatches,
+        known: Option<&dyn KnownBatches>,
     ) -> Result<StepAhead> {
         let prepared = ready.and_then(|()| self.plan_step(ids)).and_then(|p| size_out(p.plan.total_bytes()).map(|()| p));
         let measured = std::mem::take(&mut self.pending);
         let at = measured.len();
-        let mut maxima = agreement_values(&measured, features::KNOWN_LEN);
+        let (ranks, me, matrix_max_ranks) = (self.data_comm().size(), self.data_comm().rank(), self.matrix_max_ranks());
+        let features_len = if known.is_some() { features::KNOWN_LEN } else { features::encoded_len(ranks, matrix_max_ranks) };
+        let mut maxima = agreement_values(&measured, features_len);
         if let Ok(p) = &prepared {
-            let served = self.served_bytes(known, &p.plan);
-            maxima[at..].copy_from_slice(&features::encode_known(&p.plan, &p.shape, served));
+            let mine = match known {
+                Some(known) => features::encode_known(&p.plan, &p.shape, self.served_bytes(known, &p.plan)),
+                None => features::encode(&p.plan, &p.shape, me, matrix_max_ranks),
+            };
+            maxima[at..].copy_from_slice(&mine);
         }
         let error = prepared.as_ref().err().cloned();
         let same = self.estimator.fingerprint();
@@ -646,13 +653,14 @@ impl Core {
     }
 
     /// Collective: wait for the agreement of a step started by
-    /// [`Core::start_known_step`], then run it into `out` and `out_offsets`.
-    pub fn finish_known_step(
+    /// [`Core::start_step_ahead`] (with the same `known`), then run it into `out` and
+    /// `out_offsets`.
+    pub fn finish_step_ahead(
         &mut self,
         ahead: StepAhead,
         out: &mut [u8],
         out_offsets: &mut [u64],
-        known: &dyn KnownBatches,
+        known: Option<&dyn KnownBatches>,
     ) -> Result<()> {
         let StepAhead { prepared, measured, agreement } = ahead;
         let agreed = agreement.finish()?;
@@ -661,17 +669,24 @@ impl Core {
         agreed.outcome(prepared.as_ref().err().cloned())?;
         Self::refuse_differing_backends(&agreed)?;
         let PlannedStep { plan, shape } = prepared.expect("agreed that every rank planned its step");
-        let step_features = features::decode_known(&agreed.maxima[at..]);
-        let node = features::decode_known_node(&agreed.maxima[at..]);
+        let values = &agreed.maxima[at..];
+        let (step_features, node, requests_to_me) = match known {
+            Some(_) => (features::decode_known(values), features::decode_known_node(values), None),
+            None => {
+                let (ranks, me, matrix_max_ranks) = (self.data_comm().size(), self.data_comm().rank(), self.matrix_max_ranks());
+                let requests = features::requests_to(values, ranks, matrix_max_ranks, me);
+                (features::decode(values, ranks, matrix_max_ranks), features::decode_node(values), requests)
+            }
+        };
         let decision = self.decide(&step_features, node, agreed.backend_max);
         out_offsets.copy_from_slice(&plan.out_offsets);
-        let prepared = PreparedFetch { plan, out, shape, known_batches: Some(known) };
-        self.run(decision.as_ref(), prepared, step_features, None).map(|_| ())
+        let prepared = PreparedFetch { plan, out, shape, known_batches: known };
+        self.run(decision.as_ref(), prepared, step_features, requests_to_me.as_deref()).map(|_| ())
     }
 
     /// Collective: complete the agreement of a step that will not run (its epoch
     /// stopped first, on every rank alike), keeping what it measured.
-    pub fn abandon_known_step(&mut self, ahead: StepAhead) -> Result<()> {
+    pub fn abandon_step_ahead(&mut self, ahead: StepAhead) -> Result<()> {
         let agreed = ahead.agreement.finish()?;
         let at = ahead.measured.len();
         self.learn(ahead.measured, &agreed.maxima[..at]);

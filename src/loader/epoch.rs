@@ -1,4 +1,4 @@
-//! An epoch of the built-in sampler: batches in loader-owned buffers, fetched on the
+//! An epoch (the built-in sampler's order or the caller's): batches in loader-owned buffers, fetched on the
 //! caller's thread or ahead of it on a prefetch thread.
 //!
 //! Prefetch with depth k: a thread of the library's own runs the fetches of the next k
@@ -15,6 +15,7 @@ use crate::engine::KnownBatches;
 use std::ops::Range;
 use crate::error::{Error, Result, mdl_status};
 use crate::sampler::Epoch;
+use super::order::EpochOrder;
 use crossbeam::channel::{Receiver, Sender, unbounded};
 use parking_lot::{Condvar, Mutex};
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -30,7 +31,7 @@ pub struct Batch {
     pub offsets: Vec<u64>,
 }
 
-/// One step of an epoch, whose batches every rank knows.
+/// One step of the built-in sampler's epoch, whose batches every rank knows.
 pub(super) struct SamplerStep<'a> {
     pub epoch: &'a Epoch,
     pub step: u64,
@@ -60,7 +61,7 @@ enum Source {
 }
 
 pub struct EpochRun {
-    epoch: Arc<Epoch>,
+    epoch: Arc<EpochOrder>,
     depth: u32,
     /// `MDL_AGREEMENT_LAG`, read when the epoch was prepared.
     lag: u64,
@@ -74,8 +75,7 @@ impl EpochRun {
     /// Set up an epoch starting at `step` with the given prefetch depth (0: fetch
     /// inline). A prefetch thread is started but held back until [`EpochRun::release`]:
     /// the ranks first agree that every one of them could start it.
-    pub fn prepare(core: &Arc<Mutex<Core>>, epoch: Epoch, step: u64, depth: u32) -> EpochRun {
-        let epoch = Arc::new(epoch);
+    pub fn prepare(core: &Arc<Mutex<Core>>, epoch: Arc<EpochOrder>, step: u64, depth: u32) -> EpochRun {
         let finished = step >= epoch.steps();
         let lag = core.lock().agreement_lag();
         let source = if depth == 0 || finished {
@@ -202,7 +202,7 @@ struct Prefetcher {
 
 impl Prefetcher {
     /// Start the thread, held back until [`Prefetcher::release`].
-    fn spawn(core: Arc<Mutex<Core>>, epoch: Arc<Epoch>, first_step: u64, depth: u32, lag: u64) -> std::io::Result<Prefetcher> {
+    fn spawn(core: Arc<Mutex<Core>>, epoch: Arc<EpochOrder>, first_step: u64, depth: u32, lag: u64) -> std::io::Result<Prefetcher> {
         let progress =
             Arc::new((Mutex::new(Progress { released: false, requested: 0, stopping: false }), Condvar::new()));
         let (ready_tx, ready) = unbounded();
@@ -289,7 +289,7 @@ impl Prefetcher {
 #[allow(clippy::too_many_arguments)]
 fn prefetch_loop(
     core: &Mutex<Core>,
-    epoch: &Epoch,
+    epoch: &EpochOrder,
     first_step: u64,
     depth: u64,
     progress: &(Mutex<Progress>, Condvar),

@@ -3,6 +3,7 @@
 
 mod core;
 mod epoch;
+mod order;
 mod pipeline;
 mod published;
 mod replica;
@@ -19,6 +20,7 @@ use crate::mpi;
 use crate::sampler::Epoch;
 use crate::store::ShardView;
 use epoch::EpochRun;
+use order::{EpochOrder, GivenOrder};
 use mpi_sys::MPI_Comm;
 use parking_lot::Mutex;
 use std::sync::Arc;
@@ -33,16 +35,15 @@ pub struct Loader {
     /// Prefetch depth for epochs started from now on.
     prefetch_depth: u32,
     epoch: Option<EpochRun>,
-    /// The arguments of the last epoch begun, for seeks.
-    current_args: Option<EpochArgs>,
+    /// The order of the last epoch begun, for seeks.
+    current: Option<Arc<EpochOrder>>,
     /// Whether the fall-back to no prefetch has been logged.
     told_no_thread_multiple: bool,
 }
 
 /// Where an epoch stood when a begin or seek stopped it.
-#[derive(Clone, Copy)]
 struct Interrupted {
-    args: EpochArgs,
+    order: Arc<EpochOrder>,
     step: u64,
     depth: u32,
 }
@@ -67,7 +68,7 @@ impl Loader {
             core: Arc::new(Mutex::new(core)),
             prefetch_depth: 0,
             epoch: None,
-            current_args: None,
+            current: None,
             told_no_thread_multiple: false,
         })
     }
@@ -142,7 +143,31 @@ impl Loader {
     /// Collective: start an epoch of the built-in sampler.
     pub fn epoch_begin(&mut self, args: EpochArgs) -> Result<()> {
         let interrupted = self.interrupt_epoch()?;
-        let begun = self.start_epoch(args, 0);
+        let order = Self::epoch_of(&self.core.lock(), args).map(|epoch| Arc::new(EpochOrder::Sampler(epoch)));
+        let settings = vec![
+            Setting::identical("seed", args.seed),
+            Setting::identical("epoch", args.epoch),
+            Setting::identical("batch_size", args.batch_size),
+            Setting::identical("shuffle", args.shuffle as u64),
+            Setting::identical("drop_last", args.drop_last as u64),
+        ];
+        let begun = self.start_epoch(order, 0, settings);
+        if begun.is_err() {
+            self.resume(interrupted)?;
+        }
+        begun
+    }
+
+    /// Collective: start an epoch of the caller's batches, `(ids, batch_offsets)`:
+    /// step s fetches `ids[batch_offsets[s]..batch_offsets[s + 1]]`.
+    pub fn epoch_begin_ids(&mut self, batches: Result<(&[u64], &[u64])>) -> Result<()> {
+        let interrupted = self.interrupt_epoch()?;
+        let num_samples = self.core.lock().num_samples();
+        let order = batches
+            .and_then(|(ids, bounds)| GivenOrder::new(ids, bounds, num_samples?))
+            .map(|given| Arc::new(EpochOrder::Given(given)));
+        let settings = order.as_ref().map_or_else(|_| vec![Setting::identical("number of batches (steps)", 0)], |o| o.settings());
+        let begun = self.start_epoch(order, 0, settings);
         if begun.is_err() {
             self.resume(interrupted)?;
         }
@@ -152,14 +177,14 @@ impl Loader {
     /// Collective: restart the current epoch at `step`. A refused seek leaves the epoch
     /// where it was.
     pub fn epoch_seek(&mut self, step: u64) -> Result<()> {
-        let args = self.current_args;
+        let current = self.current.clone();
         let interrupted = self.interrupt_epoch()?;
-        let Some(args) = args else {
+        let Some(order) = current else {
             // Agree anyway so that no rank is left behind (all ranks see no epoch).
             let core = self.core.lock();
             return agree_identical(core.comm(), Err(Error::state("no epoch to seek in (call mdl_epoch_begin first)")), &[]);
         };
-        let sought = self.start_epoch(args, step);
+        let sought = self.start_epoch(Ok(order), step, Vec::new());
         if sought.is_err() {
             self.resume(interrupted)?;
         }
@@ -174,7 +199,7 @@ impl Loader {
             true => run.position(),
             false => (u64::MAX, 0),
         });
-        let interrupted = self.current_args.zip(position).map(|(args, (step, depth))| Interrupted { args, step, depth });
+        let interrupted = self.current.clone().zip(position).map(|(order, (step, depth))| Interrupted { order, step, depth });
         self.stop_epoch()?;
         Ok(interrupted)
     }
@@ -183,9 +208,8 @@ impl Loader {
     /// stood. Every rank refused the same call (it was agreed on), so every rank resumes
     /// at the same step, with or without prefetch as agreed again here.
     fn resume(&mut self, interrupted: Option<Interrupted>) -> Result<()> {
-        let Some(Interrupted { args, step, depth }) = interrupted else { return Ok(()) };
-        let epoch = Self::epoch_of(&self.core.lock(), args)?;
-        let run = EpochRun::prepare(&self.core, epoch, step, depth);
+        let Some(Interrupted { order, step, depth }) = interrupted else { return Ok(()) };
+        let run = EpochRun::prepare(&self.core, order, step, depth);
         let core = self.core.lock();
         let spawned = agree_settings(core.comm(), Ok(()), &[Self::spawn_failure(&run)]);
         drop(core);
@@ -205,32 +229,24 @@ impl Loader {
         Epoch::new(n, core.comm().size(), args.seed, args.epoch, args.batch_size, args.shuffle, args.drop_last)
     }
 
-    fn start_epoch(&mut self, args: EpochArgs, step: u64) -> Result<()> {
+    /// Collective: run `order` from `step`, once the ranks agree on `settings` (what
+    /// must be the same everywhere), the step and the prefetch.
+    fn start_epoch(&mut self, order: Result<Arc<EpochOrder>>, step: u64, mut settings: Vec<Setting>) -> Result<()> {
         let depth = self.requested_prefetch();
-        let epoch = Self::epoch_of(&self.core.lock(), args);
-        let checks = match &epoch {
+        let checks = match &order {
             Err(err) => Err(err.clone()),
-            Ok(e) if step > e.steps() => {
-                Err(Error::invalid(format!("step {step} is past the end of the epoch ({} steps)", e.steps())))
+            Ok(o) if step > o.steps() => {
+                Err(Error::invalid(format!("step {step} is past the end of the epoch ({} steps)", o.steps())))
             }
             Ok(_) => Ok(()),
         };
         // The prefetch thread is started before the agreement, held back until it.
-        let run = match (&checks, epoch) {
-            (Ok(()), Ok(epoch)) => Some(EpochRun::prepare(&self.core, epoch, step, depth)),
+        let run = match (&checks, &order) {
+            (Ok(()), Ok(order)) => Some(EpochRun::prepare(&self.core, order.clone(), step, depth)),
             _ => None,
         };
         let not_started = run.as_ref().map_or(Setting::max("prefetch thread not started", 0), Self::spawn_failure);
-        let settings = [
-            Setting::identical("seed", args.seed),
-            Setting::identical("epoch", args.epoch),
-            Setting::identical("batch_size", args.batch_size),
-            Setting::identical("shuffle", args.shuffle as u64),
-            Setting::identical("drop_last", args.drop_last as u64),
-            Setting::identical("step", step),
-            Setting::identical("prefetch depth", depth as u64),
-            not_started,
-        ];
+        settings.extend([Setting::identical("step", step), Setting::identical("prefetch depth", depth as u64), not_started]);
         let core = self.core.lock();
         let agreed = agree_settings(core.comm(), checks, &settings);
         drop(core);
@@ -244,10 +260,11 @@ impl Loader {
         // The epoch's info line covers this epoch alone (its thread, if any, is still
         // held back).
         self.core.lock().start_summary();
-        let run = run.expect("agreed that every rank built its epoch").release(agreed[7] != 0);
-        log::debug!("{} steps of up to {} samples, starting at {step}, prefetch {depth}", run.steps(), args.batch_size);
+        let inline = agreed.last().is_some_and(|&not_started| not_started != 0);
+        let run = run.expect("agreed that every rank built its epoch").release(inline);
+        log::debug!("{} steps, starting at {step}, prefetch {depth}", run.steps());
         self.epoch = Some(run);
-        self.current_args = Some(args);
+        self.current = order.ok();
         Ok(())
     }
 

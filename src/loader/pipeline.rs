@@ -1,7 +1,7 @@
-//! The sampler's steps, agreed ahead of their turn.
+//! An epoch's steps, agreed ahead of their turn.
 //!
-//! Every rank knows every rank's batch of every step of an epoch, so a step can be
-//! planned, and its agreement (errors, estimator features, the last measured time)
+//! Every rank knows its batch of every step of an epoch (the built-in sampler's, or the
+//! caller's, given at the epoch's start), so a step can be planned, and its agreement (errors, estimator features, the last measured time)
 //! started, before the step runs. With a lag of L (`MDL_AGREEMENT_LAG`), running step
 //! s first starts the agreement of step s + L as a nonblocking reduction, then waits
 //! for step s's, which was started L steps earlier and has usually completed during
@@ -20,9 +20,10 @@
 //! completed ([`Pipeline::drain`]).
 
 use super::core::{Core, StepAhead};
-use super::epoch::{Batch, SamplerStep};
+use super::epoch::Batch;
+use super::order::EpochOrder;
+use crate::engine::KnownBatches;
 use crate::error::{Error, Result, mdl_status};
-use crate::sampler::Epoch;
 use std::collections::VecDeque;
 
 pub struct Pipeline {
@@ -56,7 +57,7 @@ impl Pipeline {
     /// Collective: run `step` (the step after the previous call's) and return the
     /// batch it filled, after starting the agreements of the steps up to `step + lag`.
     /// On failure every agreement under way is completed first.
-    pub fn run(&mut self, core: &mut Core, epoch: &Epoch, step: u64) -> (Batch, Result<()>) {
+    pub fn run(&mut self, core: &mut Core, epoch: &EpochOrder, step: u64) -> (Batch, Result<()>) {
         let last = step.saturating_add(self.lag).min(epoch.steps().saturating_sub(1));
         while self.next_to_start <= last {
             if let Err(err) = self.start(core, epoch, self.next_to_start) {
@@ -68,8 +69,9 @@ impl Pipeline {
             unreachable!("step {step} was started above");
         };
         debug_assert_eq!(started, step, "steps run in order");
-        let known = SamplerStep { epoch, step };
-        let result = core.finish_known_step(ahead, &mut batch.data[..needed], &mut batch.offsets, &known);
+        let known = epoch.known(step);
+        let known = known.as_ref().map(|k| k as &dyn KnownBatches);
+        let result = core.finish_step_ahead(ahead, &mut batch.data[..needed], &mut batch.offsets, known);
         match result {
             Ok(()) => (batch, Ok(())),
             Err(err) if err.status == mdl_status::MDL_ERR_TIMEOUT => {
@@ -82,17 +84,18 @@ impl Pipeline {
     }
 
     /// Plan `step` into a buffer of its own and start its agreement.
-    fn start(&mut self, core: &mut Core, epoch: &Epoch, step: u64) -> Result<()> {
+    fn start(&mut self, core: &mut Core, epoch: &EpochOrder, step: u64) -> Result<()> {
         let mut batch = self.spare.pop().or_else(|| core.take_spare_batch()).unwrap_or_default();
         epoch.batch_into(step, core.rank(), &mut batch.ids);
-        let ready = core.prepare_epoch(epoch);
+        let ready = epoch.sampler().map_or(Ok(()), |sampler| core.prepare_epoch(sampler));
         let Batch { ids, data, offsets } = &mut batch;
         let mut needed = 0;
         let size_out = |bytes: u64| {
             needed = size_buffers(data, offsets, bytes, ids.len())?;
             Ok(())
         };
-        let ahead = core.start_known_step(ids, ready, size_out, &SamplerStep { epoch, step })?;
+        let known = epoch.known(step);
+        let ahead = core.start_step_ahead(ids, ready, size_out, known.as_ref().map(|k| k as &dyn KnownBatches))?;
         self.started.push_back(Started { step, batch, needed, ahead });
         Ok(())
     }
@@ -105,7 +108,7 @@ impl Pipeline {
     /// The buffers go back to `core` for the next epoch.
     pub fn drain(&mut self, core: &mut Core) -> Result<()> {
         while let Some(started) = self.started.pop_front() {
-            if let Err(err) = core.abandon_known_step(started.ahead) {
+            if let Err(err) = core.abandon_step_ahead(started.ahead) {
                 self.started.clear();
                 return Err(err);
             }

@@ -1,0 +1,143 @@
+//! The order of an epoch's batches: the built-in sampler's, which every rank knows for
+//! every rank, or the caller's own (`mdl_epoch_begin_ids`: a framework's sampler,
+//! torch's `DistributedSampler`, a weighted one), which only its rank knows. Both run
+//! the same way: steps planned and agreed ahead, fetched inline or on the prefetch
+//! thread. Only the collective engine's knowledge differs: with the sampler's order an
+//! owner works out what the others ask of it; with a given order they tell it, as in
+//! `mdl_fetch_batch`.
+
+use super::epoch::SamplerStep;
+use crate::agree::Setting;
+use crate::error::{Error, Result};
+use crate::sampler::Epoch;
+
+pub enum EpochOrder {
+    Sampler(Epoch),
+    Given(GivenOrder),
+}
+
+impl EpochOrder {
+    pub fn steps(&self) -> u64 {
+        match self {
+            EpochOrder::Sampler(epoch) => epoch.steps(),
+            EpochOrder::Given(given) => given.steps(),
+        }
+    }
+
+    /// This rank's (`rank`'s) ids of `step`, in `ids`.
+    pub fn batch_into(&self, step: u64, rank: usize, ids: &mut Vec<u64>) {
+        match self {
+            EpochOrder::Sampler(epoch) => epoch.batch_into(step, rank, ids),
+            EpochOrder::Given(given) => given.batch_into(step, ids),
+        }
+    }
+
+    /// Every rank's batch of `step`, where this rank knows them.
+    pub fn known(&self, step: u64) -> Option<SamplerStep<'_>> {
+        match self {
+            EpochOrder::Sampler(epoch) => Some(SamplerStep { epoch, step }),
+            EpochOrder::Given(_) => None,
+        }
+    }
+
+    pub fn sampler(&self) -> Option<&Epoch> {
+        match self {
+            EpochOrder::Sampler(epoch) => Some(epoch),
+            EpochOrder::Given(_) => None,
+        }
+    }
+
+    /// What must be the same on every rank for the ranks' steps to stay in step (the
+    /// sampler's arguments are agreed by its caller).
+    pub fn settings(&self) -> Vec<Setting<'static>> {
+        match self {
+            EpochOrder::Sampler(_) => Vec::new(),
+            EpochOrder::Given(given) => vec![Setting::identical("number of batches (steps)", given.steps())],
+        }
+    }
+}
+
+/// One rank's batches as its caller gave them: step s is `ids[bounds[s]..bounds[s + 1]]`.
+pub struct GivenOrder {
+    ids: Vec<u64>,
+    bounds: Vec<u64>,
+}
+
+impl GivenOrder {
+    /// A copy of the caller's `ids` cut at `bounds` (steps + 1 entries from 0 to the
+    /// number of ids, never decreasing), every id below `num_samples`; the memory is
+    /// allocated fallibly (8 bytes per id and per step).
+    pub fn new(ids: &[u64], bounds: &[u64], num_samples: u64) -> Result<GivenOrder> {
+        let (first, last) = (bounds.first().copied(), bounds.last().copied());
+        if first != Some(0) || last != Some(ids.len() as u64) {
+            return Err(Error::invalid(format!(
+                "batch_offsets must run from 0 to the number of ids ({}): it runs from {} to {}",
+                ids.len(),
+                first.unwrap_or(0),
+                last.unwrap_or(0)
+            )));
+        }
+        if let Some(s) = bounds.windows(2).position(|w| w[1] < w[0]) {
+            return Err(Error::invalid(format!(
+                "batch_offsets[{}] = {} is below batch_offsets[{s}] = {}: batches cannot end before they begin",
+                s + 1,
+                bounds[s + 1],
+                bounds[s]
+            )));
+        }
+        if let Some(k) = ids.iter().position(|&id| id >= num_samples) {
+            return Err(Error::new(
+                crate::error::mdl_status::MDL_ERR_OUT_OF_RANGE,
+                format!("ids[{k}] = {} is out of range (num_samples = {num_samples})", ids[k]),
+            ));
+        }
+        Ok(GivenOrder { ids: copied(ids)?, bounds: copied(bounds)? })
+    }
+
+    pub fn steps(&self) -> u64 {
+        self.bounds.len() as u64 - 1
+    }
+
+    fn batch_into(&self, step: u64, ids: &mut Vec<u64>) {
+        ids.clear();
+        let at = |s: u64| self.bounds.get(s as usize).map_or(self.ids.len(), |&b| b as usize);
+        ids.extend_from_slice(&self.ids[at(step)..at(step + 1)]);
+    }
+}
+
+fn copied(values: &[u64]) -> Result<Vec<u64>> {
+    let mut copy = Vec::new();
+    copy.try_reserve_exact(values.len()).map_err(|_| Error::no_memory(8 * values.len() as u64))?;
+    copy.extend_from_slice(values);
+    Ok(copy)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn given_batches_are_the_callers_cut_at_the_offsets() {
+        let order = GivenOrder::new(&[5, 1, 4, 4, 0], &[0, 2, 2, 5], 6).unwrap();
+        assert_eq!(order.steps(), 3);
+        let mut ids = vec![9];
+        let batches: Vec<Vec<u64>> = (0..4)
+            .map(|s| {
+                order.batch_into(s, &mut ids);
+                ids.clone()
+            })
+            .collect();
+        assert_eq!(batches, [vec![5, 1], vec![], vec![4, 4, 0], vec![]]);
+    }
+
+    #[test]
+    fn bad_offsets_and_ids_are_refused_naming_them() {
+        let refused = |ids: &[u64], bounds: &[u64]| GivenOrder::new(ids, bounds, 6).err().unwrap().message;
+        assert!(refused(&[1, 2], &[1, 2]).contains("from 0"));
+        assert!(refused(&[1, 2], &[0, 1]).contains("to the number of ids (2)"));
+        assert!(refused(&[1, 2], &[]).contains("from 0"));
+        assert!(refused(&[1, 2, 3], &[0, 2, 1, 3]).contains("batch_offsets[2] = 1"));
+        assert!(refused(&[1, 6], &[0, 2]).contains("ids[1] = 6"));
+        assert_eq!(GivenOrder::new(&[], &[0], 0).unwrap().steps(), 0);
+    }
+}
