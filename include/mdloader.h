@@ -301,8 +301,8 @@ enum mdl_status mdl_epoch_begin(struct mdl_loader *h,
  * MDL_AGREEMENT_LAG steps ahead (no step waits in a blocking collective), fetched
  * ahead on the prefetch thread with mdl_set_prefetch, and mdl_epoch_seek restarts
  * the epoch at a step. Step s fetches ids[batch_offsets[s] .. batch_offsets[s+1]):
- * batch_offsets holds steps + 1 entries, from 0 to the number of ids, never
- * decreasing (empty batches are allowed); ids and batches differ per rank, but every
+ * batch_offsets holds steps + 1 entries, from 0 to the number of ids, increasing (no
+ * batch is empty: n == 0 marks the end); ids and batches differ per rank, but every
  * rank must have the same number of steps (checked). Every id must be below
  * mdl_num_samples (MDL_ERR_OUT_OF_RANGE, agreed). Both arrays are copied (8 bytes per
  * id and per step, on this rank). The collective engine learns what the others ask

@@ -158,6 +158,9 @@ def _declare(lib: ctypes.CDLL) -> None:
         lib.mdl_epoch_seek.restype = c_int
         lib.mdl_set_prefetch.argtypes = [ctypes.c_void_p, ctypes.c_uint32]
         lib.mdl_set_prefetch.restype = c_int
+    if hasattr(lib, "mdl_epoch_begin_ids"):
+        lib.mdl_epoch_begin_ids.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, c_u64]
+        lib.mdl_epoch_begin_ids.restype = c_int
     if hasattr(lib, "mdl_epoch_ids"):
         lib.mdl_epoch_ids.argtypes = [c_u64, c_u64, c_u64, c_u64, c_u64, c_u64, c_int, c_int, c_u64,
                                       ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]

@@ -817,18 +817,62 @@ class Loader:
             _note(err, _FAILED_EVERYWHERE)
             raise
         _check(begin(h, *args))
+        # drop_last means full batches only, as everywhere in Python: past them the epoch
+        # is ended by a seek to its end, so that the short last batch is never taken
+        # (with prefetch, the library's thread may have fetched it already).
+        yield from self._run_epoch(self._library_steps(args[2], bool(args[4])),
+                                   self.epoch_steps(args[2], bool(args[4])), start_step)
+
+    def epoch_of_batches(self, batches: Iterable[Iterable[int]], *, start_step: int = 0) -> Iterator[Batch]:
+        """Collective. An epoch of this rank's own batches (mdl_epoch_begin_ids): any
+        sampler's order (torch's ``BatchSampler`` over a ``DistributedSampler``, a
+        weighted sampler), each rank its own, **every rank the same number of batches**.
+        It runs as :meth:`epoch` does: each step agreed ahead (no step waits in a
+        blocking collective), fetched ahead with :meth:`set_prefetch`, yielded as
+        zero-copy views valid until the next batch is taken.
+
+        batches: the whole epoch's batches of global ids, none empty, taken when the
+        iteration starts (a list is built; 8 bytes per id). start_step: resume there
+        (mdl_epoch_seek).
+
+        A bad id (negative, not an integer, beyond the samples), an empty batch or a
+        different number of batches on any rank fails the call on every rank (MDLError; ERR_REMOTE on the
+        ranks that were not at fault); a running epoch stays where it was.
+        """
+        begin = self._sampler_fn("mdl_epoch_begin_ids")
+        h = self._handle()
+        try:
+            parts = [_id_array(batch) for batch in batches]
+            problem = next((p for _, p in parts if p), "")
+            ids = np.concatenate([a for a, _ in parts]) if parts else np.zeros(0, dtype=np.uint64)
+            bounds = np.zeros(len(parts) + 1, dtype=np.uint64)
+            np.cumsum([a.size for a, _ in parts], out=bounds[1:])
+            start_step = _uint(start_step, "start_step")
+        except Exception as err:
+            # Collective: offsets that do not start at 0 make every rank fail.
+            bad_bounds = np.ones(1, dtype=np.uint64)
+            begin(h, None, bad_bounds.ctypes.data, 0)
+            _note(err, _FAILED_EVERYWHERE)
+            raise
+        status = begin(h, _ptr(ids), bounds.ctypes.data, len(parts))
+        if status != 0:
+            _check(status, problem if status == Status.ERR_OUT_OF_RANGE else "")
+        yield from self._run_epoch(len(parts), len(parts), start_step)
+
+    def _run_epoch(self, steps: int, last: int, start_step: int) -> Iterator[Batch]:
+        """The epoch just begun in the library (`steps` steps), from `start_step`, ended
+        after `last` batches."""
         # The library runs one epoch per loader: a second epoch (another sampler or
         # iterator) replaces this one, whose generator must then stop, not go on with
         # the other's batches.
         mine = self._epoch_owner = object()
-        self._epoch_steps = self._library_steps(args[2], bool(args[4]))
-        # drop_last means full batches only, as everywhere in Python: past them the epoch
-        # is ended by a seek to its end, so that the short last batch is never taken
-        # (with prefetch, the library's thread may have fetched it already).
-        last = self.epoch_steps(args[2], bool(args[4]))
+        self._epoch_steps = steps
         if start_step:
             self.seek(start_step)
-        step = start_step
+        return self._epoch_batches(mine, last, start_step)
+
+    def _epoch_batches(self, mine: object, last: int, step: int) -> Iterator[Batch]:
+        h = self._handle()
         next_batch = self._lib.mdl_next_batch
         ids_p = _lib.c_u64_p()
         offs_p = _lib.c_u64_p()

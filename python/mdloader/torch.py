@@ -319,20 +319,22 @@ class DistributedBatchSampler(Sampler):
 class FetchingBatchSampler(Sampler):
     """Any batch sampler of the user's (torch's ``BatchSampler`` over a
     ``DistributedSampler``, a weighted sampler, HydraGNN's order) behind the library:
-    each batch of ids is fetched in the main process, ``depth`` batches ahead on a
-    thread, and handed to the DataLoader as a :class:`Fetched` batch that carries its
-    bytes, so that ``num_workers >= 1`` works (workers only collate) and the loop does
-    not wait for the fetch::
+    at each iteration its whole epoch of batches is handed to the library
+    (:meth:`mdloader.Loader.epoch_of_batches`), which runs it as its own sampler's
+    epoch: every step agreed ahead (no step waits in a blocking collective) and
+    ``depth`` batches fetched ahead on the library's thread. The batches reach the
+    DataLoader as :class:`Fetched` batches that carry their bytes, so that
+    ``num_workers >= 1`` works (workers only collate)::
 
         batches = BatchSampler(DistributedSampler(ds, seed=0), 64, drop_last=True)
         loader = DataLoader(ds, batch_sampler=FetchingBatchSampler(batches, ds), collate_fn=collate,
                             num_workers=2)
 
-    Every rank's sampler must give the same number of batches (a fetch is collective);
-    the fetches are still one collective call per step, off the training thread. The
-    thread needs MPI_THREAD_MULTIPLE (mpi4py's default); below it, ``depth`` is 0 (the
-    fetch happens when torch asks for the batch) with a warning. ``set_epoch`` is passed
-    on to the wrapped sampler's sampler, as torch's ``DistributedSampler`` wants it.
+    Every rank's sampler must give the same number of batches, none empty (checked: an
+    MDLError on every rank otherwise). Prefetch needs MPI_THREAD_MULTIPLE (mpi4py's
+    default); below it, ``depth`` is 0 (each batch is fetched when torch asks for it)
+    with a warning. ``set_epoch`` is passed on to the wrapped sampler's sampler, as
+    torch's ``DistributedSampler`` wants it.
     """
 
     def __init__(self, batch_sampler: Any, dataset: "ShardDataset", depth: int = 2):
@@ -340,7 +342,7 @@ class FetchingBatchSampler(Sampler):
 
         self.batch_sampler = batch_sampler
         self.dataset = dataset
-        depth = _uint(depth, "depth")
+        depth = _uint(depth, "depth", hi=64)
         if depth and MPI.Query_thread() < MPI.THREAD_MULTIPLE:
             warnings.warn("FetchingBatchSampler: MPI was initialised without MPI_THREAD_MULTIPLE: batches are "
                           "fetched when asked for, not ahead (depth=0)", RuntimeWarning, stacklevel=2)
@@ -358,13 +360,11 @@ class FetchingBatchSampler(Sampler):
     def __len__(self) -> int:
         return len(self.batch_sampler)
 
-    def _fetched(self) -> Iterator[Fetched]:
-        for step, ids in enumerate(self.batch_sampler):
-            batch = self.dataset.loader.fetch(np.asarray(list(ids), dtype=np.int64))
-            yield Fetched.copy_of(batch, self.epoch, step)
-
     def __iter__(self) -> Iterator[Fetched]:
-        return in_background(self._fetched(), self.depth) if self.depth else self._fetched()
+        loader = self.dataset.loader
+        loader.set_prefetch(self.depth)
+        for step, batch in enumerate(loader.epoch_of_batches(self.batch_sampler)):
+            yield Fetched.copy_of(batch, self.epoch, step)
 
 
 def _boolean(what: str):

@@ -65,7 +65,7 @@ pub struct GivenOrder {
 
 impl GivenOrder {
     /// A copy of the caller's `ids` cut at `bounds` (steps + 1 entries from 0 to the
-    /// number of ids, never decreasing), every id below `num_samples`; the memory is
+    /// number of ids, increasing: no batch is empty), every id below `num_samples`; the memory is
     /// allocated fallibly (8 bytes per id and per step).
     pub fn new(ids: &[u64], bounds: &[u64], num_samples: u64) -> Result<GivenOrder> {
         let (first, last) = (bounds.first().copied(), bounds.last().copied());
@@ -77,12 +77,14 @@ impl GivenOrder {
                 last.unwrap_or(0)
             )));
         }
-        if let Some(s) = bounds.windows(2).position(|w| w[1] < w[0]) {
+        // An empty batch would read as the epoch's end (mdl_next_batch's n == 0).
+        if let Some(s) = bounds.windows(2).position(|w| w[1] <= w[0]) {
             return Err(Error::invalid(format!(
-                "batch_offsets[{}] = {} is below batch_offsets[{s}] = {}: batches cannot end before they begin",
+                "batch {s} is empty or ends before it begins (batch_offsets[{s}] = {}, batch_offsets[{}] = {}): \
+                 every batch needs at least one id",
+                bounds[s],
                 s + 1,
-                bounds[s + 1],
-                bounds[s]
+                bounds[s + 1]
             )));
         }
         if let Some(k) = ids.iter().position(|&id| id >= num_samples) {
@@ -118,16 +120,16 @@ mod tests {
 
     #[test]
     fn given_batches_are_the_callers_cut_at_the_offsets() {
-        let order = GivenOrder::new(&[5, 1, 4, 4, 0], &[0, 2, 2, 5], 6).unwrap();
-        assert_eq!(order.steps(), 3);
+        let order = GivenOrder::new(&[5, 1, 4, 4, 0], &[0, 2, 5], 6).unwrap();
+        assert_eq!(order.steps(), 2);
         let mut ids = vec![9];
-        let batches: Vec<Vec<u64>> = (0..4)
+        let batches: Vec<Vec<u64>> = (0..3)
             .map(|s| {
                 order.batch_into(s, &mut ids);
                 ids.clone()
             })
             .collect();
-        assert_eq!(batches, [vec![5, 1], vec![], vec![4, 4, 0], vec![]]);
+        assert_eq!(batches, [vec![5, 1], vec![4, 4, 0], vec![]]);
     }
 
     #[test]
@@ -136,7 +138,8 @@ mod tests {
         assert!(refused(&[1, 2], &[1, 2]).contains("from 0"));
         assert!(refused(&[1, 2], &[0, 1]).contains("to the number of ids (2)"));
         assert!(refused(&[1, 2], &[]).contains("from 0"));
-        assert!(refused(&[1, 2, 3], &[0, 2, 1, 3]).contains("batch_offsets[2] = 1"));
+        assert!(refused(&[1, 2, 3], &[0, 2, 1, 3]).contains("batch 1 is empty or ends before it begins"));
+        assert!(refused(&[1, 2, 3], &[0, 2, 2, 3]).contains("batch 1 is empty"));
         assert!(refused(&[1, 6], &[0, 2]).contains("ids[1] = 6"));
         assert_eq!(GivenOrder::new(&[], &[0], 0).unwrap().steps(), 0);
     }

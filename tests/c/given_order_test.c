@@ -3,10 +3,10 @@
  * run as the built-in sampler's: steps agreed ahead, prefetch, seek.
  *
  * Every rank draws its own order (ids of every rank's shard, repeats allowed, batches
- * of varying size, some empty) with the same number of steps, and checks each batch's
+ * of 1 .. MAX_BATCH ids) with the same number of steps, and checks each batch's
  * ids and bytes, with each engine and with prefetch 0 and 2. Then: a seek; refused
- * begins (steps that differ across ranks, an id out of range, offsets that decrease, a
- * NULL array) fail on every rank and leave the running epoch where it was;
+ * begins (steps that differ across ranks, an id out of range, an empty batch, offsets
+ * that decrease or do not start at 0, a NULL array) fail on every rank and leave the running epoch where it was;
  * mdl_fetch_batch is refused during such an epoch.
  *
  * Usage: given_order_test [--funneled]   (any number of ranks)
@@ -28,7 +28,7 @@ static uint64_t first_id(int r)
 static uint64_t size_of(uint64_t g) { return (g * 37) % 300; }
 static uint8_t byte_of(uint64_t g, uint64_t k) { return (uint8_t)((g * 131 + k) & 0xff); }
 
-/* This rank's order for `round`: STEPS batches of 0 .. MAX_BATCH ids each. */
+/* This rank's order for `round`: STEPS batches of 1 .. MAX_BATCH ids each. */
 typedef struct order {
     uint64_t ids[STEPS * MAX_BATCH];
     uint64_t bounds[STEPS + 1];
@@ -39,7 +39,7 @@ static void draw_order(order *o, uint64_t round)
     tc_rng rng = tc_rng_make(round, (uint64_t)g_rank);
     o->bounds[0] = 0;
     for (int s = 0; s < STEPS; s++) {
-        uint64_t n = s % 7 == 3 ? 0 : s == 0 ? 1 + tc_below(&rng, MAX_BATCH) : tc_below(&rng, MAX_BATCH + 1);
+        uint64_t n = 1 + tc_below(&rng, MAX_BATCH);
         for (uint64_t k = 0; k < n; k++)
             o->ids[o->bounds[s] + k] = tc_below(&rng, g_n);
         o->bounds[s + 1] = o->bounds[s] + n;
@@ -170,8 +170,12 @@ int main(int argc, char **argv)
     st = mdl_epoch_begin_ids(h, bad.ids, bad.bounds, STEPS);
     refused &= refused_everywhere(st, culprit, MDL_ERR_OUT_OF_RANGE, 0);
     bad = o;
-    /* Offsets that decrease, and offsets that do not start at 0 (batch 0 is never
-       empty). */
+    /* An empty batch, offsets that decrease, offsets that do not start at 0. */
+    if (g_rank == culprit)
+        bad.bounds[2] = bad.bounds[1];
+    st = mdl_epoch_begin_ids(h, bad.ids, bad.bounds, STEPS);
+    refused &= refused_everywhere(st, culprit, MDL_ERR_INVALID_ARG, 0);
+    bad = o;
     if (g_rank == culprit)
         bad.bounds[2] = bad.bounds[3] + 1;
     st = mdl_epoch_begin_ids(h, bad.ids, bad.bounds, STEPS);
@@ -184,7 +188,7 @@ int main(int argc, char **argv)
     refused &= refused_everywhere(st, culprit, MDL_ERR_NULL_ARG, 0);
     st = mdl_epoch_begin_ids(h, o.ids, g_rank == culprit ? NULL : o.bounds, STEPS);
     refused &= refused_everywhere(st, culprit, MDL_ERR_NULL_ARG, 0);
-    check(refused, "refused begins (steps differ, id out of range, offsets decrease or start past 0, NULL) fail on every rank");
+    check(refused, "refused begins (steps differ, id out of range, empty batch, offsets decrease or start past 0, NULL) fail on every rank");
     check(batches_are(h, &o, 5), "after the refused begins the running epoch goes on at step 5");
 
     /* mdl_fetch_batch is refused while such an epoch runs, and works after it. */

@@ -288,3 +288,40 @@ def test_a_users_batch_sampler_fetched_ahead(comm, loader, workers):
                      multiprocessing_context="spawn" if workers else None)
     assert [ids.tolist() for _, ids in got] == expected
     assert len(sampler) == len(expected)
+
+
+def test_a_weighted_sampler_of_each_rank_runs_as_the_librarys_epoch(comm, loader):
+    """Each rank's own weighted order (different on every rank, repeats included),
+    through the library's epoch: the ids and bytes of fetching them one by one."""
+    from torch.utils.data import BatchSampler, WeightedRandomSampler
+
+    loader.register_shard(shard(comm, 30))
+    ds = mdt.ShardDataset(loader)
+    generator = torch.Generator().manual_seed(comm.rank)
+    weights = torch.arange(1, len(ds) + 1, dtype=torch.float64)
+    batches = list(BatchSampler(WeightedRandomSampler(weights, 24, generator=generator), 5, drop_last=False))
+    got = [(bytes(b.data), b.ids.tolist()) for b in loader.epoch_of_batches(batches)]
+    expected = [(bytes(loader.fetch(ids).data), list(ids)) for ids in batches]
+    assert got == expected
+
+
+def test_a_users_batches_that_differ_across_ranks_fail_on_every_rank(comm, loader):
+    """A different number of batches on one rank, a negative id, an empty batch: an
+    error on every rank, not a hang; the loader fetches afterwards."""
+    loader.register_shard(shard(comm, 30))
+    last = comm.size - 1
+    cases = [
+        ([[0, 1]] * (3 if comm.rank == last else 2), "differs across ranks"),
+        ([[0, 1], [-1 if comm.rank == last else 2]], "negative"),
+        ([[0, 1], [] if comm.rank == last else [2]], "empty"),
+    ]
+    for batches, what in cases:
+        if comm.size == 1 and what == "differs across ranks":
+            continue
+        with pytest.raises(mdloader.MDLError) as raised:
+            list(loader.epoch_of_batches(batches))
+        if comm.rank == last or what == "differs across ranks":
+            assert what in str(raised.value)
+        else:
+            assert raised.value.status == mdloader.Status.ERR_REMOTE
+    assert loader.fetch([0, 1]).ids.tolist() == [0, 1]
