@@ -2,9 +2,11 @@
  * Sampler steps agreed ahead against steps that wait for their agreement, side by
  * side in one run, with AUTO and both engines forced (the oracle).
  *
- * Four loaders over the same data, built with different MDL_AGREEMENT_LAG and backends
+ * Six loaders over the same data, built with different MDL_AGREEMENT_LAG and backends
  * (the variable is read at mdl_init): AUTO with lag 0, AUTO with lag L, and the
- * one-sided and collective engines forced, with lag L. Their epochs are interleaved
+ * one-sided and collective engines forced, with lag L; and the same ids as a user's
+ * sampler would hand them over (AUTO): the whole epoch given to mdl_epoch_begin_ids
+ * (lag L), or one blocking mdl_fetch_batch per step. Their epochs are interleaved
  * (loader by loader, round after round), so that every loader sees the same machine. Between two
  * batches each rank "computes" for a random time of mean C us and spread J us (a
  * training step whose length varies across ranks): this is where waiting for the
@@ -28,8 +30,9 @@
 #include <string.h>
 #include <time.h>
 
-enum { LOADERS = 4 };
-static const char *NAMES[LOADERS] = {"auto-lag0", "auto-lagL", "onesided-lagL", "collective-lagL"};
+enum { LOADERS = 6, GIVEN = 4, FETCH = 5 };
+static const char *NAMES[LOADERS] = {"auto-lag0",       "auto-lagL",   "onesided-lagL",
+                                     "collective-lagL", "given-lagL", "fetch-per-step"};
 
 static const uint64_t PER_RANK = 8192;
 static uint64_t size_of(uint64_t g) { return 1024 + mix64(g) % 2048; } /* 1-3 KB, mean 2 KB */
@@ -79,8 +82,8 @@ int main(int argc, char **argv)
         fill(7, first + i, data + offsets[i], size_of(first + i));
 
     mdl_loader *h[LOADERS];
-    static const mdl_backend backends[LOADERS] = {MDL_BACKEND_AUTO, MDL_BACKEND_AUTO, MDL_BACKEND_ONESIDED,
-                                                  MDL_BACKEND_COLLECTIVE};
+    static const mdl_backend backends[LOADERS] = {MDL_BACKEND_AUTO,       MDL_BACKEND_AUTO, MDL_BACKEND_ONESIDED,
+                                                  MDL_BACKEND_COLLECTIVE, MDL_BACKEND_AUTO, MDL_BACKEND_AUTO};
     /* The engines are what is measured: on one machine the default node-local path would
        copy every sample and run no engine. */
     setenv("MDL_NODE_LOCAL", "off", 1);
@@ -117,15 +120,40 @@ int main(int argc, char **argv)
             before[l][0] = steps_of(json, "onesided");
             before[l][1] = steps_of(json, "collective");
         }
+        /* The built-in sampler's ids, as a user's sampler would hand them over. */
+        uint64_t *order = malloc(PER_RANK * sizeof *order), *bounds = malloc((steps_per_epoch + 1) * sizeof *bounds);
+        uint64_t *fetched_offsets = malloc((B + 1) * sizeof *fetched_offsets);
+        uint8_t *fetched = malloc(B * 3072);
         for (long r = 0; r < rounds; r++)
             for (int l = 0; l < LOADERS; l++) {
-                mdl_epoch_begin(h[l], 11, (uint64_t)r, B, 1, 1);
-                for (;;) {
+                if (l >= GIVEN) {
+                    for (uint64_t s = 0; s <= steps_per_epoch; s++)
+                        bounds[s] = s * B;
+                    for (uint64_t s = 0; s < steps_per_epoch; s++) {
+                        size_t m;
+                        mdl_epoch_ids(PER_RANK * (uint64_t)size, (uint64_t)size, (uint64_t)rank, 11, (uint64_t)r, B, 1, 1,
+                                      s, order + s * B, B, &m);
+                    }
+                }
+                if (l == GIVEN)
+                    mdl_epoch_begin_ids(h[l], order, bounds, steps_per_epoch);
+                else if (l != FETCH)
+                    mdl_epoch_begin(h[l], 11, (uint64_t)r, B, 1, 1);
+                for (uint64_t s = 0;; s++) {
                     const uint64_t *ids, *offs;
                     const void *out;
                     size_t got;
                     double t0 = MPI_Wtime();
-                    mdl_status st = mdl_next_batch(h[l], &ids, &out, &offs, &got);
+                    mdl_status st;
+                    if (l == FETCH) {
+                        got = s < steps_per_epoch ? B : 0;
+                        ids = order + s * B;
+                        st = got ? mdl_fetch_batch(h[l], ids, got, fetched, B * 3072, fetched_offsets) : MDL_OK;
+                        out = fetched;
+                        offs = fetched_offsets;
+                    } else {
+                        st = mdl_next_batch(h[l], &ids, &out, &offs, &got);
+                    }
                     double waited = MPI_Wtime() - t0;
                     if (st != MDL_OK) {
                         fprintf(stderr, "rank %d: %s: %s\n", rank, NAMES[l], mdl_status_string(st));
@@ -140,6 +168,10 @@ int main(int argc, char **argv)
                     busy_wait_us(compute_us + jitter_us * ((double)(rng % 2001) / 1000.0 - 1.0));
                 }
             }
+        free(order);
+        free(bounds);
+        free(fetched_offsets);
+        free(fetched);
         for (int l = 0; l < LOADERS; l++) {
             /* The slowest rank's wait, per step, then the median over steps. */
             double *slowest = malloc((size_t)n[l] * sizeof(double));
