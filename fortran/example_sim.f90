@@ -49,7 +49,7 @@ program example_sim
    integer(int64) :: sampled, total_sampled
    integer(int64) :: failures, total_failures     ! int64 like the other reductions (one buffer type per call site)
    integer, allocatable :: steps_of(:)
-   integer(int64), allocatable :: first_id(:), perm(:), ids(:), offsets(:), out_offsets(:)
+   integer(int64), allocatable :: first_id(:), perm(:), ids(:), offsets(:), out_offsets(:), own_ids(:)
    integer(int8), allocatable :: data(:), sample(:), out(:)
    integer(int64) :: n_total, n_mine, per_rank, pos, nbytes, checked, total_checked, bytes, total_bytes
    real(real64) :: t0, t1
@@ -159,6 +159,27 @@ program example_sim
    end do
    ! DistributedSampler's split: every rank ceil(N/P) samples.
    call check(sampled == (n_total + nranks - 1) / nranks, 'sampler epoch: ceil(N/P) samples on every rank')
+
+   ! ---- an epoch of this rank's own order (any sampler), run as the built-in one's ----
+   ! 3 batches of `batch` ids, rank-dependent, the same number of steps on every rank.
+   allocate (own_ids(3 * batch))
+   own_ids = [(mod(int(k, int64) * 7_int64 + int(rank, int64) * 13_int64, n_total), k = 1, 3 * batch)]
+   call mdl_epoch_begin_ids(loader, own_ids, [0_int64, int(batch, int64), int(2 * batch, int64), &
+                                              int(3 * batch, int64)], ierr)
+   call check(ierr == MDL_OK, 'mdl_epoch_begin_ids')
+   sampled = 0
+   do while (ierr == MDL_OK)
+      call mdl_next_batch(loader, batch_ids, batch_data, batch_offsets, n, ierr)
+      call check(ierr == MDL_OK, 'mdl_next_batch (own order)')
+      if (ierr /= MDL_OK .or. n == 0) exit
+      call check(all(batch_ids == own_ids(sampled + 1:sampled + n)), 'own order: the ids given, in order')
+      do k = 1, n
+         call verify(batch_ids(k), batch_data(batch_offsets(k) + 1:batch_offsets(k + 1)))
+      end do
+      sampled = sampled + n
+   end do
+   call check(sampled == 3 * batch, 'own order: every id given, once')
+   deallocate (own_ids)
    call mdl_set_prefetch(loader, 0, ierr)
 
    ! ---- errors fail on every rank together, and the loader stays usable ----

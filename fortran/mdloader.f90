@@ -39,6 +39,8 @@
 !>        the same with integer(int8), allocatable :: out(:); integer(int64), allocatable :: out_offsets(:)
 !>   mdl_epoch_begin(loader, seed, epoch, batch_size, shuffle, drop_last [, ierr])
 !>        integer(int64) :: seed, epoch, batch_size; logical :: shuffle, drop_last
+!>   mdl_epoch_begin_ids(loader, ids, batch_offsets [, ierr])
+!>        integer(int64) :: ids(:), batch_offsets(steps+1): an epoch of this rank's own batches
 !>   mdl_next_batch(loader, ids, data, offsets, n [, ierr])
 !>        integer(int64), pointer :: ids(:), offsets(:); integer(int8), pointer :: data(:); integer :: n
 !>   mdl_epoch_seek(loader, step [, ierr])                 integer(int64) :: step (0-based)
@@ -116,7 +118,7 @@ module mdloader
    public :: mdl_fetch_batch, mdl_fetch_batch_alloc, mdl_set_backend, mdl_finalize
    public :: mdl_last_error, mdl_status_string, mdl_initialized, mdl_c_handle, mdl_stats_json
    public :: mdl_stats_json_job
-   public :: mdl_epoch_begin, mdl_next_batch, mdl_epoch_seek, mdl_set_prefetch, mdl_epoch_ids
+   public :: mdl_epoch_begin, mdl_epoch_begin_ids, mdl_next_batch, mdl_epoch_seek, mdl_set_prefetch, mdl_epoch_ids
 
    !> What mdl_next_batch points at when there is no batch (size 0, never written).
    integer(int64), target, save :: no_ids(0), no_offsets(0)
@@ -206,6 +208,13 @@ module mdloader
          integer(c_int), value :: shuffle, drop_last
          integer(c_int) :: status
       end function c_mdl_epoch_begin
+
+      function c_mdl_epoch_begin_ids(h, ids, batch_offsets, steps) result(status) bind(C, name='mdl_epoch_begin_ids')
+         import :: c_int, c_int64_t, c_ptr
+         type(c_ptr), value :: h, ids, batch_offsets
+         integer(c_int64_t), value :: steps
+         integer(c_int) :: status
+      end function c_mdl_epoch_begin_ids
 
       function c_mdl_next_batch(h, ids, data, offsets, n) result(status) bind(C, name='mdl_next_batch')
          import :: c_int, c_size_t, c_ptr
@@ -567,6 +576,29 @@ contains
                                  merge(1_c_int, 0_c_int, drop_last))
       call finish(status, ierr)
    end subroutine mdl_epoch_begin
+
+   !> Collective. Starts an epoch of this rank's own batches (any sampler's order), run as
+   !> the built-in sampler's (steps agreed ahead, prefetch, mdl_epoch_seek): step s
+   !> (0-based) fetches ids(batch_offsets(s+1)+1 : batch_offsets(s+2)), 0-based ids.
+   !> batch_offsets runs from 0 to size(ids), increasing (no empty batch); every rank has
+   !> its own ids but the same number of steps, size(batch_offsets) - 1 (checked: an
+   !> error on every rank otherwise). Both arrays are copied.
+   subroutine mdl_epoch_begin_ids(loader, ids, batch_offsets, ierr)
+      type(mdl_loader), intent(in) :: loader
+      integer(int64), intent(in), target, contiguous :: ids(:), batch_offsets(:)
+      integer, intent(out), optional :: ierr
+      type(c_ptr) :: pids, pbounds
+      integer :: status
+
+      pids = c_null_ptr
+      pbounds = c_null_ptr
+      if (size(ids) > 0) pids = c_loc(ids(1))
+      if (size(batch_offsets) > 0) pbounds = c_loc(batch_offsets(1))
+      ! An empty batch_offsets (no steps + 1 entries) is passed as NULL: the library then
+      ! refuses the call on every rank.
+      status = c_mdl_epoch_begin_ids(loader%handle, pids, pbounds, int(max(size(batch_offsets) - 1, 0), c_int64_t))
+      call finish(status, ierr)
+   end subroutine mdl_epoch_begin_ids
 
    !> Collective. This rank's next batch of the epoch: n samples; ids(1:n) their 0-based
    !> global ids; sample k is data(offsets(k)+1 : offsets(k+1)), k = 1..n. The pointers
