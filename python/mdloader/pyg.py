@@ -22,7 +22,8 @@ HydraGNN users: ``DistDataset(data, label, comm, ddstore_width=..., local=...)``
 HydraGNN's arguments; ``ddstore_width`` ranks hold one full copy (replica groups). It
 also works under torch_geometric's own ``DataLoader`` with a ``DistributedSampler``
 (one collective fetch per batch through ``__getitems__``), and :class:`DataLoader` here
-is the fast path (the library's sampler, prefetch, vectorised collate).
+is the fast path (prefetch, steps agreed ahead, vectorised collate), with the library's
+sampler or the user's own (``sampler=DistributedSampler(...)``, ``batch_sampler=``).
 """
 
 from __future__ import annotations
@@ -283,6 +284,15 @@ class DataLoader:
     over all ranks as torch's ``DistributedSampler``), fetched ``prefetch`` batches ahead
     on a library thread and collated with vectorised numpy.
 
+    sampler / batch_sampler: the user's own order instead (torch's
+    ``DistributedSampler``, a weighted sampler, HydraGNN's): each epoch's batches (of
+    ``batch_size`` ids of ``sampler``, the last one kept unless ``drop_last``; or
+    ``batch_sampler``'s) are handed to the library whole
+    (:meth:`mdloader.Loader.epoch_of_batches`) and run as its own sampler's epoch, with
+    the same prefetch and no blocking collective per step. Every rank must then have
+    the same number of batches (``DistributedSampler`` does); ``shuffle`` and ``seed``
+    are the sampler's business. ``set_epoch`` is passed on to the sampler.
+
     ``len(loader)`` is the number of batches per epoch, the same on every rank.
     ``set_epoch(e)`` as torch's sampler. Leaving a loop early is fine: the next
     ``iter`` (this loader's or another's on the same dataset) ends the epoch left open.
@@ -297,16 +307,20 @@ class DataLoader:
 
     def __init__(self, dataset: DistDataset, batch_size: int = 1, shuffle: bool = False, *, seed: int = 0,
                  drop_last: bool = False, follow_batch: Optional[list] = None, exclude_keys: Optional[list] = None,
-                 prefetch: int = 2, collate_ahead: int = 2, sampler: Any = None, **unsupported: Any):
-        if sampler is not None:
-            raise TypeError("mdloader.pyg.DataLoader draws its own order (seed, epoch, shuffle); pass no sampler, "
-                            "or use torch_geometric.loader.DataLoader with a DistributedSampler over the DistDataset")
+                 prefetch: int = 2, collate_ahead: int = 2, sampler: Any = None, batch_sampler: Any = None,
+                 **unsupported: Any):
+        if sampler is not None and batch_sampler is not None:
+            raise TypeError("mdloader.pyg.DataLoader: pass sampler= or batch_sampler=, not both")
+        if shuffle and (sampler is not None or batch_sampler is not None):
+            raise TypeError("mdloader.pyg.DataLoader: shuffle=True with a sampler: the sampler draws the order "
+                            "(as in torch's DataLoader, the two exclude each other)")
         if unsupported:
             raise TypeError(f"mdloader.pyg.DataLoader: unsupported arguments {sorted(unsupported)} "
                             "(fetching and collating happen in the library's thread and this process)")
         self.dataset = dataset
         self.batch_size = batch_size
         self.shuffle, self.seed, self.drop_last = shuffle, seed, drop_last
+        self.sampler, self.batch_sampler = sampler, batch_sampler
         self.follow_batch, self.exclude_keys = follow_batch or [], exclude_keys or []
         self.prefetch = _threads_allowed(prefetch, "prefetch")
         self.collate_ahead = _threads_allowed(collate_ahead, "collate_ahead")
@@ -314,8 +328,16 @@ class DataLoader:
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
+        for user_sampler in (self.sampler, self.batch_sampler, getattr(self.batch_sampler, "sampler", None)):
+            if hasattr(user_sampler, "set_epoch"):
+                user_sampler.set_epoch(epoch)
 
     def __len__(self) -> int:
+        if self.batch_sampler is not None:
+            return len(self.batch_sampler)
+        if self.sampler is not None:
+            whole, rest = divmod(len(self.sampler), self.batch_size)
+            return whole + (1 if rest and not self.drop_last else 0)
         return self.dataset.loader.epoch_steps(self.batch_size, self.drop_last)
 
     def __iter__(self) -> Iterator[Batch]:
@@ -328,11 +350,22 @@ class DataLoader:
         self.dataset._open_epoch = batches
         return batches
 
+    def _users_batches(self) -> Iterable:
+        if self.batch_sampler is not None:
+            return self.batch_sampler
+        ids = np.fromiter(iter(self.sampler), dtype=np.int64)
+        cut = len(ids) - len(ids) % self.batch_size if self.drop_last else len(ids)
+        return [ids[k:k + self.batch_size] for k in range(0, cut, self.batch_size)]
+
     def _batches(self) -> Iterator[Batch]:
         loader = self.dataset.loader
         loader.set_prefetch(self.prefetch)
-        for fetched in loader.epoch(self.batch_size, seed=self.seed, epoch=self.epoch, shuffle=self.shuffle,
-                                    drop_last=self.drop_last):
+        if self.sampler is None and self.batch_sampler is None:
+            epoch = loader.epoch(self.batch_size, seed=self.seed, epoch=self.epoch, shuffle=self.shuffle,
+                                 drop_last=self.drop_last)
+        else:
+            epoch = loader.epoch_of_batches(self._users_batches())
+        for fetched in epoch:
             yield collate(fetched.fields, self.dataset.facts, self.follow_batch, self.exclude_keys,
                           self.dataset.data_class)
 

@@ -131,9 +131,37 @@ def test_graphs_that_differ_fail_on_every_rank(comm):
         DistDataset(mine, "trainset", comm, local=True)
 
 
+def test_the_loader_runs_a_users_sampler_as_its_own_epoch(comm, dataset):
+    """HydraGNN's DistributedSampler (and a batch sampler) through mdloader.pyg's
+    DataLoader: the sampler's batches, in its order, equal to from_data_list."""
+    from torch.utils.data import BatchSampler
+    from torch.utils.data.distributed import DistributedSampler
+
+    every = graphs(41)
+    sampler = DistributedSampler(dataset, num_replicas=comm.size, rank=comm.rank, shuffle=True, seed=3)
+    for drop_last in (False, True):
+        loader = DataLoader(dataset, batch_size=4, sampler=sampler, drop_last=drop_last)
+        for epoch in range(2):
+            loader.set_epoch(epoch)
+            order = list(sampler)
+            expected = [order[k:k + 4] for k in range(0, len(order), 4)]
+            if drop_last and len(expected[-1]) < 4:
+                expected.pop()
+            got = []
+            for batch in loader:
+                assert_same_batch(batch, Batch.from_data_list([every[i] for i in batch.idx.tolist()]))
+                got.append(batch.idx.tolist())
+            assert got == expected and len(loader) == len(expected)
+    batches = BatchSampler(DistributedSampler(dataset, num_replicas=comm.size, rank=comm.rank, seed=4), 3, False)
+    got = [b.idx.tolist() for b in DataLoader(dataset, batch_sampler=batches)]
+    assert got == [list(b) for b in batches]
+
+
 def test_the_loader_names_what_it_does_not_take(dataset):
-    with pytest.raises(TypeError, match="pass no sampler"):
-        DataLoader(dataset, batch_size=2, sampler=[0, 1])
+    with pytest.raises(TypeError, match="exclude each other"):
+        DataLoader(dataset, batch_size=2, shuffle=True, sampler=[0, 1])
+    with pytest.raises(TypeError, match="not both"):
+        DataLoader(dataset, batch_size=2, sampler=[0, 1], batch_sampler=[[0, 1]])
     with pytest.raises(TypeError, match="num_workers"):
         DataLoader(dataset, batch_size=2, num_workers=2)
 
