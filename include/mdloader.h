@@ -133,7 +133,8 @@ extern "C" {
  * `MDL_WAIT=auto|spin|yield`, `MDL_MAX_MESSAGE_BYTES` (1..2^31-1, most bytes per MPI
  * message), `MDL_MAX_GETS_IN_FLIGHT` (1..2^20, default 4096),
  * `MDL_CALIBRATION=on|off|<file>`, `MDL_CALIBRATION_SECONDS` (0..60),
- * `MDL_PROBE_INTERVAL`, `MDL_HYSTERESIS` ([0, 1)), `MDL_MATRIX_MAX_RANKS` (0..64),
+ * `MDL_PROBE_INTERVAL`, `MDL_HYSTERESIS` ([0, 1)), `MDL_PROBE_BUDGET` ([0, 1], what
+ * AUTO's probes may cost over all steps' time), `MDL_MATRIX_MAX_RANKS` (0..64),
  * `MDL_WARMUP_GETS` (0..65536), `MDL_TIMEOUT` (seconds a collective may wait before
  * MDL_ERR_TIMEOUT, 0 = never, the default), `MDL_SHARED_INDEX=on|off` (the global
  * index once per node in shared memory, or per rank), `MDL_NODE_LOCAL=on|off` (samples

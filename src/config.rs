@@ -97,6 +97,9 @@ pub struct Config {
     /// `MDL_HYSTERESIS`: how much faster (relative) the other engine must be predicted
     /// before AUTO switches (default 0.1).
     pub hysteresis: f64,
+    /// `MDL_PROBE_BUDGET`: what AUTO's probes may cost, their time over the preferred
+    /// engine's prediction as a fraction of all measured steps' time (default 0.05).
+    pub probe_budget: f64,
     /// `MDL_MATRIX_MAX_RANKS`: up to this many ranks, each step's agreement carries the
     /// full request matrix (2 * P * P values: bytes and samples per requester and
     /// owner), which tells the estimator exactly how many bytes each rank serves and
@@ -180,6 +183,7 @@ impl Default for Config {
             calibration_seconds: 0.4,
             probe_interval: 64,
             hysteresis: 0.1,
+            probe_budget: 0.05,
             matrix_max_ranks: 32,
             warm_up_gets: 512,
             wait: Wait::Auto,
@@ -317,6 +321,8 @@ impl Config {
             // -0 is 0: the ranks compare settings bit for bit.
             hysteresis: env_or("MDL_HYSTERESIS", default.hysteresis, |h: &f64| (0.0..1.0).contains(h), "a fraction in [0, 1)")?
                 .abs(),
+            probe_budget: env_or("MDL_PROBE_BUDGET", default.probe_budget, |b: &f64| (0.0..=1.0).contains(b), "a fraction in [0, 1]")?
+                .abs(),
             matrix_max_ranks: env_or(
                 "MDL_MATRIX_MAX_RANKS",
                 default.matrix_max_ranks,
@@ -365,6 +371,7 @@ impl Config {
             Setting::float("MDL_CALIBRATION_SECONDS", self.calibration_seconds),
             Setting::identical("MDL_PROBE_INTERVAL", self.probe_interval),
             Setting::float("MDL_HYSTERESIS", self.hysteresis),
+            Setting::float("MDL_PROBE_BUDGET", self.probe_budget),
             Setting::identical("MDL_MATRIX_MAX_RANKS", self.matrix_max_ranks as u64),
             Setting::identical("MDL_WARMUP_GETS", self.warm_up_gets),
             Setting::float("MDL_TIMEOUT", self.timeout_seconds),

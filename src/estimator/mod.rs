@@ -60,6 +60,10 @@ pub struct Settings {
     pub probe_interval: u64,
     /// Relative margin by which the other engine must be predicted faster to switch.
     pub hysteresis: f64,
+    /// What the probes may cost: their time over the preferred engine's prediction, as
+    /// a fraction of every measured step's time (0: a probe only until one has cost
+    /// anything).
+    pub probe_budget: f64,
 }
 
 /// The engine chosen for a step and what was predicted.
@@ -115,6 +119,11 @@ pub struct Estimator {
     /// log of the global correction, per engine.
     global: [f64; 2],
     counters: EstimatorCounters,
+    /// Seconds of all measured steps, and of the probes' excess over the preferred
+    /// engine's prediction: a probe is taken only while the excess is within
+    /// `probe_budget` of the total (see `choose_auto`).
+    measured_seconds: f64,
+    probe_excess_seconds: f64,
 }
 
 /// A multiplicative hash over 64-bit words: the estimator's fingerprint.
@@ -156,7 +165,15 @@ fn bucket_of(f: &StepFeatures) -> (usize, usize) {
 
 impl Estimator {
     pub fn new(params: CostParams, settings: Settings) -> Estimator {
-        Estimator { params, settings, buckets: BTreeMap::new(), global: [0.0; 2], counters: Default::default() }
+        Estimator {
+            params,
+            settings,
+            buckets: BTreeMap::new(),
+            global: [0.0; 2],
+            counters: Default::default(),
+            measured_seconds: 0.0,
+            probe_excess_seconds: 0.0,
+        }
     }
 
     #[cfg(test)]
@@ -210,7 +227,7 @@ impl Estimator {
             f.word(b.probes as u64);
         }
         let c = &self.counters;
-        for w in [c.decisions, c.probes, c.switches] {
+        for w in [c.decisions, c.probes, c.switches, self.measured_seconds.to_bits(), self.probe_excess_seconds.to_bits()] {
             f.word(w);
         }
         f.0 >> 12
@@ -244,6 +261,12 @@ impl Estimator {
             return Backend::OneSided;
         }
         let settings = self.settings;
+        // Within budget: what the probes cost so far over the preferred engine (as
+        // measured, which is where a model that has not seen the job's skew is wrong
+        // by orders of magnitude) is within `probe_budget` of all steps' time. After a
+        // probe that cost much, the next waits until the steps have earned it back; a
+        // due probe waits, it is not skipped.
+        let affordable = self.probe_excess_seconds <= settings.probe_budget * self.measured_seconds;
         let bucket = self.bucket(f);
         let predicted = |e: Backend| if e == Backend::Collective { coll } else { os };
         let fastest = if coll < os { Backend::Collective } else { Backend::OneSided };
@@ -256,7 +279,7 @@ impl Estimator {
         bucket.steps_since_probe += 1;
         let never_measured = bucket.measured[slot(other(keep))] == 0;
         let worth_a_look = never_measured || predicted(other(keep)) <= PROBE_MAX_RATIO * predicted(keep);
-        let probing = bucket.probe_due(settings.probe_interval) && worth_a_look;
+        let probing = bucket.probe_due(settings.probe_interval) && worth_a_look && affordable;
         if probing {
             bucket.steps_since_probe = 0;
             bucket.probes += 1;
@@ -266,8 +289,15 @@ impl Estimator {
         if probing { other(keep) } else { keep }
     }
 
-    /// Feed back the measured time (maximum over ranks) of a step run with `engine`.
-    pub fn observe(&mut self, engine: Backend, f: &StepFeatures, measured: f64) {
+    /// Feed back the measured time (maximum over ranks) of a step run with `engine`;
+    /// `probe_instead_of`: for a probe, the prediction of the engine it replaced.
+    pub fn observe(&mut self, engine: Backend, f: &StepFeatures, measured: f64, probe_instead_of: Option<f64>) {
+        if measured.is_finite() && measured > 0.0 {
+            self.measured_seconds += measured;
+            if let Some(preferred) = probe_instead_of {
+                self.probe_excess_seconds += (measured - preferred).max(0.0);
+            }
+        }
         let modelled = self.params.predict(engine, f);
         if !(measured > 0.0 && modelled > 0.0) {
             return;
@@ -296,7 +326,7 @@ mod tests {
     use super::*;
 
     fn settings() -> Settings {
-        Settings { probe_interval: 10, hysteresis: 0.05 }
+        Settings { probe_interval: 10, hysteresis: 0.05, probe_budget: 0.05 }
     }
 
     fn step(samples: f64, bytes: f64) -> StepFeatures {
@@ -322,7 +352,7 @@ mod tests {
         for _ in 0..40 {
             let d = e.decide(&f, Backend::Auto);
             let modelled = e.params().predict(d.engine, &f);
-            e.observe(d.engine, &f, if d.engine == first { 20.0 * modelled } else { modelled });
+            e.observe(d.engine, &f, if d.engine == first { 20.0 * modelled } else { modelled }, None);
         }
         assert_eq!(e.decide(&f, Backend::Auto).engine, other(first));
     }
@@ -333,7 +363,7 @@ mod tests {
         let f = step(16.0, 32768.0);
         let d = e.decide(&f, Backend::Auto);
         let modelled = e.params().predict(d.engine, &f);
-        e.observe(d.engine, &f, 100.0 * modelled);
+        e.observe(d.engine, &f, 100.0 * modelled, None);
         let (os, coll) = e.predict(&f);
         let corrected = if d.engine == Backend::Collective { coll } else { os };
         // The global scale and the bucket's residual move once each.
@@ -347,7 +377,7 @@ mod tests {
         let (small, large) = (step(4.0, 4096.0), step(1024.0, 16.0 * 1048576.0));
         for _ in 0..100 {
             let modelled = e.params().predict(Backend::OneSided, &small);
-            e.observe(Backend::OneSided, &small, 5.0 * modelled);
+            e.observe(Backend::OneSided, &small, 5.0 * modelled, None);
         }
         let (os, _) = e.predict(&large);
         let ratio = os / e.params().predict(Backend::OneSided, &large);
@@ -362,13 +392,13 @@ mod tests {
         // The engine in use measures 100x faster than modelled: the other looks far slower.
         let modelled = e.params().predict(first, &f);
         for _ in 0..100 {
-            e.observe(first, &f, modelled / 100.0);
+            e.observe(first, &f, modelled / 100.0, None);
         }
         let probes: Vec<Decision> = (0..10).map(|_| e.decide(&f, Backend::Auto)).filter(|d| d.probe).collect();
         assert_eq!(probes.len(), 1);
         assert_eq!(probes[0].engine, other(first));
         // Measured once, and as slow as it looked: no more probes while it stays that slow.
-        e.observe(other(first), &f, e.params().predict(other(first), &f));
+        e.observe(other(first), &f, e.params().predict(other(first), &f), None);
         assert!((0..30).all(|_| !e.decide(&f, Backend::Auto).probe));
     }
 
@@ -382,9 +412,56 @@ mod tests {
         assert!((0..100).all(|_| !never.decide(&f, Backend::Auto).probe));
     }
 
+    /// A training loop the calibration never saw: the preferred engine takes 40 us a
+    /// step, the other (predicted close) 6 ms when probed, as a collective step that
+    /// waits for the ranks' skew does. The probes' excess stays within the budget of
+    /// all steps' time, plus the one probe that found it out; cheap probes keep their
+    /// schedule.
+    #[test]
+    fn probes_cost_at_most_their_budget() {
+        for (probe_cost, budget) in [(6e-3, 0.05), (6e-3, 0.2), (6e-3, 0.0)] {
+            let settings = Settings { probe_budget: budget, ..settings() };
+            let mut e = Estimator::new(CostParams::default(), settings);
+            let f = step(64.0, 65536.0);
+            let (mut total, mut excess, mut probes) = (0.0, 0.0, 0);
+            for _ in 0..4000 {
+                let d = e.decide(&f, Backend::Auto);
+                let (measured, instead) = if d.probe {
+                    probes += 1;
+                    (probe_cost, Some(40e-6))
+                } else {
+                    (40e-6, None)
+                };
+                total += measured;
+                excess += instead.map_or(0.0, |p| measured - p);
+                // What the model learns is beside the point: keep it from learning that
+                // the probed engine is slow, so that only the budget holds the probes.
+                e.observe(d.engine, &f, measured, instead);
+                e.global = [0.0; 2];
+                e.buckets.values_mut().for_each(|b| b.residual = [0.0; 2]);
+            }
+            assert!(excess <= budget * total + probe_cost, "budget {budget}: {probes} probes cost {excess} of {total} s");
+            assert!(probes >= 1, "the first probe is taken");
+            if budget == 0.0 {
+                assert_eq!(probes, 1, "a zero budget allows the one probe that found out the cost");
+            }
+        }
+        // Probes that cost nothing over the preferred engine keep their schedule.
+        let mut e = Estimator::new(CostParams::default(), settings());
+        let f = step(16.0, 32768.0);
+        let probes = (0..100)
+            .filter(|_| {
+                let d = e.decide(&f, Backend::Auto);
+                e.observe(d.engine, &f, 1e-5, d.probe.then_some(1e-5));
+                d.probe
+            })
+            .count();
+        assert!((9..=11).contains(&probes), "{probes} probes in 100 steps");
+    }
+
     #[test]
     fn hysteresis_keeps_the_engine_when_costs_are_equal() {
-        let mut e = Estimator::new(CostParams::default(), Settings { probe_interval: 0, hysteresis: 0.1 });
+        let mut e = Estimator::new(CostParams::default(), Settings { probe_interval: 0, hysteresis: 0.1, probe_budget: 0.05 });
         let f = step(16.0, 32768.0);
         let first = e.decide(&f, Backend::Auto).engine;
         // Make the other engine look 5% faster: within the margin, no switch.
@@ -392,7 +469,7 @@ mod tests {
         let target = if first == Backend::OneSided { os } else { coll } * 0.95;
         let modelled = e.params().predict(other(first), &f);
         for _ in 0..30 {
-            e.observe(other(first), &f, target / modelled * modelled);
+            e.observe(other(first), &f, target / modelled * modelled, None);
         }
         assert_eq!(e.decide(&f, Backend::Auto).engine, first);
         assert_eq!(e.counters().switches, 0);

@@ -160,7 +160,7 @@ impl Core {
             spare_batches: Vec::new(),
             progress: None,
             gets_end_in_barrier: false,
-            estimator: Estimator::new(CostParams::default(), Settings { probe_interval: 0, hysteresis: 0.0 }),
+            estimator: Estimator::new(CostParams::default(), Settings { probe_interval: 0, hysteresis: 0.0, probe_budget: 0.0 }),
             calibration: Calibration::default_params("default"),
             stats: Stats::default(),
             pending: Vec::new(),
@@ -246,7 +246,11 @@ impl Core {
         };
         self.estimator = Estimator::new(
             perturbed_for_tests(self.calibration.params),
-            Settings { probe_interval: self.config.probe_interval, hysteresis: self.config.hysteresis },
+            Settings {
+                probe_interval: self.config.probe_interval,
+                hysteresis: self.config.hysteresis,
+                probe_budget: self.config.probe_budget,
+            },
         );
         self.published.set_calibration(&self.calibration);
         self.publish();
@@ -526,7 +530,7 @@ impl Core {
     fn learn(&mut self, measured: Vec<PendingMeasurement>, slowest: &[f64]) {
         for (previous, &slowest) in measured.into_iter().zip(slowest) {
             log::trace!("step {}: measured {} {:.1} us (slowest rank)", previous.step, previous.engine.name(), slowest * 1e6);
-            self.estimator.observe(previous.engine, &previous.features, slowest);
+            self.estimator.observe(previous.engine, &previous.features, slowest, previous.probe_instead_of);
             let stats = self.stats.engine_mut(previous.engine);
             stats.measured_slowest_seconds += slowest;
             stats.measured_steps += 1;

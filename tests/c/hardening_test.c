@@ -486,6 +486,7 @@ static void settings_cases(void)
     case_setting_differs("MDL_PROBE_INTERVAL", "64", "0");
     case_setting_differs("MDL_HYSTERESIS", "0.1", "0.25");
     case_setting_same("MDL_HYSTERESIS", "0", "-0");
+    case_setting_differs("MDL_PROBE_BUDGET", "0.05", "0.5");
     case_setting_same("MDL_CALIBRATION_SECONDS", "0.2", "+0.2");
     case_setting_differs("MDL_CALIBRATION_SECONDS", "0.4", "0.2");
     case_setting_differs("MDL_MAX_MESSAGE_BYTES", "65536", "4096");
@@ -505,6 +506,7 @@ static void settings_cases(void)
     case_setting_invalid("MDL_WARMUP_GETS", "65537");
     case_setting_invalid("MDL_CALIBRATION_SECONDS", "61");
     case_setting_invalid("MDL_HYSTERESIS", "1");
+    case_setting_invalid("MDL_PROBE_BUDGET", "1.5");
     case_setting_invalid("MDL_MAX_MESSAGE_BYTES", "0");
     case_setting_invalid("MDL_PROBE_INTERVAL", "banana");
     case_setting_invalid("MDL_BACKEND", "fast");
