@@ -303,8 +303,14 @@ impl Epoch {
             )));
         }
         let bound = owned_count * (total / self.n.max(1)) + owned_count.min(total % self.n.max(1));
+        // Only the asking ranks' positions are kept: with replica groups, this group's
+        // (1 / groups of them: a group of 8 among 1024 ranks keeps 1/128). Reserved for
+        // their expected share, grown (fallibly) past it.
+        let asking = (0..self.ranks as usize).filter(|&r| asks(r)).count() as u64;
+        let expected = (bound as u128 * asking as u128 / self.ranks.max(1) as u128) as u64;
         let mut positions = Vec::new();
-        positions.try_reserve_exact(bound as usize).map_err(|_| Error::no_memory(bound * 8))?;
+        let first_room = expected.saturating_add(expected / 16 + 64).min(bound);
+        positions.try_reserve_exact(first_room as usize).map_err(|_| Error::no_memory(first_room * 8))?;
         let steps = self.steps() as usize;
         let mut served = Vec::new();
         served.try_reserve_exact(steps).map_err(|_| Error::no_memory(8 * steps as u64))?;
@@ -318,6 +324,10 @@ impl Epoch {
             while i < total {
                 let requester = (i % self.ranks) as usize;
                 if asks(requester) {
+                    if positions.len() == positions.capacity() {
+                        let more = positions.len().max(64);
+                        positions.try_reserve(more).map_err(|_| Error::no_memory(8 * more as u64))?;
+                    }
                     positions.push(i);
                 }
                 if serves(requester) {
@@ -440,6 +450,33 @@ mod tests {
             assert!(ids.is_empty());
         }
         assert_eq!(total, n.div_ceil(p as u64) * p as u64);
+    }
+
+    /// With replica groups only this group's ranks ask an owner for its samples: the
+    /// inversion keeps (and reserves room for) their requests alone, not every
+    /// position of every owned id.
+    #[test]
+    fn an_owner_keeps_only_its_groups_requests() {
+        let (n, ranks) = (64_000u64, 64usize);
+        let e = Epoch::new(n, ranks, 5, 1, 100, true, false).unwrap();
+        let owned = 0..8000;
+        e.prepare_owned(owned.clone(), &|r| r < 8, &|r| r < 8 && r != 0, &|_| 1).unwrap();
+        let inverse = e.inverse(&owned);
+        let kept = inverse.requests.len();
+        assert!((800..1200).contains(&kept), "{kept} requests of 8 asking ranks out of 64 for 8000 owned ids");
+        assert!(inverse.requests.capacity() <= 2 * kept, "room for {} kept {kept}", inverse.requests.capacity());
+        let mut ids = Vec::new();
+        let asked: usize = (0..e.steps())
+            .map(|step| {
+                (0..8)
+                    .map(|r| {
+                        e.batch_into(step, r, &mut ids);
+                        ids.iter().filter(|id| owned.contains(id)).count()
+                    })
+                    .sum::<usize>()
+            })
+            .sum();
+        assert_eq!(kept, asked, "every request of the asking ranks, and only those");
     }
 
     #[test]
