@@ -53,6 +53,17 @@ const CORRECTION_RATE: f64 = 0.2;
 const MAX_STEP_RATIO: f64 = 2.0;
 /// Global scales and residuals are each kept within [1/MAX_SCALE, MAX_SCALE].
 const MAX_SCALE: f64 = 100.0;
+/// Weight of a new collective step's spread in the job's skew: high, because a skew
+/// the model has not priced in costs a collective step what the last rank is late,
+/// orders of magnitude beyond its prediction.
+const SKEW_RATE: f64 = 0.5;
+
+/// A step's engine time on the slowest and on the fastest rank (as agreed).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Measured {
+    pub slowest: f64,
+    pub fastest: f64,
+}
 
 #[derive(Clone, Copy, Debug)]
 pub struct Settings {
@@ -124,6 +135,13 @@ pub struct Estimator {
     /// `probe_budget` of the total (see `choose_auto`).
     measured_seconds: f64,
     probe_excess_seconds: f64,
+    /// The job's skew (seconds): how much longer the slowest rank's collective step
+    /// takes than the fastest's, an exponential average. A collective step waits for
+    /// the last rank to arrive, so the first ones wait that long; the last one's time
+    /// is the exchange itself, which the model predicts. One-sided steps wait for no
+    /// one. Lockstep calibration cannot see it; a training loop whose ranks arrive
+    /// apart (compute that varies, a prefetch thread that waits for a core) has it.
+    skew: f64,
 }
 
 /// A multiplicative hash over 64-bit words: the estimator's fingerprint.
@@ -173,6 +191,7 @@ impl Estimator {
             counters: Default::default(),
             measured_seconds: 0.0,
             probe_excess_seconds: 0.0,
+            skew: 0.0,
         }
     }
 
@@ -227,7 +246,8 @@ impl Estimator {
             f.word(b.probes as u64);
         }
         let c = &self.counters;
-        for w in [c.decisions, c.probes, c.switches, self.measured_seconds.to_bits(), self.probe_excess_seconds.to_bits()] {
+        let seconds = [self.measured_seconds, self.probe_excess_seconds, self.skew].map(f64::to_bits);
+        for w in [c.decisions, c.probes, c.switches].into_iter().chain(seconds) {
             f.word(w);
         }
         f.0 >> 12
@@ -239,7 +259,7 @@ impl Estimator {
         let bucket = *self.bucket(f);
         let global = self.global;
         let predict = |e: Backend| params.predict(e, f) * portable::exp(global[slot(e)] + bucket.residual[slot(e)]);
-        (predict(Backend::OneSided), predict(Backend::Collective))
+        (predict(Backend::OneSided), predict(Backend::Collective) + self.skew)
     }
 
     /// The engine for a step. `requested` is the backend in force (AUTO or forced).
@@ -289,9 +309,17 @@ impl Estimator {
         if probing { other(keep) } else { keep }
     }
 
-    /// Feed back the measured time (maximum over ranks) of a step run with `engine`;
-    /// `probe_instead_of`: for a probe, the prediction of the engine it replaced.
-    pub fn observe(&mut self, engine: Backend, f: &StepFeatures, measured: f64, probe_instead_of: Option<f64>) {
+    /// Feed back the measured times of a step run with `engine`; `probe_instead_of`:
+    /// for a probe, the prediction of the engine it replaced. A one-sided step's cost is
+    /// its slowest rank's time; a collective step's is the skew (slowest less fastest)
+    /// plus the exchange (the fastest rank's: the last to arrive waits for no one).
+    pub fn observe(&mut self, engine: Backend, f: &StepFeatures, times: Measured, probe_instead_of: Option<f64>) {
+        let measured = times.slowest;
+        let mut modelled_time = measured;
+        if engine == Backend::Collective && times.fastest > 0.0 && times.fastest <= measured {
+            self.skew += SKEW_RATE * ((measured - times.fastest) - self.skew);
+            modelled_time = times.fastest;
+        }
         if measured.is_finite() && measured > 0.0 {
             self.measured_seconds += measured;
             if let Some(preferred) = probe_instead_of {
@@ -299,11 +327,11 @@ impl Estimator {
             }
         }
         let modelled = self.params.predict(engine, f);
-        if !(measured > 0.0 && modelled > 0.0) {
+        if !(modelled_time > 0.0 && modelled > 0.0) {
             return;
         }
         let e = slot(engine);
-        let error = portable::ln(measured / modelled);
+        let error = portable::ln(modelled_time / modelled);
         let residual = self.bucket(f).residual[e];
         let global = corrected(self.global[e], error - residual);
         self.global[e] = global;
@@ -329,6 +357,33 @@ mod tests {
         Settings { probe_interval: 10, hysteresis: 0.05, probe_budget: 0.05 }
     }
 
+    /// A step's time on every rank alike (lockstep: no skew).
+    fn same(seconds: f64) -> Measured {
+        Measured { slowest: seconds, fastest: seconds }
+    }
+
+    /// A training loop's ranks arrive up to 6 ms apart: a collective step's first ranks
+    /// wait that long, its last one only exchanges. One such step prices the skew into
+    /// the collective engine (from then on the slower by far), leaves the exchange's
+    /// model and the one-sided engine's prediction alone, and lockstep steps wear it
+    /// off.
+    #[test]
+    fn the_skew_of_a_collective_step_is_priced_into_the_collective_engine() {
+        let mut e = Estimator::new(CostParams::default(), settings());
+        let f = step(64.0, 65536.0);
+        let (os, coll) = e.predict(&f);
+        let exchange = e.params().predict(Backend::Collective, &f);
+        e.observe(Backend::Collective, &f, Measured { slowest: 6e-3 + exchange, fastest: exchange }, None);
+        let (os_after, coll_after) = e.predict(&f);
+        assert_eq!(os_after, os, "one-sided steps wait for no one");
+        assert!((coll_after - (coll + 3e-3)).abs() < 1e-9, "{coll} -> {coll_after}: half the 6 ms spread");
+        assert_eq!(e.decide(&f, Backend::Auto).engine, Backend::OneSided);
+        for _ in 0..40 {
+            e.observe(Backend::Collective, &f, same(exchange), None);
+        }
+        assert!((e.predict(&f).1 - coll).abs() < 1e-9 * coll.max(1.0) + 1e-12, "the skew wears off in lockstep");
+    }
+
     fn step(samples: f64, bytes: f64) -> StepFeatures {
         StepFeatures { gets: samples, samples, bytes, served: bytes, rounds: 1.0 }
     }
@@ -352,7 +407,7 @@ mod tests {
         for _ in 0..40 {
             let d = e.decide(&f, Backend::Auto);
             let modelled = e.params().predict(d.engine, &f);
-            e.observe(d.engine, &f, if d.engine == first { 20.0 * modelled } else { modelled }, None);
+            e.observe(d.engine, &f, same(if d.engine == first { 20.0 * modelled } else { modelled }), None);
         }
         assert_eq!(e.decide(&f, Backend::Auto).engine, other(first));
     }
@@ -363,7 +418,7 @@ mod tests {
         let f = step(16.0, 32768.0);
         let d = e.decide(&f, Backend::Auto);
         let modelled = e.params().predict(d.engine, &f);
-        e.observe(d.engine, &f, 100.0 * modelled, None);
+        e.observe(d.engine, &f, same(100.0 * modelled), None);
         let (os, coll) = e.predict(&f);
         let corrected = if d.engine == Backend::Collective { coll } else { os };
         // The global scale and the bucket's residual move once each.
@@ -377,7 +432,7 @@ mod tests {
         let (small, large) = (step(4.0, 4096.0), step(1024.0, 16.0 * 1048576.0));
         for _ in 0..100 {
             let modelled = e.params().predict(Backend::OneSided, &small);
-            e.observe(Backend::OneSided, &small, 5.0 * modelled, None);
+            e.observe(Backend::OneSided, &small, same(5.0 * modelled), None);
         }
         let (os, _) = e.predict(&large);
         let ratio = os / e.params().predict(Backend::OneSided, &large);
@@ -392,13 +447,13 @@ mod tests {
         // The engine in use measures 100x faster than modelled: the other looks far slower.
         let modelled = e.params().predict(first, &f);
         for _ in 0..100 {
-            e.observe(first, &f, modelled / 100.0, None);
+            e.observe(first, &f, same(modelled / 100.0), None);
         }
         let probes: Vec<Decision> = (0..10).map(|_| e.decide(&f, Backend::Auto)).filter(|d| d.probe).collect();
         assert_eq!(probes.len(), 1);
         assert_eq!(probes[0].engine, other(first));
         // Measured once, and as slow as it looked: no more probes while it stays that slow.
-        e.observe(other(first), &f, e.params().predict(other(first), &f), None);
+        e.observe(other(first), &f, same(e.params().predict(other(first), &f)), None);
         assert!((0..30).all(|_| !e.decide(&f, Backend::Auto).probe));
     }
 
@@ -436,7 +491,7 @@ mod tests {
                 excess += instead.map_or(0.0, |p| measured - p);
                 // What the model learns is beside the point: keep it from learning that
                 // the probed engine is slow, so that only the budget holds the probes.
-                e.observe(d.engine, &f, measured, instead);
+                e.observe(d.engine, &f, same(measured), instead);
                 e.global = [0.0; 2];
                 e.buckets.values_mut().for_each(|b| b.residual = [0.0; 2]);
             }
@@ -452,7 +507,7 @@ mod tests {
         let probes = (0..100)
             .filter(|_| {
                 let d = e.decide(&f, Backend::Auto);
-                e.observe(d.engine, &f, 1e-5, d.probe.then_some(1e-5));
+                e.observe(d.engine, &f, same(1e-5), d.probe.then_some(1e-5));
                 d.probe
             })
             .count();
@@ -469,7 +524,7 @@ mod tests {
         let target = if first == Backend::OneSided { os } else { coll } * 0.95;
         let modelled = e.params().predict(other(first), &f);
         for _ in 0..30 {
-            e.observe(other(first), &f, target / modelled * modelled, None);
+            e.observe(other(first), &f, same(target / modelled * modelled), None);
         }
         assert_eq!(e.decide(&f, Backend::Auto).engine, first);
         assert_eq!(e.counters().switches, 0);

@@ -15,7 +15,7 @@ use crate::error::{Error, Result, mdl_status};
 use crate::estimator::calibrate::{self, Calibration, CalibrationSettings};
 use crate::estimator::model::{CostParams, StepFeatures};
 use crate::estimator::features::NodeFeatures;
-use crate::estimator::{Decision, Estimator, EstimatorCounters, Settings, features};
+use crate::estimator::{Measured, Decision, Estimator, EstimatorCounters, Settings, features};
 use crate::mpi::{self, Comm, GetLimits, ProgressThread, WaitPolicy};
 use crate::node;
 use crate::plan::BatchPlan;
@@ -108,13 +108,21 @@ struct PendingMeasurement {
 
 /// The values each rank contributes to a step's agreement: the times of the steps it
 /// ran since the last agreement started (the same number on every rank, since all
-/// ran the same steps), then the step's features (see `estimator::features`).
+/// ran the same steps), then the same times negated (the all-reduce's maximum of
+/// those is the fastest rank's time), then the step's features (see
+/// `estimator::features`). The features start at [`times_len`].
 fn agreement_values(measured: &[PendingMeasurement], features_len: usize) -> Vec<f64> {
-    let mut values = vec![0.0; measured.len() + features_len];
-    for (value, m) in values.iter_mut().zip(measured) {
-        *value = m.seconds;
+    let n = measured.len();
+    let mut values = vec![0.0; times_len(measured) + features_len];
+    for (k, m) in measured.iter().enumerate() {
+        values[k] = m.seconds;
+        values[n + k] = -m.seconds;
     }
     values
+}
+
+fn times_len(measured: &[PendingMeasurement]) -> usize {
+    2 * measured.len()
 }
 
 impl Core {
@@ -479,7 +487,7 @@ impl Core {
         let (ranks, me) = (self.data_comm().size(), self.data_comm().rank());
         let matrix_max_ranks = self.matrix_max_ranks();
         let measured = std::mem::take(&mut self.pending);
-        let at = measured.len();
+        let at = times_len(&measured);
         let mut maxima = agreement_values(&measured, features::encoded_len(ranks, matrix_max_ranks));
         if let Ok(p) = &prepared {
             let mine = features::encode(&p.plan, &p.shape, me, matrix_max_ranks);
@@ -524,13 +532,22 @@ impl Core {
         Ok(PlannedStep { plan, shape })
     }
 
-    /// Learn earlier steps' times, the slowest rank's as agreed (`slowest`, in the same
-    /// order). Every rank has the same earlier steps (all ran them), so all learn the
-    /// same.
-    fn learn(&mut self, measured: Vec<PendingMeasurement>, slowest: &[f64]) {
-        for (previous, &slowest) in measured.into_iter().zip(slowest) {
-            log::trace!("step {}: measured {} {:.1} us (slowest rank)", previous.step, previous.engine.name(), slowest * 1e6);
-            self.estimator.observe(previous.engine, &previous.features, slowest, previous.probe_instead_of);
+    /// Learn earlier steps' times as agreed (`times`: the slowest rank's, then the
+    /// fastest rank's negated, see `agreement_values`). Every rank has the same earlier
+    /// steps (all ran them), so all learn the same.
+    fn learn(&mut self, measured: Vec<PendingMeasurement>, times: &[f64]) {
+        let (slowest, negated_fastest) = times.split_at(measured.len());
+        for ((previous, &slowest), &negated_fastest) in measured.into_iter().zip(slowest).zip(negated_fastest) {
+            let fastest = -negated_fastest;
+            log::trace!(
+                "step {}: measured {} {:.1} us (slowest rank), {:.1} us (fastest)",
+                previous.step,
+                previous.engine.name(),
+                slowest * 1e6,
+                fastest * 1e6
+            );
+            let times = Measured { slowest, fastest };
+            self.estimator.observe(previous.engine, &previous.features, times, previous.probe_instead_of);
             let stats = self.stats.engine_mut(previous.engine);
             stats.measured_slowest_seconds += slowest;
             stats.measured_steps += 1;
@@ -612,7 +629,7 @@ impl Core {
     ) -> Result<StepAhead> {
         let prepared = ready.and_then(|()| self.plan_step(ids)).and_then(|p| size_out(p.plan.total_bytes()).map(|()| p));
         let measured = std::mem::take(&mut self.pending);
-        let at = measured.len();
+        let at = times_len(&measured);
         let (ranks, me, matrix_max_ranks) = (self.data_comm().size(), self.data_comm().rank(), self.matrix_max_ranks());
         let features_len = if known.is_some() { features::KNOWN_LEN } else { features::encoded_len(ranks, matrix_max_ranks) };
         let mut maxima = agreement_values(&measured, features_len);
@@ -668,7 +685,7 @@ impl Core {
     ) -> Result<()> {
         let StepAhead { prepared, measured, agreement } = ahead;
         let agreed = agreement.finish()?;
-        let at = measured.len();
+        let at = times_len(&measured);
         self.learn(measured, &agreed.maxima[..at]);
         agreed.outcome(prepared.as_ref().err().cloned())?;
         Self::refuse_differing_backends(&agreed)?;
@@ -692,7 +709,7 @@ impl Core {
     /// stopped first, on every rank alike), keeping what it measured.
     pub fn abandon_step_ahead(&mut self, ahead: StepAhead) -> Result<()> {
         let agreed = ahead.agreement.finish()?;
-        let at = ahead.measured.len();
+        let at = times_len(&ahead.measured);
         self.learn(ahead.measured, &agreed.maxima[..at]);
         Ok(())
     }
