@@ -210,11 +210,17 @@ impl Epoch {
         self.per_rank.div_ceil(self.batch)
     }
 
+    /// Samples of each rank's batch at `step` (0 past the end).
+    pub fn batch_len(&self, step: u64) -> u64 {
+        let first = step.saturating_mul(self.batch).min(self.per_rank);
+        (first + self.batch).min(self.per_rank) - first
+    }
+
     /// Rank `rank`'s ids at `step` (empty past the end), written into `ids`.
     pub fn batch_into(&self, step: u64, rank: usize, ids: &mut Vec<u64>) {
         ids.clear();
         let first = step.saturating_mul(self.batch).min(self.per_rank);
-        let end = (first + self.batch).min(self.per_rank);
+        let end = first + self.batch_len(step);
         // The position wraps around only in the padding at the epoch's end: no division
         // per sample before it.
         let wrap = |p: u64| if p < self.n { p } else { p % self.n };

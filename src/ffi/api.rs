@@ -318,16 +318,17 @@ pub extern "C" fn mdl_epoch_begin(
 /// torch's DistributedSampler, a weighted sampler, any order), run as the built-in
 /// sampler's: mdl_next_batch returns them in turn, each step planned and agreed
 /// MDL_AGREEMENT_LAG steps ahead (no step waits in a blocking collective), fetched
-/// ahead on the prefetch thread with mdl_set_prefetch, and mdl_epoch_seek restarts
-/// the epoch at a step. Step s fetches ids[batch_offsets[s] .. batch_offsets[s+1]):
+/// ahead on the prefetch thread with mdl_set_prefetch, and mdl_epoch_seek restarts the
+/// epoch at a step. Step s fetches ids[batch_offsets[s] .. batch_offsets[s+1]):
 /// batch_offsets holds steps + 1 entries, from 0 to the number of ids, increasing (no
 /// batch is empty: n == 0 marks the end); ids and batches differ per rank, but every
 /// rank must have the same number of steps (checked). Every id must be below
 /// mdl_num_samples (MDL_ERR_OUT_OF_RANGE, agreed). Both arrays are copied (8 bytes per
-/// id and per step, on this rank). The collective engine learns what the others ask
-/// of a rank in each step, as in mdl_fetch_batch, where the built-in sampler's ranks
-/// work it out from the shared order. Stops any epoch in progress; a refused begin
-/// leaves that epoch where it was. mdl_fetch_batch is refused until this epoch ends.
+/// id and per step, on this rank; each batch in flight holds its ids once more). The
+/// collective engine learns what the others ask of a rank in each step, as in
+/// mdl_fetch_batch, where the built-in sampler's ranks work it out from the shared
+/// order. Stops any epoch in progress; a refused begin leaves that epoch where it was.
+/// mdl_fetch_batch is refused until this epoch ends.
 #[unsafe(no_mangle)]
 pub extern "C" fn mdl_epoch_begin_ids(
     h: *mut mdl_loader,

@@ -24,12 +24,22 @@ impl EpochOrder {
         }
     }
 
-    /// This rank's (`rank`'s) ids of `step`, in `ids`.
-    pub fn batch_into(&self, step: u64, rank: usize, ids: &mut Vec<u64>) {
+    /// This rank's (`rank`'s) ids of `step`, in `ids`, whose room is reserved
+    /// fallibly: a batch too large for this rank's memory is `MDL_ERR_NO_MEMORY`, to be
+    /// agreed with the step, never an abort.
+    pub fn batch_into(&self, step: u64, rank: usize, ids: &mut Vec<u64>) -> Result<()> {
+        ids.clear();
+        let len = match self {
+            EpochOrder::Sampler(epoch) => epoch.batch_len(step),
+            EpochOrder::Given(given) => given.batch_len(step),
+        };
+        let room = usize::try_from(len).map_err(|_| Error::no_memory(len.saturating_mul(8)))?;
+        ids.try_reserve_exact(room).map_err(|_| Error::no_memory(len.saturating_mul(8)))?;
         match self {
             EpochOrder::Sampler(epoch) => epoch.batch_into(step, rank, ids),
             EpochOrder::Given(given) => given.batch_into(step, ids),
         }
+        Ok(())
     }
 
     /// Every rank's batch of `step`, where this rank knows them.
@@ -100,10 +110,18 @@ impl GivenOrder {
         self.bounds.len() as u64 - 1
     }
 
+    /// Where step `step` starts in `ids` (the end past the last step).
+    fn start_of(&self, step: u64) -> usize {
+        usize::try_from(step).ok().and_then(|s| self.bounds.get(s)).map_or(self.ids.len(), |&b| b as usize)
+    }
+
+    fn batch_len(&self, step: u64) -> u64 {
+        (self.start_of(step.saturating_add(1)) - self.start_of(step)) as u64
+    }
+
     fn batch_into(&self, step: u64, ids: &mut Vec<u64>) {
         ids.clear();
-        let at = |s: u64| self.bounds.get(s as usize).map_or(self.ids.len(), |&b| b as usize);
-        ids.extend_from_slice(&self.ids[at(step)..at(step + 1)]);
+        ids.extend_from_slice(&self.ids[self.start_of(step)..self.start_of(step.saturating_add(1))]);
     }
 }
 
@@ -125,6 +143,7 @@ mod tests {
         let mut ids = vec![9];
         let batches: Vec<Vec<u64>> = (0..3)
             .map(|s| {
+                assert_eq!(order.batch_len(s), [2, 3, 0][s as usize]);
                 order.batch_into(s, &mut ids);
                 ids.clone()
             })

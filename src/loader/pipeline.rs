@@ -86,8 +86,9 @@ impl Pipeline {
     /// Plan `step` into a buffer of its own and start its agreement.
     fn start(&mut self, core: &mut Core, epoch: &EpochOrder, step: u64) -> Result<()> {
         let mut batch = self.spare.pop().or_else(|| core.take_spare_batch()).unwrap_or_default();
-        epoch.batch_into(step, core.rank(), &mut batch.ids);
-        let ready = epoch.sampler().map_or(Ok(()), |sampler| core.prepare_epoch(sampler));
+        let ready = epoch
+            .batch_into(step, core.rank(), &mut batch.ids)
+            .and_then(|()| epoch.sampler().map_or(Ok(()), |sampler| core.prepare_epoch(sampler)));
         let Batch { ids, data, offsets } = &mut batch;
         let mut needed = 0;
         let size_out = |bytes: u64| {

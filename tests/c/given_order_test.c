@@ -7,7 +7,8 @@
  * ids and bytes, with each engine and with prefetch 0 and 2. Then: a seek; refused
  * begins (steps that differ across ranks, an id out of range, an empty batch, offsets
  * that decrease or do not start at 0, a NULL array) fail on every rank and leave the running epoch where it was;
- * mdl_fetch_batch is refused during such an epoch.
+ * mdl_fetch_batch is refused during such an epoch. A batch too large for one rank's
+ * memory (an address-space limit set after the begin) fails its step on every rank.
  *
  * Usage: given_order_test [--funneled]   (any number of ranks)
  */
@@ -15,6 +16,8 @@
 #include "check.h"
 #include "common.h"
 #include <mpi.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 enum { STEPS = 23, MAX_BATCH = 40 };
 
@@ -198,6 +201,43 @@ int main(int argc, char **argv)
     ok = ok && mdl_fetch_batch(h, &one, 1, buf, sizeof buf, got_offsets) == MDL_ERR_STATE;
     ok = ok && batches_are(h, &o, 0) && mdl_fetch_batch(h, &one, 1, buf, sizeof buf, got_offsets) == MDL_OK;
     check(ok, "mdl_fetch_batch refused during the epoch (MDL_ERR_STATE), usable after its end");
+
+    /* One rank's batch of 20 M ids cannot be copied for its step (an address-space
+       limit set after the begin copied the order): the step fails on every rank, that
+       rank with MDL_ERR_NO_MEMORY, and the epoch ends; no abort. */
+    for (uint32_t depth = 0; depth <= 2; depth += 2) {
+        enum { HUGE_BATCH = 20000000 };
+        int big = g_rank == g_size - 1;
+        uint64_t *huge = big ? malloc(HUGE_BATCH * sizeof *huge) : NULL;
+        uint64_t one_batch[2] = {0, big ? HUGE_BATCH : 1}, first = 0;
+        for (uint64_t k = 0; huge && k < HUGE_BATCH; k++)
+            huge[k] = k % g_n;
+        mdl_set_prefetch(h, depth);
+        ok = mdl_epoch_begin_ids(h, big ? huge : &first, one_batch, 1) == MDL_OK;
+        struct rlimit before, tight;
+        long pages = 0, resident;
+        FILE *statm = fopen("/proc/self/statm", "r");
+        int have = statm && fscanf(statm, "%ld %ld", &pages, &resident) == 2;
+        if (statm)
+            fclose(statm);
+        getrlimit(RLIMIT_AS, &before);
+        tight = before;
+        tight.rlim_cur = (rlim_t)pages * (rlim_t)sysconf(_SC_PAGESIZE) + ((rlim_t)64 << 20);
+        if (big && have)
+            setrlimit(RLIMIT_AS, &tight);
+        st = mdl_next_batch(h, &ids, &d, &offs, &n);
+        if (big && have)
+            setrlimit(RLIMIT_AS, &before);
+        ok = ok && st == (big ? MDL_ERR_NO_MEMORY : MDL_ERR_REMOTE);
+        if (!ok)
+            say_error("huge batch", st);
+        ok = ok && mdl_next_batch(h, &ids, &d, &offs, &n) == MDL_OK && n == 0;
+        free(huge);
+        char what[128];
+        snprintf(what, sizeof what, "prefetch %u: a batch too large for one rank fails its step everywhere, no abort", depth);
+        check(ok, what);
+    }
+    mdl_set_prefetch(h, 2);
 
     /* No steps at all, on every rank: the epoch ends at once. */
     uint64_t zero = 0;
