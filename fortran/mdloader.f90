@@ -587,17 +587,31 @@ contains
       type(mdl_loader), intent(in) :: loader
       integer(int64), intent(in), target, contiguous :: ids(:), batch_offsets(:)
       integer, intent(out), optional :: ierr
+      character(len=200) :: text
       type(c_ptr) :: pids, pbounds
       integer :: status
 
+      text = ''
       pids = c_null_ptr
       pbounds = c_null_ptr
       if (size(ids) > 0) pids = c_loc(ids(1))
       if (size(batch_offsets) > 0) pbounds = c_loc(batch_offsets(1))
-      ! An empty batch_offsets (no steps + 1 entries) is passed as NULL: the library then
-      ! refuses the call on every rank.
+      ! The library reads as many ids as the last offset says: it must be size(ids). A
+      ! bad or empty batch_offsets is passed as NULL, which the library refuses on
+      ! every rank (the others MDL_ERR_REMOTE); this rank says why in Fortran's terms.
+      if (size(batch_offsets) == 0) then
+         text = 'mdl_epoch_begin_ids: batch_offsets is empty (it needs steps + 1 entries)'
+      else if (batch_offsets(size(batch_offsets)) /= size(ids, kind=int64)) then
+         write (text, '(a,i0,a,i0,a,i0)') 'mdl_epoch_begin_ids: batch_offsets(', size(batch_offsets), ') = ', &
+            batch_offsets(size(batch_offsets)), ', must be size(ids) = ', size(ids, kind=int64)
+      end if
+      if (len_trim(text) > 0) pbounds = c_null_ptr
       status = c_mdl_epoch_begin_ids(loader%handle, pids, pbounds, int(max(size(batch_offsets) - 1, 0), c_int64_t))
-      call finish(status, ierr)
+      if (len_trim(text) > 0) then
+         call finish(status, ierr, MDL_ERR_INVALID_ARG, trim(text))
+      else
+         call finish(status, ierr)
+      end if
    end subroutine mdl_epoch_begin_ids
 
    !> Collective. This rank's next batch of the epoch: n samples; ids(1:n) their 0-based

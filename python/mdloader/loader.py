@@ -85,6 +85,18 @@ class MDLError(RuntimeError):
         super().__init__(f"{call}: {text}" if call else text)
 
 
+class EpochTakenOver(MDLError):
+    """The epoch this iterator ran was ended by another begun on the same Loader (a
+    second sampler or iterator, a plain fetch, :meth:`Loader.end_epoch`): its batches
+    belong to that one. Raised on every rank at the same step (epochs begin and end
+    collectively), before any MPI call, so a caller may begin its epoch again there."""
+
+    def __init__(self):
+        super().__init__(Status.ERR_STATE, "this epoch was ended by another one begun on the same Loader (a second "
+                         "sampler or iterator, a plain fetch, or end_epoch): its batches belong to that one",
+                         "Loader.epoch")
+
+
 def status_string(status: int) -> str:
     """The library's static text for a status code."""
     code = _integer(status, "status")
@@ -209,6 +221,18 @@ def _id_array(ids: Any) -> tuple[np.ndarray, str]:
                                else f"id {v} does not fit in 64 bits; ")
         return idv, problem
     raise TypeError(f"ids must be integers, got an array of dtype {arr.dtype}")
+
+
+def _batch_ids(k: int, batch: Any) -> tuple[np.ndarray, str]:
+    """Batch k of a user's epoch as _id_array does, refusing what is not one batch: a
+    single id (a sampler passed where a batch sampler belongs) or nested batches."""
+    if not hasattr(batch, "__len__") and hasattr(batch, "__iter__"):
+        batch = list(batch)  # an iterator or generator of ids
+    if np.ndim(batch) != 1:
+        what = "a single id" if np.ndim(batch) == 0 else f"{np.ndim(batch)}-dimensional"
+        raise TypeError(f"batch {k} is {what}: each batch must be a flat sequence of ids (a sampler of single "
+                        "ids belongs in torch's BatchSampler(sampler, batch_size, drop_last))")
+    return _id_array(batch)
 
 
 def _out_bytes(out: Any) -> np.ndarray:
@@ -842,7 +866,7 @@ class Loader:
         begin = self._sampler_fn("mdl_epoch_begin_ids")
         h = self._handle()
         try:
-            parts = [_id_array(batch) for batch in batches]
+            parts = [_batch_ids(k, batch) for k, batch in enumerate(batches)]
             problem = next((p for _, p in parts if p), "")
             ids = np.concatenate([a for a, _ in parts]) if parts else np.zeros(0, dtype=np.uint64)
             bounds = np.zeros(len(parts) + 1, dtype=np.uint64)
@@ -881,9 +905,7 @@ class Loader:
         refs = (ctypes.byref(ids_p), ctypes.byref(data_p), ctypes.byref(offs_p), ctypes.byref(n))
         while True:
             if self._epoch_owner is not mine:
-                raise MDLError(Status.ERR_STATE, "this epoch was ended by another one begun on the same Loader (a "
-                               "second sampler or iterator, or end_epoch): its batches belong to that one",
-                               "Loader.epoch")
+                raise EpochTakenOver()
             if step == last < self._epoch_steps:
                 self.seek(self._epoch_steps)
             _check(next_batch(h, *refs))

@@ -322,7 +322,10 @@ class DataLoader:
         self.shuffle, self.seed, self.drop_last = shuffle, seed, drop_last
         self.sampler, self.batch_sampler = sampler, batch_sampler
         self.follow_batch, self.exclude_keys = follow_batch or [], exclude_keys or []
-        self.prefetch = _threads_allowed(prefetch, "prefetch")
+        # As asked, the same on every rank: the library agrees whether any rank cannot
+        # run its prefetch thread (a depth lowered here would differ across ranks).
+        self.prefetch = prefetch
+        _threads_allowed(prefetch, "prefetch")
         self.collate_ahead = _threads_allowed(collate_ahead, "collate_ahead")
         self.epoch = 0
 

@@ -40,7 +40,7 @@ import torch
 from torch.utils.data import Dataset, Sampler
 
 from .background import in_background
-from .loader import Batch, Loader, _integer, _uint, aligned_empty, sample_at
+from .loader import EpochTakenOver, Batch, Loader, _integer, _uint, aligned_empty, sample_at
 
 __all__ = ["BackgroundLoader", "DistributedBatchSampler", "Fetched", "FetchingBatchSampler", "Samples", "ShardDataset"]
 
@@ -331,10 +331,12 @@ class FetchingBatchSampler(Sampler):
                             num_workers=2)
 
     Every rank's sampler must give the same number of batches, none empty (checked: an
-    MDLError on every rank otherwise). Prefetch needs MPI_THREAD_MULTIPLE (mpi4py's
-    default); below it, ``depth`` is 0 (each batch is fetched when torch asks for it)
-    with a warning. ``set_epoch`` is passed on to the wrapped sampler's sampler, as
-    torch's ``DistributedSampler`` wants it.
+    MDLError on every rank otherwise). Other uses of the same Loader in the middle of
+    the epoch (a validation loader, a plain fetch) end the library's epoch; the next
+    batch begins it again where it stood. Prefetch needs MPI_THREAD_MULTIPLE (mpi4py's
+    default); where any rank has less, every rank fetches each batch when torch asks
+    for it (agreed by the library; this rank warns). ``set_epoch`` is passed on to the
+    wrapped sampler's sampler, as torch's ``DistributedSampler`` wants it.
     """
 
     def __init__(self, batch_sampler: Any, dataset: "ShardDataset", depth: int = 2):
@@ -342,12 +344,12 @@ class FetchingBatchSampler(Sampler):
 
         self.batch_sampler = batch_sampler
         self.dataset = dataset
-        depth = _uint(depth, "depth", hi=64)
-        if depth and MPI.Query_thread() < MPI.THREAD_MULTIPLE:
+        # Passed on as asked, the same on every rank: the library agrees whether any
+        # rank cannot run its prefetch thread (a depth lowered here would differ).
+        self.depth = _uint(depth, "depth", hi=64)
+        if self.depth and MPI.Query_thread() < MPI.THREAD_MULTIPLE:
             warnings.warn("FetchingBatchSampler: MPI was initialised without MPI_THREAD_MULTIPLE: batches are "
-                          "fetched when asked for, not ahead (depth=0)", RuntimeWarning, stacklevel=2)
-            depth = 0
-        self.depth = depth
+                          "fetched when asked for, not ahead", RuntimeWarning, stacklevel=2)
         self.epoch = 0
 
     def set_epoch(self, epoch: int) -> None:
@@ -362,9 +364,18 @@ class FetchingBatchSampler(Sampler):
 
     def __iter__(self) -> Iterator[Fetched]:
         loader = self.dataset.loader
-        loader.set_prefetch(self.depth)
-        for step, batch in enumerate(loader.epoch_of_batches(self.batch_sampler)):
-            yield Fetched.copy_of(batch, self.epoch, step)
+        batches = list(self.batch_sampler)
+        step = 0
+        while True:
+            loader.set_prefetch(self.depth)
+            try:
+                for batch in loader.epoch_of_batches(batches, start_step=step):
+                    fetched = Fetched.copy_of(batch, self.epoch, step)
+                    step += 1
+                    yield fetched
+                return
+            except EpochTakenOver:
+                continue  # on every rank at this step: begin again here
 
 
 def _boolean(what: str):

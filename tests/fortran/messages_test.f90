@@ -46,6 +46,11 @@ program messages_test
    end if
    call expect(ierr, 0, MDL_ERR_BUFFER_TOO_SMALL, 'needs 6 bytes, size(out) is 1 (out_offsets(size(ids)+1)')
 
+   ! An epoch of rank 1's own batches whose last offset is past its ids (6 > size 4).
+   call mdl_epoch_begin_ids(ld, [0_int64, 1_int64, 2_int64, 3_int64], &
+                            merge([0_int64, 2_int64, 4_int64, 6_int64], [0_int64, 1_int64, 2_int64, 4_int64], rank == 1), ierr)
+   call expect(ierr, 1, MDL_ERR_INVALID_ARG, 'batch_offsets(4) = 6, must be size(ids) = 4')
+
    ! Still usable: the last sample of the job is rank 1's 4-byte sample 3..6.
    call mdl_fetch_batch(ld, [n_total - 1, 0_int64], out, out_offsets, ierr)
    call expect(ierr, -1, MDL_OK, '')

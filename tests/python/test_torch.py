@@ -325,3 +325,42 @@ def test_a_users_batches_that_differ_across_ranks_fail_on_every_rank(comm, loade
         else:
             assert raised.value.status == mdloader.Status.ERR_REMOTE
     assert loader.fetch([0, 1]).ids.tolist() == [0, 1]
+
+
+def test_a_users_sampler_survives_other_uses_of_its_loader(comm, loader):
+    """A validation pass through a second FetchingBatchSampler and a plain fetch in the
+    middle of a training epoch on the same Loader: the training epoch goes on where it
+    stood, every batch once, in order."""
+    from torch.utils.data import BatchSampler, DistributedSampler
+
+    loader.register_shard(shard(comm, 30))
+    ds = mdt.ShardDataset(loader)
+    train = BatchSampler(DistributedSampler(ds, num_replicas=comm.size, rank=comm.rank, seed=6), 3, drop_last=True)
+    val = BatchSampler(DistributedSampler(ds, num_replicas=comm.size, rank=comm.rank, shuffle=False), 5, False)
+    got = []
+    for step, (_, ids) in enumerate(DataLoader(ds, batch_sampler=mdt.FetchingBatchSampler(train, ds),
+                                               collate_fn=collate)):
+        got.append(ids.tolist())
+        if step == 1:
+            seen = [i.tolist() for _, i in DataLoader(ds, batch_sampler=mdt.FetchingBatchSampler(val, ds),
+                                                       collate_fn=collate)]
+            assert seen == [list(b) for b in val]
+        if step == 2:
+            assert loader.fetch([1, 0]).ids.tolist() == [1, 0]
+    assert got == [list(b) for b in train]
+
+
+def test_a_users_batches_must_each_be_a_flat_list_of_ids(comm, loader):
+    """A sampler of single ids where a batch sampler belongs, or nested batches: a
+    TypeError here, MDLError(ERR_REMOTE) elsewhere; iterators of ids are batches."""
+    loader.register_shard(shard(comm, 30))
+    last = comm.size - 1
+    for bad in ([3, 4], [[[1, 2], [3, 4]]]):
+        batches = bad if comm.rank == last else [[3], [4]]
+        expected = TypeError if comm.rank == last else mdloader.MDLError
+        with pytest.raises(expected) as raised:
+            list(loader.epoch_of_batches(batches))
+        if comm.rank == last:
+            assert "flat sequence of ids" in str(raised.value)
+    got = [b.ids.tolist() for b in loader.epoch_of_batches([iter([2, 1]), (i for i in [0])])]
+    assert got == [[2, 1], [0]]
