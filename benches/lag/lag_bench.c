@@ -18,9 +18,12 @@
  *
  *   mpicc -O2 -Iinclude -Ibenches benches/lag/lag_bench.c -o lag_bench \
  *       -Ltarget/openmpi/release -lmdloader -Wl,-rpath,$PWD/target/openmpi/release
- *   mpirun -n 2 ./lag_bench [--lag 2] [--compute-us 200] [--jitter-us 100] [--rounds 5]
+ *   mpirun -n 2 ./lag_bench [--lag 2] [--compute-us 200] [--jitter-us 100] [--rounds 5] [--prefetch 0]
  *
- * CSV on rank 0's stdout: batch,loader,wait_us_median,onesided_steps,collective_steps.
+ * CSV on rank 0's stdout: batch,loader,wait_us_median,onesided_steps,collective_steps,
+ * probe_excess_ms (AUTO's probes' time over the preferred engine's prediction, slowest
+ * rank), engine_ms (every engine step's slowest-rank time: the library's fetch time
+ * the probe budget is a fraction of).
  */
 #define _POSIX_C_SOURCE 200809L
 #include "mdloader.h"
@@ -53,13 +56,32 @@ static uint64_t steps_of(const char *json, const char *engine)
     return at ? strtoull(at + strlen(key), NULL, 10) : 0;
 }
 
+/* The number after `field` in the object that follows `object` in mdl_stats_json. */
+static double number_in(const char *json, const char *object, const char *field)
+{
+    const char *at = strstr(json, object);
+    at = at ? strstr(at, field) : NULL;
+    return at ? strtod(at + strlen(field), NULL) : 0.0;
+}
+
+/* What AUTO's probes cost over the preferred engine, and every engine step's time
+   (slowest rank, as the estimator learned them), seconds so far. */
+static void probe_cost(mdl_loader *h, double *excess, double *engines)
+{
+    char json[4096];
+    mdl_stats_json(h, json, sizeof json);
+    *excess = number_in(json, "\"probe_cost\"", "\"excess_seconds\": ");
+    *engines = number_in(json, "\"onesided\": {", "\"measured_slowest_seconds\": ") +
+               number_in(json, "\"collective\": {", "\"measured_slowest_seconds\": ");
+}
+
 int main(int argc, char **argv)
 {
     int provided, rank, size;
     MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
-    long lag = 2, rounds = 5;
+    long lag = 2, rounds = 5, prefetch = 0;
     double compute_us = 200, jitter_us = 100;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--lag"))
@@ -70,6 +92,8 @@ int main(int argc, char **argv)
             jitter_us = atof(argv[i + 1]);
         else if (!strcmp(argv[i], "--rounds"))
             rounds = atol(argv[i + 1]);
+        else if (!strcmp(argv[i], "--prefetch"))
+            prefetch = atol(argv[i + 1]);
     }
 
     uint64_t first = PER_RANK * (uint64_t)rank;
@@ -92,15 +116,15 @@ int main(int argc, char **argv)
         snprintf(value, sizeof value, "%ld", l == 0 ? 0 : lag);
         setenv("MDL_AGREEMENT_LAG", value, 1);
         if (mdl_init(MPI_COMM_WORLD, &h[l]) != MDL_OK || mdl_register_shard(h[l], data, offsets, PER_RANK) != MDL_OK ||
-            mdl_set_backend(h[l], backends[l]) != MDL_OK) {
+            mdl_set_backend(h[l], backends[l]) != MDL_OK || mdl_set_prefetch(h[l], (uint32_t)prefetch) != MDL_OK) {
             fprintf(stderr, "rank %d: setting up loader %s failed\n", rank, NAMES[l]);
             MPI_Abort(MPI_COMM_WORLD, 1);
         }
     }
     if (rank == 0) {
-        fprintf(stderr, "lag_bench: %d ranks, lag %ld, compute %.0f +- %.0f us, %ld rounds\n", size, lag, compute_us,
-                jitter_us, rounds);
-        printf("batch,loader,wait_us_median,onesided_steps,collective_steps\n");
+        fprintf(stderr, "lag_bench: %d ranks, lag %ld, prefetch %ld, compute %.0f +- %.0f us, %ld rounds\n", size, lag,
+                prefetch, compute_us, jitter_us, rounds);
+        printf("batch,loader,wait_us_median,onesided_steps,collective_steps,probe_excess_ms,engine_ms\n");
     }
 
     static const uint64_t batches[] = {16, 64, 256};
@@ -113,12 +137,14 @@ int main(int argc, char **argv)
         double *waits[LOADERS];
         int n[LOADERS] = {0};
         uint64_t before[LOADERS][2];
+        double cost_before[LOADERS][2];
         for (int l = 0; l < LOADERS; l++) {
             waits[l] = malloc((size_t)max * sizeof(double));
             char json[4096];
             mdl_stats_json(h[l], json, sizeof json);
             before[l][0] = steps_of(json, "onesided");
             before[l][1] = steps_of(json, "collective");
+            probe_cost(h[l], &cost_before[l][0], &cost_before[l][1]);
         }
         /* The built-in sampler's ids, as a user's sampler would hand them over. */
         uint64_t *order = malloc(PER_RANK * sizeof *order), *bounds = malloc((steps_per_epoch + 1) * sizeof *bounds);
@@ -181,11 +207,17 @@ int main(int argc, char **argv)
             uint64_t os = steps_of(json, "onesided") - before[l][0];
             uint64_t co = steps_of(json, "collective") - before[l][1];
             double med = median(slowest, n[l]) * 1e6;
+            double excess, engines;
+            probe_cost(h[l], &excess, &engines);
+            excess = (excess - cost_before[l][0]) * 1e3;
+            engines = (engines - cost_before[l][1]) * 1e3;
             if (rank == 0) {
-                printf("%llu,%s,%.1f,%llu,%llu\n", (unsigned long long)B, NAMES[l], med, (unsigned long long)os,
-                       (unsigned long long)co);
-                fprintf(stderr, "B %4llu %-16s wait %8.1f us  (one-sided %llu, collective %llu steps)\n",
-                        (unsigned long long)B, NAMES[l], med, (unsigned long long)os, (unsigned long long)co);
+                printf("%llu,%s,%.1f,%llu,%llu,%.3f,%.3f\n", (unsigned long long)B, NAMES[l], med, (unsigned long long)os,
+                       (unsigned long long)co, excess, engines);
+                fprintf(stderr,
+                        "B %4llu %-16s wait %8.1f us  (one-sided %llu, collective %llu steps; probes +%.2f ms of %.1f ms)\n",
+                        (unsigned long long)B, NAMES[l], med, (unsigned long long)os, (unsigned long long)co, excess,
+                        engines);
             }
             free(slowest);
             free(waits[l]);
