@@ -280,7 +280,7 @@ impl Estimator {
             // Nothing remote anywhere: the one-sided engine communicates not at all.
             return Backend::OneSided;
         }
-        let settings = self.settings;
+        let (settings, skew) = (self.settings, self.skew);
         // Within budget: what the probes cost so far over the preferred engine (as
         // measured, which is where a model that has not seen the job's skew is wrong
         // by orders of magnitude) is within `probe_budget` of all steps' time. After a
@@ -298,7 +298,11 @@ impl Estimator {
         bucket.preferred = Some(keep);
         bucket.steps_since_probe += 1;
         let never_measured = bucket.measured[slot(other(keep))] == 0;
-        let worth_a_look = never_measured || predicted(other(keep)) <= PROBE_MAX_RATIO * predicted(keep);
+        // A new bucket's model may be wrong, but the skew is the job's: where it alone
+        // makes a collective step 3x the preferred one, a look costs more than it can
+        // find.
+        let skewed_out = other(keep) == Backend::Collective && skew > PROBE_MAX_RATIO * predicted(keep);
+        let worth_a_look = (never_measured && !skewed_out) || predicted(other(keep)) <= PROBE_MAX_RATIO * predicted(keep);
         let probing = bucket.probe_due(settings.probe_interval) && worth_a_look && affordable;
         if probing {
             bucket.steps_since_probe = 0;
@@ -378,6 +382,10 @@ mod tests {
         assert_eq!(os_after, os, "one-sided steps wait for no one");
         assert!((coll_after - (coll + 3e-3)).abs() < 1e-9, "{coll} -> {coll_after}: half the 6 ms spread");
         assert_eq!(e.decide(&f, Backend::Auto).engine, Backend::OneSided);
+        // A new bucket, whose collective model was never measured: the skew alone makes
+        // a collective step 3x the one-sided one, so no first look.
+        let other_bucket = step(512.0, 4096.0);
+        assert!((0..100).all(|_| !e.decide(&other_bucket, Backend::Auto).probe));
         for _ in 0..40 {
             e.observe(Backend::Collective, &f, same(exchange), None);
         }
