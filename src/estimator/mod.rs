@@ -298,11 +298,12 @@ impl Estimator {
         bucket.preferred = Some(keep);
         bucket.steps_since_probe += 1;
         let never_measured = bucket.measured[slot(other(keep))] == 0;
-        // A new bucket's model may be wrong, but the skew is the job's: where it alone
-        // makes a collective step 3x the preferred one, a look costs more than it can
-        // find.
-        let skewed_out = other(keep) == Backend::Collective && skew > PROBE_MAX_RATIO * predicted(keep);
-        let worth_a_look = (never_measured && !skewed_out) || predicted(other(keep)) <= PROBE_MAX_RATIO * predicted(keep);
+        // The looks judge the other engine's exchange without the skew (the budget
+        // bounds what a look costs): the skew is learned from collective steps alone,
+        // so a job that has come into step would otherwise never show it.
+        let skew_of = |e: Backend| if e == Backend::Collective { skew } else { 0.0 };
+        let exchange_alone = predicted(other(keep)) - skew_of(other(keep));
+        let worth_a_look = never_measured || exchange_alone <= PROBE_MAX_RATIO * predicted(keep);
         let probing = bucket.probe_due(settings.probe_interval) && worth_a_look && affordable;
         if probing {
             bucket.steps_since_probe = 0;
@@ -382,14 +383,36 @@ mod tests {
         assert_eq!(os_after, os, "one-sided steps wait for no one");
         assert!((coll_after - (coll + 3e-3)).abs() < 1e-9, "{coll} -> {coll_after}: half the 6 ms spread");
         assert_eq!(e.decide(&f, Backend::Auto).engine, Backend::OneSided);
-        // A new bucket, whose collective model was never measured: the skew alone makes
-        // a collective step 3x the one-sided one, so no first look.
-        let other_bucket = step(512.0, 4096.0);
-        assert!((0..100).all(|_| !e.decide(&other_bucket, Backend::Auto).probe));
         for _ in 0..40 {
             e.observe(Backend::Collective, &f, same(exchange), None);
         }
         assert!((e.predict(&f).1 - coll).abs() < 1e-9 * coll.max(1.0) + 1e-12, "the skew wears off in lockstep");
+    }
+
+    /// A job whose ranks came into step after a skewed start: the skew priced the
+    /// collective engine out, and only collective steps measure it; the periodic probes
+    /// judge the exchange without it, find the job in lockstep, and AUTO returns to the
+    /// collective engine where it is the faster.
+    #[test]
+    fn a_skew_that_is_gone_is_found_out_by_the_probes() {
+        // Gets that cost 1 us each: the collective engine moves many small samples faster.
+        let params = CostParams { g_os: 1e-6, ..CostParams::default() };
+        let mut e = Estimator::new(params, Settings { probe_budget: 1.0, ..settings() });
+        let f = step(1024.0, 1024.0 * 64.0);
+        let (os, coll) = e.predict(&f);
+        assert!(coll < os, "a batch the collective engine moves faster ({coll} vs {os})");
+        let exchange = e.params().predict(Backend::Collective, &f);
+        e.observe(Backend::Collective, &f, Measured { slowest: 50.0 * os + exchange, fastest: exchange }, None);
+        assert_eq!(e.decide(&f, Backend::Auto).engine, Backend::OneSided, "priced out by the skew");
+        let collective_steps = (0..400)
+            .filter(|_| {
+                let d = e.decide(&f, Backend::Auto);
+                let t = e.params().predict(d.engine, &f);
+                e.observe(d.engine, &f, same(t), d.probe.then(|| d.predicted(other(d.engine))));
+                d.engine == Backend::Collective
+            })
+            .count();
+        assert_eq!(e.decide(&f, Backend::Auto).engine, Backend::Collective, "{collective_steps} collective steps");
     }
 
     fn step(samples: f64, bytes: f64) -> StepFeatures {
