@@ -53,7 +53,11 @@
  *
  * Output (rank 0): one CSV row per point, flushed as it is measured (--csv FILE, or
  * stdout); progress on stderr. Every variant's first measured step is verified byte
- * for byte outside the clock (column bad).
+ * for byte outside the clock (column bad). The last two columns let the model be
+ * replayed without MPI (benches/grid/replay_fixture.py, the estimator's unit test):
+ * model_terms, the model's terms averaged over the predicted batches (one-sided: 1,
+ * gets, bytes, bytes served; collective: rounds, samples, max(bytes, served)), and
+ * model_params, the AUTO loader's calibrated a_os;g_os;b_os;c_os;a_coll;s_coll;b_coll.
  *
  * Usage: mpirun -n P grid_bench --mpi openmpi --transport shm [--batches 1,4,16,64,256,1024]
  *        [--sizes 256,2048,16384] [--samples-per-rank 4000] [--samples-per-rank-large 1000]
@@ -660,7 +664,12 @@ typedef struct auto_rec {
 
 /* Mean raw-model predictions (seconds) over measured steps 0..K-1 (features as the
    library computes them: maxima over ranks, served bytes = column sums). */
-static void model_predict(ctx *c, const double *prm, double *pos, double *pcoll)
+/* The model's terms averaged over the K batches (the model is linear in them):
+   one-sided 1, gets, bytes, bytes served; collective rounds, samples, max(bytes,
+   served), as features_of in src/estimator/model.rs. */
+enum { MODEL_TERMS = 7 };
+
+static void model_predict(ctx *c, const double *prm, double *pos, double *pcoll, double *terms)
 {
     const int P = g_P, me = g_rank, K = 16;
     const uint64_t B = c->B, N = c->N;
@@ -693,6 +702,8 @@ static void model_predict(ctx *c, const double *prm, double *pos, double *pcoll)
     allreduce(loc, glo, K * (3 + P), MPI_DOUBLE, MPI_MAX);
     allreduce(loc, sum, K * (3 + P), MPI_DOUBLE, MPI_SUM);
     double so = 0, sc = 0;
+    for (int t = 0; t < MODEL_TERMS; t++)
+        terms[t] = 0;
     for (int k = 0; k < K; k++) {
         const double *mx = glo + (size_t)k * (3 + (size_t)P), *sm = sum + (size_t)k * (3 + (size_t)P);
         double G = mx[0], S = mx[1], Bb = mx[2], IN = 0;
@@ -700,6 +711,9 @@ static void model_predict(ctx *c, const double *prm, double *pos, double *pcoll)
             IN = fmax(IN, sm[3 + p]);
         so += prm[0] + prm[1] * G + prm[2] * Bb + prm[3] * IN;
         sc += (S > 0 ? 1.0 : 0.0) * prm[4] + prm[5] * S + prm[6] * fmax(Bb, IN);
+        const double row[MODEL_TERMS] = {1, G, Bb, IN, S > 0 ? 1.0 : 0.0, S, fmax(Bb, IN)};
+        for (int t = 0; t < MODEL_TERMS; t++)
+            terms[t] += row[t] / K;
     }
     *pos = so / K;
     *pcoll = sc / K;
@@ -817,7 +831,7 @@ int main(int argc, char **argv)
                          "auto_collective_steps,t_ddstore,t_floor_rma,t_floor_a2a,n_onesided,n_collective,n_auto,"
                          "n_ddstore,n_floor_rma,n_floor_a2a,auto_probes,auto_switches,pred_onesided,"
                          "pred_collective,mean_sample_bytes,samples_per_rank,wait,bad,t_node,n_node,"
-                         "node_local_fraction\n");
+                         "node_local_fraction,model_terms,model_params\n");
         fflush(csv);
         fprintf(stderr, "grid_bench: %s/%s, %d ranks (%ld cores), wait=%s, auto loader %s, budget %.2f s, limit %.1f s\n",
                 o.mpi, o.transport, P, cores, g_yield ? "yield" : "block", o.auto_loader, o.budget, o.limit);
@@ -879,7 +893,7 @@ int main(int argc, char **argv)
             result res[NV];
             auto_rec ar;
             memset(&ar, 0, sizeof ar);
-            double pred_os = NAN, pred_coll = NAN;
+            double pred_os = NAN, pred_coll = NAN, terms[MODEL_TERMS] = {0}, params[7] = {0};
             char pbuf[256] = "";
             /* the interleaved group: forced engines, AUTO (own loader), floors */
             {
@@ -890,7 +904,8 @@ int main(int argc, char **argv)
                                : -1;
                 mdl_loader *au = shared ? c.shared_auto : new_loader(&c, MDL_BACKEND_AUTO);
                 lstats s = read_stats(au);
-                model_predict(&c, s.params, &pred_os, &pred_coll);
+                model_predict(&c, s.params, &pred_os, &pred_coll, terms);
+                memcpy(params, s.params, sizeof params);
                 fmt_params(pbuf, sizeof pbuf, s.params);
                 measure_group(&c, au, pred, res, &ar.before, &ar.after);
                 if (!shared)
@@ -927,10 +942,17 @@ int main(int argc, char **argv)
                 for (int v = 0; v < NV; v++)
                     if (v != V_NODE)
                         fprintf(csv, ",%d", res[v].n);
-                fprintf(csv, ",%.0f,%.0f,%.2f,%.2f,%.1f,%llu,%s,%ld,%.2f,%d,%.3f\n", ar.after.probes - ar.before.probes,
+                fprintf(csv, ",%.0f,%.0f,%.2f,%.2f,%.1f,%llu,%s,%ld,%.2f,%d,%.3f", ar.after.probes - ar.before.probes,
                         ar.after.switches - ar.before.switches, pred_os * 1e6, pred_coll * 1e6, mean,
                         (unsigned long long)c.N, g_yield ? "yield" : "block", badsum, res[V_NODE].med, res[V_NODE].n,
                         node_fraction);
+                /* What a replay of the model needs (src/estimator/model.rs's test): its terms
+                   and the calibrated parameters, ';'-separated, full precision. */
+                for (int t = 0; t < MODEL_TERMS; t++)
+                    fprintf(csv, "%c%.17g", t ? ';' : ',', terms[t]);
+                for (int t = 0; t < 7; t++)
+                    fprintf(csv, "%c%.17g", t ? ';' : ',', params[t]);
+                fprintf(csv, "\n");
                 fflush(csv);
                 fprintf(stderr,
                         "  %s/%s np=%d B=%4llu m=%5llu: os %.1f coll %.1f auto %.1f (os %.0f/coll %.0f) node %.1f "
