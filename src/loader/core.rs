@@ -546,6 +546,9 @@ impl Core {
                 slowest * 1e6,
                 fastest * 1e6
             );
+            // With replica groups every group runs its own exchange: the slowest and
+            // fastest ranks may be of different groups, and their spread no skew.
+            let fastest = if self.group.is_some() { slowest } else { fastest };
             let times = Measured { slowest, fastest };
             self.estimator.observe(previous.engine, &previous.features, times, previous.probe_instead_of);
             let stats = self.stats.engine_mut(previous.engine);
