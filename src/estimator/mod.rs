@@ -62,6 +62,8 @@ const SKEW_RATE: f64 = 0.2;
 /// A collective step's spread (slowest less fastest rank) up to this many times its
 /// fastest rank's time is how ranks leave an exchange, not a late rank.
 const SKEW_NOISE: f64 = 2.0;
+/// A wait counts at most this many one-sided steps (of the step's batch) in the skew.
+const SKEW_CAP: f64 = 10.0;
 
 /// A step's engine time on the slowest and on the fastest rank (as agreed).
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -333,7 +335,11 @@ impl Estimator {
             // fastest rank's time counts as waiting for a late rank, and only that part
             // is taken out of what the exchange's model learns.
             let waited = (measured - times.fastest - SKEW_NOISE * times.fastest).max(0.0);
-            self.skew += SKEW_RATE * (waited - self.skew);
+            // Beyond SKEW_CAP one-sided steps a wait prices the collective engine out
+            // all the same; counted whole, one rank's pause (a checkpoint, a second)
+            // would keep it out for thousands of steps after the job is back in step.
+            let onesided = self.predict(f).0;
+            self.skew += SKEW_RATE * (waited.min(SKEW_CAP * onesided) - self.skew);
             modelled_time = measured - waited;
         }
         if measured.is_finite() && measured > 0.0 {
@@ -392,7 +398,7 @@ mod tests {
         e.observe(Backend::Collective, &f, Measured { slowest: 6e-3 + exchange, fastest: exchange }, None);
         let (os_after, coll_after) = e.predict(&f);
         assert_eq!(os_after, os, "one-sided steps wait for no one");
-        let waited = 6e-3 - SKEW_NOISE * exchange;
+        let waited = (6e-3 - SKEW_NOISE * exchange).min(SKEW_CAP * os);
         assert!(coll_after >= coll + SKEW_RATE * waited, "{coll} -> {coll_after}: a share of the 6 ms waited");
         assert_eq!(e.decide(&f, Backend::Auto).engine, Backend::OneSided);
         for _ in 0..200 {
@@ -433,9 +439,10 @@ mod tests {
         let (os, coll) = e.predict(&f);
         assert!(coll < os, "a batch the collective engine moves faster ({coll} vs {os})");
         let exchange = e.params().predict(Backend::Collective, &f);
-        e.observe(Backend::Collective, &f, Measured { slowest: 50.0 * os + exchange, fastest: exchange }, None);
+        // One rank a second late.
+        e.observe(Backend::Collective, &f, Measured { slowest: 1.0 + exchange, fastest: exchange }, None);
         assert_eq!(e.decide(&f, Backend::Auto).engine, Backend::OneSided, "priced out by the skew");
-        let collective_steps = (0..400)
+        let collective_steps = (0..200)
             .filter(|_| {
                 let d = e.decide(&f, Backend::Auto);
                 let t = e.params().predict(d.engine, &f);
