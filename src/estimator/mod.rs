@@ -63,7 +63,9 @@ const SKEW_RATE: f64 = 0.2;
 /// fastest rank's time is how ranks leave an exchange, not a late rank.
 const SKEW_NOISE: f64 = 2.0;
 /// A wait counts at most this many one-sided steps (of the step's batch) in the skew.
-const SKEW_CAP: f64 = 10.0;
+const SKEW_CAP: f64 = 100.0;
+/// Weight of a collective step in which no rank waited for another.
+const SKEW_RATE_DOWN: f64 = 0.5;
 
 /// A step's engine time on the slowest and on the fastest rank (as agreed).
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -337,9 +339,15 @@ impl Estimator {
             let waited = (measured - times.fastest - SKEW_NOISE * times.fastest).max(0.0);
             // Beyond SKEW_CAP one-sided steps a wait prices the collective engine out
             // all the same; counted whole, one rank's pause (a checkpoint, a second)
-            // would keep it out for thousands of steps after the job is back in step.
+            // would keep it out for thousands of steps after the job is back in step
+            // (10 steps was too few: a real loop's skew, 100-500 one-sided steps, then
+            // let the collective engine back in buckets of larger steps).
             let onesided = self.predict(f).0;
-            self.skew += SKEW_RATE * (waited.min(SKEW_CAP * onesided) - self.skew);
+            let sample = waited.min(SKEW_CAP * onesided);
+            // A step in which no rank waited (beyond the exchange's own spread) is
+            // strong evidence that the ranks are in step now: it counts more.
+            let rate = if sample == 0.0 { SKEW_RATE_DOWN } else { SKEW_RATE };
+            self.skew += rate * (sample - self.skew);
             modelled_time = measured - waited;
         }
         if measured.is_finite() && measured > 0.0 {
