@@ -154,7 +154,7 @@ impl<'a> Setting<'a> {
     }
     /// A number that must be identical on every rank, bit for bit.
     pub fn float(name: &'a str, value: f64) -> Setting<'a> {
-        Setting { name, value: value.to_bits(), shown: value, combine: Combine::Identical, show: |v| v.to_string() }
+        Setting { name, value: value.to_bits(), shown: value, combine: Combine::Identical, show: readable }
     }
     /// A small integer (below 2^53) whose largest value over the ranks every rank takes.
     pub fn max(name: &'a str, value: u64) -> Setting<'a> {
@@ -169,6 +169,12 @@ impl<'a> Setting<'a> {
 /// match, like the sampler's seed, or the configuration at init). A mismatch is
 /// `MDL_ERR_INVALID_ARG` on every rank, naming each setting that differs and two of
 /// its values. Returns the agreed values, in the order given.
+/// A number as a person reads it: tiny and huge ones with an exponent (a subnormal
+/// written out has over 300 digits).
+fn readable(v: f64) -> String {
+    if v != 0.0 && v.is_finite() && !(1e-4..1e15).contains(&v.abs()) { format!("{v:e}") } else { v.to_string() }
+}
+
 pub fn agree_settings(comm: &Comm, checks: Result<()>, settings: &[Setting]) -> Result<Vec<u64>> {
     let error = checks.err();
     // Each value as two 32-bit halves (exact in f64) to detect any difference, plus the
@@ -198,4 +204,18 @@ pub fn agree_settings(comm: &Comm, checks: Result<()>, settings: &[Setting]) -> 
 /// [`agree_settings`] for values that must all be identical.
 pub fn agree_identical(comm: &Comm, checks: Result<()>, settings: &[Setting]) -> Result<()> {
     agree_settings(comm, checks, settings).map(|_| ())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::readable;
+
+    #[test]
+    fn settings_read_as_numbers_a_person_can_compare() {
+        assert_eq!(readable(0.05), "0.05");
+        assert_eq!(readable(-0.0), "-0");
+        assert_eq!(readable(30.0), "30");
+        assert_eq!(readable(1e-320), "1e-320");
+        assert_eq!(readable(2e20), "2e20");
+    }
 }

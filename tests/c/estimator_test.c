@@ -124,6 +124,11 @@ int main(int argc, char **argv)
     const char *params = "target/estimator_test_params.json";
     if (g_rank == 0) {
         FILE *f = fopen(params, "w");
+        if (!f) {
+            /* Run from the repository's root (target/ must exist). */
+            fprintf(stderr, "estimator_test: cannot write %s (run it from the repository's root)\n", params);
+            MPI_Abort(MPI_COMM_WORLD, 2);
+        }
         fprintf(f, "{\"a_os\": 0, \"g_os\": 1e-6, \"b_os\": 0, \"c_os\": 0, "
                    "\"a_coll\": 5e-5, \"s_coll\": 1e-7, \"b_coll\": 0}\n");
         fclose(f);
