@@ -110,14 +110,9 @@ int main(int argc, char **argv)
         printf("given_order_test: %d ranks, %llu samples\n", g_size, (unsigned long long)g_n);
 
     uint64_t lo = first_id(g_rank), hi = first_id(g_rank + 1), n_local = hi - lo;
-    uint64_t *offsets = malloc((n_local + 1) * sizeof *offsets);
-    offsets[0] = 0;
-    for (uint64_t i = 0; i < n_local; i++)
-        offsets[i + 1] = offsets[i] + size_of(lo + i);
-    uint8_t *data = malloc(offsets[n_local] + 1);
-    for (uint64_t i = 0; i < n_local; i++)
-        for (uint64_t k = 0; k < size_of(lo + i); k++)
-            data[offsets[i] + k] = byte_of(lo + i, k);
+    uint64_t *offsets;
+    uint8_t *data;
+    build_shard(lo, n_local, size_of, byte_of, &offsets, &data);
     mdl_loader *h = NULL;
     check(mdl_init(MPI_COMM_WORLD, &h) == MDL_OK && mdl_register_shard(h, data, offsets, n_local) == MDL_OK,
           "init + register");
