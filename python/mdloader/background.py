@@ -7,91 +7,163 @@ one more than another would leave the other waiting in it.
 from __future__ import annotations
 
 import queue
+import sys
 import threading
 import time
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, Optional
 
-__all__ = ["in_background"]
+__all__ = ["in_background", "InBackground"]
 
-#: The pause of the thread before it takes the next item, while the consumer holds one
-#: and spends far longer on each than the thread takes to make one. The consumer's
-#: ``next`` wakes the thread (a permit back) and, without the pause, lost the GIL to it
-#: until the thread's item was done: a torch_geometric collate holds the GIL for 1-2 ms
-#: (numpy on small arrays), and the training loop waited that long at every other step
-#: (QM9 SchNet, 2 ranks: 0.04 s of waiting per epoch of 32 steps against 0.01 s with
-#: the pause, the library's own fetch 0.002 s). A consumer that keeps up with the
-#: thread (a loop that only counts batches) gets no pause: it would wait for it.
-HANDOFF_PAUSE_SECONDS = 0.0005
+#: The longest the thread sleeps before it looks again for room to take an item, while
+#: the consumer is slow (it spends far longer on each item than the thread takes to make
+#: one: a training step). The thread then wakes itself instead of being woken by the
+#: consumer's ``next``: waking a thread there cost the training loop 30-40 us per step
+#: on a busy node (the woken thread preempts the loop, only to wait for the GIL), and a
+#: thread woken at once took the GIL from the loop while it was still leaving ``next``
+#: and held it for its whole collate (1-2 ms of numpy on small arrays at every other
+#: step, QM9 SchNet at 2 ranks). Between takes the thread looks every eighth of the
+#: consumer's interval, within [MIN, MAX] here.
+POLL_MAX_SECONDS = 0.05
+POLL_MIN_SECONDS = 0.0005
 
 
-def in_background(iterable: Iterable, depth: int) -> Iterator:
+def in_background(iterable: Iterable, depth: int) -> "InBackground":
     """The items of ``iterable``, taken on a background thread at most ``depth`` items
-    ahead of the consumer; the thread is the only one that iterates ``iterable``.
+    ahead of the consumer; the thread is the only one that iterates ``iterable``, and
+    starts at once (so that a loader can start the next epoch ahead of its loop).
 
     An exception in the thread is raised here, at the item where it happened. Stopping
-    early (``break``, closing the generator) lets the thread take exactly ``depth``
-    items past the last one consumed (fewer at the iterable's end), the same count on
-    every rank whatever the timing, and waits for it: the next collective call (a new
-    epoch) then finds every rank in step.
+    early (``break`` then :meth:`InBackground.close`, or the iterator collected) lets
+    the thread take exactly ``depth`` items past the last one consumed (fewer at the
+    iterable's end), the same count on every rank whatever the timing, and waits for
+    it: the next collective call (a new epoch) then finds every rank in step.
+
+    An item the consumer has taken is dropped on the thread, not in the consumer's next
+    ``next``: freeing a collated batch (torch_geometric's ``Batch``) costs tens of us.
     """
-    items = iter(iterable)
-    permits = threading.Semaphore(depth)  # one per item the thread may take ahead
-    ready: queue.Queue = queue.Queue()
-    limit: list = [None]  # set when the consumer stops: the items the thread takes in all
-    # Seconds between the consumer's last two takes (read by the thread; a float
-    # assignment is atomic under the GIL).
-    consumer_interval = [0.0]
+    return InBackground(iterable, depth)
 
-    def produce() -> None:
-        taken = 0
-        making = 0.0  # seconds the thread took for its last item
-        try:
+
+class InBackground:
+    """The iterator of :func:`in_background`."""
+
+    def __init__(self, iterable: Iterable, depth: int):
+        self._shared = _Shared(depth)
+        self._previous = None  # the item the consumer holds, retired at the next take
+        self._done = False
+        # The thread's function holds no reference to this object, so that a consumer
+        # that drops it without closing still closes it (``__del__``).
+        self._thread = threading.Thread(target=_produce, args=(iter(iterable), self._shared),
+                                        name="mdloader-background", daemon=True)
+        self._thread.start()
+
+    def __iter__(self) -> "InBackground":
+        return self
+
+    def __next__(self):
+        shared = self._shared
+        if self._done:
+            raise StopIteration
+        if self._previous is not None:
+            shared.retired.append(self._previous)
+            self._previous = None
+        item = shared.ready.get()
+        if item is _END:
+            self._done = True
+            raise StopIteration
+        if isinstance(item, _Failure):
+            self._done = True
+            raise item.error
+        now = time.perf_counter()
+        with shared.room:
+            shared.consumed += 1
+            if shared.consumed > 1:
+                shared.interval = now - shared.last_take
+            shared.last_take = now
+            if shared.notify_me:
+                shared.room.notify()
+        self._previous = item
+        return item
+
+    def close(self) -> None:
+        """Stop taking items: the thread takes the ones it was allowed (consumed +
+        depth, fewer at the end) and ends; waits for it. Idempotent."""
+        shared = self._shared
+        self._done = True
+        self._previous = None
+        with shared.room:
+            if shared.limit is None:
+                shared.limit = shared.consumed + shared.depth
+            shared.room.notify()
+        self._thread.join()
+
+    def __del__(self):
+        if getattr(self, "_thread", None) is not None:
+            self.close()
+
+
+class _Shared:
+    """What the consumer and the thread share; ``room`` guards the counters."""
+
+    def __init__(self, depth: int):
+        self.depth = depth
+        self.ready: queue.Queue = queue.Queue()
+        self.room = threading.Condition()
+        self.consumed = 0  # items the consumer took
+        self.limit: Optional[int] = None  # items the thread takes in all, once the consumer stopped
+        self.notify_me = False  # the thread sleeps until notified
+        self.interval = 0.0  # seconds between the consumer's last two takes
+        self.last_take = 0.0  # time.perf_counter() of the consumer's last take
+        self.retired: list = []  # taken items, dropped by the thread (list.append is atomic)
+
+    def wait_for_room(self, taken: int, making: float) -> bool:
+        """Whether the thread may take one more item; False once the consumer stopped
+        and the thread took all it was allowed."""
+        with self.room:
             while True:
-                permits.acquire()
-                if limit[0] is not None and taken >= limit[0]:
-                    return
-                if consumer_interval[0] > 4 * (making + HANDOFF_PAUSE_SECONDS):
-                    # The permit came back with an item taken, and the consumer is far
-                    # from needing the next: let it leave ``next`` first (see
-                    # HANDOFF_PAUSE_SECONDS). At any depth, 1 included.
-                    time.sleep(HANDOFF_PAUSE_SECONDS)
-                started = time.perf_counter()
-                try:
-                    item = next(items)
-                except StopIteration:
-                    ready.put(_END)
-                    return
-                making = time.perf_counter() - started
-                taken += 1
-                ready.put(item)
-        except BaseException as err:  # handed to the consumer, which raises it
-            ready.put(_Failure(err))
+                if self.limit is not None and taken >= self.limit:
+                    return False
+                if taken < self.consumed + self.depth:
+                    return True
+                if self.interval > 4 * (making + POLL_MIN_SECONDS):
+                    self.room.wait(self._poll_seconds())
+                else:  # a fast consumer: it wakes the thread at once
+                    self.notify_me = True
+                    self.room.wait()
+                    self.notify_me = False
 
-    thread = threading.Thread(target=produce, name="mdloader-background", daemon=True)
-    thread.start()
-    consumed = 0
-    last_take = None
+
+    def _poll_seconds(self) -> float:
+        """How long the thread sleeps before it looks for room again. Its wake takes the
+        GIL from the consumer at the consumer's next release of it, or by force after
+        Python's switch interval (a consumer running pure Python): either way in the
+        middle of the consumer's step, far from its ``next``, when it wakes a switch
+        interval before the middle. Once the middle is past (a consumer late for its
+        take), a quarter step."""
+        middle = self.last_take + self.interval / 2 - sys.getswitchinterval()
+        wait = middle - time.perf_counter()
+        if wait <= 0:
+            wait = self.interval / 4 if time.perf_counter() > self.last_take + self.interval / 2 else 0
+        return min(max(wait, POLL_MIN_SECONDS), POLL_MAX_SECONDS)
+
+
+def _produce(items: Iterator, shared: _Shared) -> None:
+    taken = 0
+    making = 0.0  # seconds the thread took for its last item
     try:
-        while True:
-            item = ready.get()
-            if item is _END:
+        while shared.wait_for_room(taken, making):
+            shared.retired.clear()
+            started = time.perf_counter()
+            try:
+                item = next(items)
+            except StopIteration:
+                shared.ready.put(_END)
                 return
-            if isinstance(item, _Failure):
-                raise item.error
-            consumed += 1
-            now = time.perf_counter()
-            if last_take is not None:
-                consumer_interval[0] = now - last_take
-            last_take = now
-            permits.release()
-            yield item
-            item = None  # the consumer's copy is the only one left
-    finally:
-        # Every take that started was permitted, so the thread has taken at most
-        # consumed + depth items; it takes the rest of them and stops at the next permit.
-        limit[0] = consumed + depth
-        permits.release()
-        thread.join()
+            making = time.perf_counter() - started
+            taken += 1
+            shared.ready.put(item)
+    except BaseException as err:  # handed to the consumer, which raises it
+        shared.ready.put(_Failure(err))
 
 
 _END = object()
