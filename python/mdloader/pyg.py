@@ -28,9 +28,11 @@ sampler or the user's own (``sampler=DistributedSampler(...)``, ``batch_sampler=
 
 from __future__ import annotations
 
+import atexit
 import copy
 import functools
 import warnings
+import weakref
 from typing import Any, Iterable, Iterator, Optional
 
 import numpy as np
@@ -303,12 +305,22 @@ class DataLoader:
     finished batches (:func:`mdloader.background.in_background`: the same number of
     batches taken on every rank however early a loop stops). Like ``prefetch``, it needs
     MPI_THREAD_MULTIPLE (mpi4py's default); below it the loader warns and uses 0.
+
+    start_ahead: with the library's sampler and ``collate_ahead``, an epoch that ran to
+    its end starts the next one at once on that thread (its first batches are then
+    fetched and collated while the script validates, logs or checkpoints, instead of in
+    the next loop's first ``next``). The next epoch is taken to be ``e + 1`` where the
+    script calls ``set_epoch``, else ``e`` again (torch's sampler repeats its order
+    without ``set_epoch``). Any other next use of the dataset (a different epoch or
+    setting, another loader, ``dataset[i]``) ends the epoch started ahead first, on
+    every rank alike: a wrong guess costs the batches taken ahead, nothing else.
+    Default True.
     """
 
     def __init__(self, dataset: DistDataset, batch_size: int = 1, shuffle: bool = False, *, seed: int = 0,
                  drop_last: bool = False, follow_batch: Optional[list] = None, exclude_keys: Optional[list] = None,
                  prefetch: int = 2, collate_ahead: int = 2, sampler: Any = None, batch_sampler: Any = None,
-                 **unsupported: Any):
+                 start_ahead: bool = True, **unsupported: Any):
         if sampler is not None and batch_sampler is not None:
             raise TypeError("mdloader.pyg.DataLoader: pass sampler= or batch_sampler=, not both")
         if shuffle and (sampler is not None or batch_sampler is not None):
@@ -327,10 +339,14 @@ class DataLoader:
         self.prefetch = prefetch
         _threads_allowed(prefetch, "prefetch")
         self.collate_ahead = _threads_allowed(collate_ahead, "collate_ahead")
+        self.start_ahead = start_ahead
         self.epoch = 0
+        self._epoch_was_set = False  # set_epoch called since the last iter
+        self._ahead: Optional[tuple] = None  # (its settings, its batches): the epoch started ahead
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
+        self._epoch_was_set = True
         for user_sampler in (self.sampler, self.batch_sampler, getattr(self.batch_sampler, "sampler", None)):
             if hasattr(user_sampler, "set_epoch"):
                 user_sampler.set_epoch(epoch)
@@ -344,14 +360,41 @@ class DataLoader:
         return self.dataset.loader.epoch_steps(self.batch_size, self.drop_last)
 
     def __iter__(self) -> Iterator[Batch]:
-        # An epoch left open by a loop that stopped early (this loader's or another's on
-        # the same dataset) ends here, on every rank alike: its thread first.
-        self.dataset._close_open_epoch()
-        batches = self._batches()
+        settings = self._settings(self.epoch)
+        advancing, self._epoch_was_set = self._epoch_was_set, False
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None and ahead[0] == settings and self.dataset._open_epoch is ahead[1]:
+            batches = ahead[1]
+        else:
+            # An epoch left open by a loop that stopped early (this loader's or another's
+            # on the same dataset), or started ahead for other settings, ends here, on
+            # every rank alike: its thread first.
+            self.dataset._close_open_epoch()
+            batches = self._start(self.epoch)
+        return self._then_start_ahead(batches, self.epoch + 1 if advancing else self.epoch)
+
+    def _settings(self, epoch: int) -> tuple:
+        """What an epoch's batches depend on."""
+        return (epoch, self.batch_size, self.shuffle, self.seed, self.drop_last, self.prefetch, self.collate_ahead,
+                tuple(self.follow_batch), tuple(self.exclude_keys), self.sampler, self.batch_sampler)
+
+    def _start(self, epoch: int) -> Iterator[Batch]:
+        batches = self._batches(epoch)
         if self.collate_ahead:
             batches = in_background(batches, self.collate_ahead)
         self.dataset._open_epoch = batches
         return batches
+
+    def _then_start_ahead(self, batches: Iterator[Batch], next_epoch: int) -> Iterator[Batch]:
+        yield from batches
+        # The epoch ran to its end, on every rank alike (every rank has the same number
+        # of batches), so every rank starts the same next epoch here; not where another
+        # use of the dataset ended it (the iteration stops there too).
+        ran_to_its_end = self.dataset._open_epoch is batches
+        if ran_to_its_end and self.start_ahead and self.collate_ahead and self.sampler is None \
+                and self.batch_sampler is None:
+            self._ahead = (self._settings(next_epoch), self._start(next_epoch))
+            _started_ahead.add(self.dataset)
 
     def _users_batches(self) -> Iterable:
         if self.batch_sampler is not None:
@@ -360,17 +403,30 @@ class DataLoader:
         cut = len(ids) - len(ids) % self.batch_size if self.drop_last else len(ids)
         return [ids[k:k + self.batch_size] for k in range(0, cut, self.batch_size)]
 
-    def _batches(self) -> Iterator[Batch]:
+    def _batches(self, epoch_number: int) -> Iterator[Batch]:
         loader = self.dataset.loader
         loader.set_prefetch(self.prefetch)
         if self.sampler is None and self.batch_sampler is None:
-            epoch = loader.epoch(self.batch_size, seed=self.seed, epoch=self.epoch, shuffle=self.shuffle,
+            epoch = loader.epoch(self.batch_size, seed=self.seed, epoch=epoch_number, shuffle=self.shuffle,
                                  drop_last=self.drop_last)
         else:
             epoch = loader.epoch_of_batches(self._users_batches())
         for fetched in epoch:
             yield collate(fetched.fields, self.dataset.facts, self.follow_batch, self.exclude_keys,
                           self.dataset.data_class)
+
+
+#: Datasets with an epoch started ahead: its thread is stopped at exit, before
+#: MPI_Finalize (which mpi4py calls after Python's exit handlers), so that no thread is
+#: inside MPI then.
+_started_ahead: "weakref.WeakSet[DistDataset]" = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_epochs_started_ahead() -> None:
+    for dataset in list(_started_ahead):
+        if dataset._open_epoch is not None:
+            dataset._open_epoch.close()
 
 
 def _threads_allowed(depth: int, what: str) -> int:

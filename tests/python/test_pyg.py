@@ -83,6 +83,42 @@ def test_the_loader_covers_every_graph_once_per_epoch(comm, dataset):
         assert set(everyone) == set(range(41))
 
 
+def test_an_epoch_started_ahead_gives_the_batches_of_the_epoch_asked_for(comm, dataset):
+    """Each epoch's ids, in order, equal those of a loader that starts nothing ahead,
+    whether the guess was right (set_epoch(e + 1), or no set_epoch: the same epoch) or
+    wrong (a jump, other settings), and around other uses of the dataset."""
+
+    def ids_of(loader):
+        return [b.idx.tolist() for b in loader]
+
+    def reference(epoch, batch_size=4):
+        plain = DataLoader(dataset, batch_size=batch_size, shuffle=True, seed=3, start_ahead=False)
+        plain.set_epoch(epoch)
+        return ids_of(plain)
+
+    want = {e: reference(e) for e in (0, 1, 2, 7)}
+    ahead = DataLoader(dataset, batch_size=4, shuffle=True, seed=3)
+    got = []
+    for epoch in (0, 1, 2):  # guessed right: e + 1
+        ahead.set_epoch(epoch)
+        got.append(ids_of(ahead))
+        assert ahead._ahead is not None and ahead._ahead[0][0] == epoch + 1
+    assert got == [want[0], want[1], want[2]]
+    ahead.set_epoch(7)  # guessed wrong: epoch 3 was started ahead
+    assert ids_of(ahead) == want[7]
+    assert ids_of(ahead) == want[7]  # no set_epoch: the same epoch again, started ahead
+    ahead.batch_size = 5  # other settings: the epoch started ahead is not used
+    assert ids_of(ahead) == reference(7, batch_size=5)
+    dataset[0]  # another use of the dataset ends the epoch started ahead
+    ahead.batch_size = 4
+    assert ids_of(ahead) == want[7]
+    for step, _ in enumerate(ahead):  # a loop left early starts nothing ahead
+        if step == 1:
+            break
+    assert ahead._ahead is None
+    assert ids_of(ahead) == want[7]
+
+
 def test_leaving_early_and_a_second_loader(comm, dataset):
     val = DistDataset(graphs(9, seed=5), "valset", comm)
     try:
