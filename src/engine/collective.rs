@@ -12,16 +12,20 @@
 //! step), and the whole request round is skipped.
 //!
 //! MPI counts and displacements are C `int`. To stay under a limit L (default 2^31 - 1,
-//! `MDL_MAX_MESSAGE_BYTES`), a rank's remote samples are cut into rounds of at most
-//! L / P bytes, where P is the number of ranks: then no rank receives more than L / P
-//! bytes and no owner sends more than P * L / P = L bytes in a round. A sample larger
-//! than L / P cannot travel in a round; the engine reads those few with one-sided gets
-//! (split into pieces of at most L bytes) in the same step, so every batch can be moved.
+//! `MDL_MAX_MESSAGE_BYTES`), a step takes one round wherever its agreement shows that no
+//! rank receives and no rank sends more than L bytes (the sampler's steps, and fetches
+//! that carried the request matrix). Otherwise a rank's remote samples are cut into
+//! rounds of at most L / P bytes, where P is the number of ranks: then no rank receives
+//! more than L / P bytes and no owner sends more than P * L / P = L bytes in a round,
+//! and the counts of each round travel (a step that moves gigabytes per rank pays one
+//! `MPI_Alltoall` per round; no rank rebuilds another's plan). A sample larger than
+//! L / P travels in no round; the engine reads those few with one-sided gets (split into
+//! pieces of at most L bytes) in the same step, so every batch can be moved.
 
 use super::{Engine, KnownBatches, StepContext};
 use crate::error::{Error, Result};
 use crate::mpi::{Comm, Get};
-use crate::plan::{BatchPlan, RemoteSample};
+use crate::plan::RemoteSample;
 use std::ops::Range;
 
 pub struct Collective;
@@ -30,17 +34,36 @@ pub struct Collective;
 /// `max_message_bytes / ranks` bytes each), in rounds, and the larger ones.
 pub struct Rounds {
     pub exchanged: Vec<RemoteSample>,
-    /// Consecutive ranges of `exchanged` (grouped by owner) of at most the budget.
+    /// Consecutive ranges of `exchanged` (grouped by owner): all of them when the step
+    /// takes one round, else ranges of at most the per-rank budget.
     pub rounds: Vec<Range<usize>>,
     pub oversize: Vec<RemoteSample>,
 }
 
 impl Rounds {
-    pub fn of(remote: &[RemoteSample], ranks: usize, max_message_bytes: u64) -> Rounds {
+    /// `agreed_rounds`: the step's rounds, as every rank decided them.
+    pub fn of(
+        remote: &[RemoteSample],
+        ranks: usize,
+        max_message_bytes: u64,
+        agreed_rounds: u64,
+    ) -> Rounds {
         let budget = max_message_bytes / ranks as u64;
-        let (exchanged, oversize): (Vec<RemoteSample>, Vec<RemoteSample>) = remote.iter().partition(|s| s.len <= budget);
-        let rounds = cut_into_rounds(exchanged.iter().map(|s| s.len), budget);
-        Rounds { exchanged, rounds, oversize }
+        let (exchanged, oversize): (Vec<RemoteSample>, Vec<RemoteSample>) =
+            remote.iter().partition(|s| s.len <= budget);
+        let rounds = if agreed_rounds > 1 {
+            cut_into_rounds(exchanged.iter().map(|s| s.len), budget)
+        } else {
+            (!exchanged.is_empty())
+                .then_some(0..exchanged.len())
+                .into_iter()
+                .collect()
+        };
+        Rounds {
+            exchanged,
+            rounds,
+            oversize,
+        }
     }
 }
 
@@ -88,7 +111,11 @@ impl ExchangeShape {
 
 /// The shape of the exchange for `remote` (on the fetch path: no copy of the samples,
 /// unlike [`Rounds::of`], and nothing of size P).
-pub fn exchange_shape(remote: &[RemoteSample], ranks: usize, max_message_bytes: u64) -> ExchangeShape {
+pub fn exchange_shape(
+    remote: &[RemoteSample],
+    ranks: usize,
+    max_message_bytes: u64,
+) -> ExchangeShape {
     let budget = max_message_bytes / ranks as u64;
     let exchanged = remote.iter().filter(|s| s.len <= budget).map(|s| s.len);
     let rounds = cut_into_rounds(exchanged, budget).len() as u64;
@@ -98,23 +125,24 @@ pub fn exchange_shape(remote: &[RemoteSample], ranks: usize, max_message_bytes: 
 impl Engine for Collective {
     fn fetch(&self, step: &StepContext, out: &mut [u8]) -> Result<()> {
         let ranks = step.comm.size();
-        let mine = Rounds::of(&step.plan.remote, ranks, step.limits.max_message);
-        let mut known = match step.known_batches {
-            Some(known) if step.collective_rounds <= 1 => Some(vec![asked_in_one_round(step, known)]),
-            Some(known) => Some(requests_of_others(step, known)?),
-            None => None,
+        let mine = Rounds::of(
+            &step.plan.remote,
+            ranks,
+            step.limits.max_message,
+            step.collective_rounds,
+        );
+        // In a single round every rank asks for all its samples at once: what the others
+        // ask of this rank is then known from their batches (the sampler), or its counts
+        // from the agreed request matrix, and need not travel.
+        let mut asked_in_the_round = match step.known_batches {
+            Some(known) if step.collective_rounds <= 1 => Some(asked_in_one_round(step, known)),
+            _ => None,
         };
-        // In a single round every rank asks for all its samples at once, so the agreed
-        // request counts are the round's: they need not travel again.
         let counts = step.requests_to_me.filter(|_| step.collective_rounds == 1);
         for round in 0..step.collective_rounds as usize {
             let range = mine.rounds.get(round).cloned().unwrap_or(0..0);
-            let asked = match &mut known {
-                // Each round's lists are used once: taken, not copied.
-                Some(k) => Requests::Ids(k.get_mut(round).map(std::mem::take).unwrap_or_else(|| AskedOfMe {
-                    ids: Vec::new(),
-                    counts: vec![0; ranks],
-                })),
+            let asked = match asked_in_the_round.take() {
+                Some(asked) => Requests::Ids(asked),
                 None => counts.map_or(Requests::Unknown, Requests::Counts),
             };
             exchange(step, &mine.exchanged[range], asked, out)?;
@@ -122,7 +150,12 @@ impl Engine for Collective {
         let gets: Vec<Get> = mine
             .oversize
             .iter()
-            .map(|s| Get { target: s.owner, target_offset: s.target_offset, dest_offset: s.dest_offset, len: s.len })
+            .map(|s| Get {
+                target: s.owner,
+                target_offset: s.target_offset,
+                dest_offset: s.dest_offset,
+                len: s.len,
+            })
             .collect();
         step.store.window.get_all(&gets, out, step.limits)
     }
@@ -138,7 +171,10 @@ fn asked_in_one_round(step: &StepContext, known: &dyn KnownBatches) -> AskedOfMe
     let index = &step.store.index;
     let first = index.first_ids();
     let budget = step.limits.max_message / ranks as u64;
-    let mut asked = AskedOfMe { ids: Vec::new(), counts: vec![0; ranks] };
+    let mut asked = AskedOfMe {
+        ids: Vec::new(),
+        counts: vec![0; ranks],
+    };
     let topology = &step.store.topology;
     known.for_each_request(first[me]..first[me + 1], &mut |requester, id| {
         // This rank's own samples, and those the ranks of its node read (node-local
@@ -161,36 +197,6 @@ struct AskedOfMe {
     counts: Vec<u64>,
 }
 
-impl AskedOfMe {
-    fn from_lists(by_requester: &[Vec<u64>]) -> AskedOfMe {
-        AskedOfMe { ids: by_requester.concat(), counts: by_requester.iter().map(|ids| ids.len() as u64).collect() }
-    }
-}
-
-/// What every other rank will ask this rank for, per round and requester, when every
-/// rank's batch is known and a step needs several rounds: each requester's plan and
-/// rounds are rebuilt here exactly as that rank builds them (O(P x B)), so no request
-/// needs to travel.
-fn requests_of_others(step: &StepContext, known: &dyn KnownBatches) -> Result<Vec<AskedOfMe>> {
-    let (me, ranks) = (step.comm.rank(), step.comm.size());
-    let mut per_round: Vec<Vec<Vec<u64>>> = Vec::new();
-    let mut ids = Vec::new();
-    let topology = &step.store.topology;
-    for requester in (0..ranks).filter(|&q| !topology.shares(me, q)) {
-        known.batch_of(requester, &mut ids);
-        let plan = BatchPlan::on_node(&step.store.index, requester, &ids, topology)?;
-        let theirs = Rounds::of(&plan.remote, ranks, step.limits.max_message);
-        for (r, range) in theirs.rounds.into_iter().enumerate() {
-            if per_round.len() <= r {
-                per_round.resize(r + 1, vec![Vec::new(); ranks]);
-            }
-            let asked = theirs.exchanged[range].iter().filter(|s| s.owner == me).map(|s| s.id);
-            per_round[r][requester].extend(asked);
-        }
-    }
-    Ok(per_round.iter().map(|lists| AskedOfMe::from_lists(lists)).collect())
-}
-
 /// What this rank knows, before a round, of what the other ranks will ask of it.
 enum Requests<'a> {
     /// Nothing: the counts travel in an `MPI_Alltoall`, then the ids.
@@ -203,7 +209,12 @@ enum Requests<'a> {
 
 /// One round: `requests` (grouped by owner) is what this rank wants in it; `asked` is
 /// what this rank knows of what the others want of it.
-fn exchange(step: &StepContext, requests: &[RemoteSample], asked: Requests, out: &mut [u8]) -> Result<()> {
+fn exchange(
+    step: &StepContext,
+    requests: &[RemoteSample],
+    asked: Requests,
+    out: &mut [u8],
+) -> Result<()> {
     let comm = step.comm;
     let ranks = comm.size();
     let mut ids_to = vec![0u64; ranks];
@@ -231,7 +242,12 @@ fn exchange(step: &StepContext, requests: &[RemoteSample], asked: Requests, out:
 /// Send each owner the ids this rank wants of it (`ids_to` per owner), knowing that
 /// each rank asks `ids_from` of this one; returns the ids asked of this rank, grouped
 /// by requester, and `ids_from`.
-fn send_ids(comm: &Comm, requests: &[RemoteSample], ids_to: &[u64], ids_from: Vec<u64>) -> Result<(Vec<u64>, Vec<u64>)> {
+fn send_ids(
+    comm: &Comm,
+    requests: &[RemoteSample],
+    ids_to: &[u64],
+    ids_from: Vec<u64>,
+) -> Result<(Vec<u64>, Vec<u64>)> {
     let wanted: Vec<u64> = requests.iter().map(|r| r.id).collect();
     let mut asked = zeroed(ids_from.iter().sum::<u64>())?;
     let sent = comm.alltoallv(&wanted, ids_to, &mut asked, &ids_from);
@@ -259,13 +275,25 @@ impl ExchangeBuffers {
     pub fn reserve_received(&mut self, bytes: u64) -> Result<()> {
         grown(&mut self.received, bytes).map(|_| ())
     }
+
+    /// Make room for sending `bytes` in one round, before the step's agreement, where
+    /// the owner knows them (every batch known): as [`ExchangeBuffers::reserve_received`].
+    pub fn reserve_packed(&mut self, bytes: u64) -> Result<()> {
+        let len = usize::try_from(bytes).map_err(|_| Error::no_memory(bytes))?;
+        self.packed.clear(); // each round packs from empty
+        self.packed
+            .try_reserve_exact(len)
+            .map_err(|_| Error::no_memory(bytes))
+    }
 }
 
 /// The first `len` bytes of `buffer`, growing it (zero-filled, once) when needed.
 fn grown(buffer: &mut Vec<u8>, len: u64) -> Result<&mut [u8]> {
     let len = usize::try_from(len).map_err(|_| Error::no_memory(len))?;
     if buffer.len() < len {
-        buffer.try_reserve_exact(len - buffer.len()).map_err(|_| Error::no_memory(len as u64))?;
+        buffer
+            .try_reserve_exact(len - buffer.len())
+            .map_err(|_| Error::no_memory(len as u64))?;
         buffer.resize(len, 0);
     }
     Ok(&mut buffer[..len])
@@ -283,7 +311,12 @@ fn unpack(requests: &[RemoteSample], received: &[u8], out: &mut [u8]) {
 
 /// The owner's side: copy the samples each requester asked for into `packed`, requester
 /// by requester; returns the bytes for each.
-fn pack(step: &StepContext, asked: &[u64], ids_from: &[u64], packed: &mut Vec<u8>) -> Result<Vec<u64>> {
+fn pack(
+    step: &StepContext,
+    asked: &[u64],
+    ids_from: &[u64],
+    packed: &mut Vec<u8>,
+) -> Result<Vec<u64>> {
     let index = &step.store.index;
     let shard = step.store.window.local();
     let me = step.comm.rank();
@@ -296,7 +329,11 @@ fn pack(step: &StepContext, asked: &[u64], ids_from: &[u64], packed: &mut Vec<u8
             let loc = index
                 .locate(id)
                 .filter(|loc| loc.owner == me)
-                .ok_or_else(|| Error::invalid(format!("a peer asked rank {me} for sample {id}, which it does not hold")))?;
+                .ok_or_else(|| {
+                    Error::invalid(format!(
+                        "a peer asked rank {me} for sample {id}, which it does not hold"
+                    ))
+                })?;
             let start = loc.offset as usize;
             packed.extend_from_slice(&shard[start..start + loc.len as usize]);
         }
@@ -311,7 +348,8 @@ fn zeroed<T: Copy + Default>(len: u64) -> Result<Vec<T>> {
     let bytes = len.saturating_mul(size_of::<T>() as u64);
     let mut v = Vec::new();
     let len = usize::try_from(len).map_err(|_| Error::no_memory(bytes))?;
-    v.try_reserve_exact(len).map_err(|_| Error::no_memory(bytes))?;
+    v.try_reserve_exact(len)
+        .map_err(|_| Error::no_memory(bytes))?;
     v.resize(len, T::default());
     Ok(v)
 }
@@ -321,11 +359,25 @@ mod tests {
     use super::*;
 
     fn sample(owner: usize, len: u64) -> RemoteSample {
-        RemoteSample { id: 0, owner, target_offset: 0, dest_offset: 0, len }
+        RemoteSample {
+            id: 0,
+            owner,
+            target_offset: 0,
+            dest_offset: 0,
+            len,
+        }
     }
 
+    /// The rounds of one rank cut at the per-rank budget, as in a step whose agreement
+    /// could not show that one round fits.
     fn ranges(remote: &[RemoteSample], ranks: usize, max: u64) -> Vec<Range<usize>> {
-        Rounds::of(remote, ranks, max).rounds
+        Rounds::of(
+            remote,
+            ranks,
+            max,
+            exchange_shape(remote, ranks, max).rounds,
+        )
+        .rounds
     }
 
     #[test]
@@ -338,15 +390,37 @@ mod tests {
     #[test]
     fn cuts_rounds_at_the_per_rank_budget() {
         // budget = 100 / 2 = 50 bytes per round.
-        let remote = [sample(0, 30), sample(0, 20), sample(1, 1), sample(1, 50), sample(1, 49)];
+        let remote = [
+            sample(0, 30),
+            sample(0, 20),
+            sample(1, 1),
+            sample(1, 50),
+            sample(1, 49),
+        ];
         assert_eq!(ranges(&remote, 2, 100), vec![0..2, 2..3, 3..4, 4..5]);
     }
 
     #[test]
+    fn a_step_agreed_to_fit_takes_one_round_whatever_the_per_rank_budget() {
+        let remote = [
+            sample(0, 30),
+            sample(0, 20),
+            sample(1, 1),
+            sample(1, 50),
+            sample(1, 49),
+        ];
+        assert_eq!(Rounds::of(&remote, 2, 100, 1).rounds, vec![0..5]);
+        assert_eq!(exchange_shape(&remote, 2, 100).rounds, 4);
+    }
+
+    #[test]
     fn samples_over_the_budget_go_by_gets() {
-        let r = Rounds::of(&[sample(0, 51), sample(1, 10), sample(1, 60)], 2, 100);
+        let r = Rounds::of(&[sample(0, 51), sample(1, 10), sample(1, 60)], 2, 100, 1);
         assert_eq!(r.exchanged.len(), 1);
-        assert_eq!(r.oversize.iter().map(|s| s.len).collect::<Vec<_>>(), vec![51, 60]);
+        assert_eq!(
+            r.oversize.iter().map(|s| s.len).collect::<Vec<_>>(),
+            vec![51, 60]
+        );
         assert_eq!(r.rounds, vec![0..1]);
     }
 }
