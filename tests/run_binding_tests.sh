@@ -374,6 +374,13 @@ for mpi in "${MPIS[@]}"; do
         # torch.distributed's excepthook captures the traceback: it must still show.
         [ $torch_ok -eq 1 ] && abort_case "$mpi" raise-ddp "$py" "${pyenv[@]}"
     fi
+    if [ $python_ok -eq 1 ] && [ $torch_ok -eq 1 ]; then
+        # One rank at MPI_THREAD_FUNNELED, one at MULTIPLE: mdloader.pyg's collate
+        # thread must be off on both (a rank collating ahead alone hung its peer).
+        case_py=$ROOT/tests/python/mixed_threads_case.py
+        run_case "$mpi" 1 "pyg-mixed-thread-levels-np2" "${pyenv[@]}" -- "$py" "$case_py" --funneled : -n 1 \
+            "$py" "$case_py"
+    fi
     # The decode test must notice a wrong value: one coordinate of the reference changed
     # in its last digit (read by every rank, so every rank fetches that molecule).
     if [ "$mpi" = openmpi ] && [ $QM9_READY -eq 1 ]; then

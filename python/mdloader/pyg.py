@@ -304,7 +304,9 @@ class DataLoader:
     of the training loop (default 2; 0: in the loop), so that the loop only takes
     finished batches (:func:`mdloader.background.in_background`: the same number of
     batches taken on every rank however early a loop stops). Like ``prefetch``, it needs
-    MPI_THREAD_MULTIPLE (mpi4py's default); below it the loader warns and uses 0.
+    MPI_THREAD_MULTIPLE (mpi4py's default); below it the loader warns and uses 0, on
+    every rank (agreed at the first ``iter``: a rank with the thread takes batches ahead
+    that the others would not ask for).
 
     start_ahead: with the library's sampler and ``collate_ahead``, an epoch that ran to
     its end starts the next one at once on that thread (its first batches are then
@@ -339,6 +341,7 @@ class DataLoader:
         self.prefetch = prefetch
         _threads_allowed(prefetch, "prefetch")
         self.collate_ahead = _threads_allowed(collate_ahead, "collate_ahead")
+        self._collate_ahead_agreed = False
         self.start_ahead = start_ahead
         self.epoch = 0
         self._epoch_was_set = False  # set_epoch called since the last iter
@@ -360,6 +363,7 @@ class DataLoader:
         return self.dataset.loader.epoch_steps(self.batch_size, self.drop_last)
 
     def __iter__(self) -> Iterator[Batch]:
+        self._agree_collate_ahead()
         settings = self._settings(self.epoch)
         advancing, self._epoch_was_set = self._epoch_was_set, False
         ahead, self._ahead = self._ahead, None
@@ -372,6 +376,21 @@ class DataLoader:
             self.dataset._close_open_epoch()
             batches = self._start(self.epoch)
         return self._then_start_ahead(batches, self.epoch + 1 if advancing else self.epoch)
+
+    def _agree_collate_ahead(self) -> None:
+        """The smallest ``collate_ahead`` of all ranks, once (collective, as ``iter`` is):
+        where one rank lowered it to 0 for its thread level, every rank must."""
+        if self._collate_ahead_agreed:
+            return
+        from mpi4py import MPI
+
+        everyone = self.dataset.comm.allreduce(self.collate_ahead, op=MPI.MIN)
+        if everyone < self.collate_ahead:
+            warnings.warn(f"mdloader.pyg.DataLoader: collate_ahead={everyone} (another rank's MPI was initialised "
+                          "without MPI_THREAD_MULTIPLE; every rank must take the same batches)", RuntimeWarning,
+                          stacklevel=3)
+        self.collate_ahead = everyone
+        self._collate_ahead_agreed = True
 
     def _settings(self, epoch: int) -> tuple:
         """What an epoch's batches depend on."""
