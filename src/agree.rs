@@ -50,9 +50,7 @@ pub struct AgreementUnderWay(Reduction);
 /// Start an agreement without waiting for it (collective: every rank starts its
 /// agreements, and its other collectives on `comm`, in the same order).
 pub fn start_agreement(comm: &Comm, proposal: &Proposal) -> Result<AgreementUnderWay> {
-    Ok(AgreementUnderWay(
-        comm.start_allreduce_max(encode(comm, proposal)?)?,
-    ))
+    Ok(AgreementUnderWay(comm.start_allreduce_max(encode(comm, proposal)?)?))
 }
 
 impl AgreementUnderWay {
@@ -63,9 +61,7 @@ impl AgreementUnderWay {
 
 fn encode(comm: &Comm, proposal: &Proposal) -> Result<Vec<f64>> {
     let mut values = Vec::new();
-    values
-        .try_reserve_exact(HEADER + proposal.maxima.len())
-        .map_err(|_| Error::no_memory(8 * proposal.maxima.len() as u64))?;
+    values.try_reserve_exact(HEADER + proposal.maxima.len()).map_err(|_| Error::no_memory(8 * proposal.maxima.len() as u64))?;
     values.push(match &proposal.error {
         Some(err) => -((comm.rank() as u64 * STATUS_SLOTS + err.status as u64) as f64),
         None => f64::NEG_INFINITY,
@@ -84,16 +80,12 @@ fn decode(combined: &[f64]) -> Result<Agreed> {
     // calls (a mismatch MPI does not detect).
     let backend = |v: f64| {
         Backend::from_code(v as i64).ok_or_else(|| {
-            Error::new(
-                mdl_status::MDL_ERR_MPI,
-                "the ranks' agreement is garbled: are they in different calls of the library?",
-            )
+            Error::new(mdl_status::MDL_ERR_MPI, "the ranks' agreement is garbled: are they in different calls of the library?")
         })
     };
     let first_failure = combined[0].is_finite().then(|| {
         let code = (-combined[0]) as u64;
-        let status = mdl_status::from_code((code % STATUS_SLOTS) as i64)
-            .unwrap_or(mdl_status::MDL_ERR_PANIC);
+        let status = mdl_status::from_code((code % STATUS_SLOTS) as i64).unwrap_or(mdl_status::MDL_ERR_PANIC);
         ((code / STATUS_SLOTS) as usize, status)
     });
     Ok(Agreed {
@@ -113,10 +105,7 @@ impl Agreed {
             (Some(err), _) => Err(err),
             (None, Some((rank, status))) => Err(Error::new(
                 mdl_status::MDL_ERR_REMOTE,
-                format!(
-                    "rank {rank} failed with {} (see that rank's error); nothing was done",
-                    status.name()
-                ),
+                format!("rank {rank} failed with {} (see that rank's error); nothing was done", status.name()),
             )),
             (None, None) => Ok(()),
         }
@@ -130,12 +119,7 @@ impl Agreed {
 /// Agree on the outcome of a collective call's local checks alone.
 pub fn agree_on_checks(comm: &Comm, checks: Result<()>) -> Result<()> {
     let error = checks.err();
-    let proposal = Proposal {
-        error: error.clone(),
-        backend: Backend::Auto,
-        maxima: Vec::new(),
-        same: 0,
-    };
+    let proposal = Proposal { error: error.clone(), backend: Backend::Auto, maxima: Vec::new(), same: 0 };
     agree(comm, &proposal)?.outcome(error)
 }
 
@@ -166,30 +150,15 @@ pub struct Setting<'a> {
 impl<'a> Setting<'a> {
     /// An integer that must be identical on every rank.
     pub fn identical(name: &'a str, value: u64) -> Setting<'a> {
-        Setting {
-            name,
-            value,
-            shown: value as f64,
-            combine: Combine::Identical,
-            show: |v| (v as u64).to_string(),
-        }
+        Setting { name, value, shown: value as f64, combine: Combine::Identical, show: |v| (v as u64).to_string() }
     }
     /// A number that must be identical on every rank, bit for bit.
     pub fn float(name: &'a str, value: f64) -> Setting<'a> {
-        Setting {
-            name,
-            value: value.to_bits(),
-            shown: value,
-            combine: Combine::Identical,
-            show: readable,
-        }
+        Setting { name, value: value.to_bits(), shown: value, combine: Combine::Identical, show: readable }
     }
     /// A small integer (below 2^53) whose largest value over the ranks every rank takes.
     pub fn max(name: &'a str, value: u64) -> Setting<'a> {
-        Setting {
-            combine: Combine::Max,
-            ..Setting::identical(name, value)
-        }
+        Setting { combine: Combine::Max, ..Setting::identical(name, value) }
     }
     pub fn shown_as(self, show: fn(f64) -> String) -> Setting<'a> {
         Setting { show, ..self }
@@ -203,11 +172,7 @@ impl<'a> Setting<'a> {
 /// A number as a person reads it: tiny and huge ones with an exponent (a subnormal
 /// written out has over 300 digits).
 fn readable(v: f64) -> String {
-    if v != 0.0 && v.is_finite() && !(1e-4..1e15).contains(&v.abs()) {
-        format!("{v:e}")
-    } else {
-        v.to_string()
-    }
+    if v != 0.0 && v.is_finite() && !(1e-4..1e15).contains(&v.abs()) { format!("{v:e}") } else { v.to_string() }
 }
 
 pub fn agree_settings(comm: &Comm, checks: Result<()>, settings: &[Setting]) -> Result<Vec<u64>> {
@@ -221,12 +186,7 @@ pub fn agree_settings(comm: &Comm, checks: Result<()>, settings: &[Setting]) -> 
         let (hi, lo) = ((s.value >> 32) as f64, (s.value & 0xFFFF_FFFF) as f64);
         maxima.extend_from_slice(&[hi, lo, -hi, -lo, s.shown, -s.shown]);
     }
-    let proposal = Proposal {
-        error: error.clone(),
-        backend: Backend::Auto,
-        maxima,
-        same: 0,
-    };
+    let proposal = Proposal { error: error.clone(), backend: Backend::Auto, maxima, same: 0 };
     let agreed = agree(comm, &proposal)?;
     agreed.outcome(error)?;
     let mut values = Vec::with_capacity(settings.len());
@@ -234,24 +194,11 @@ pub fn agree_settings(comm: &Comm, checks: Result<()>, settings: &[Setting]) -> 
     for (s, m) in settings.iter().zip(agreed.maxima.chunks_exact(PER_SETTING)) {
         let (largest, smallest) = (m[4], -m[5]);
         if s.combine == Combine::Identical && (m[0] != -m[2] || m[1] != -m[3]) {
-            differing.push(format!(
-                "{} differs across ranks ({} on some, {} on others)",
-                s.name,
-                (s.show)(smallest),
-                (s.show)(largest)
-            ));
+            differing.push(format!("{} differs across ranks ({} on some, {} on others)", s.name, (s.show)(smallest), (s.show)(largest)));
         }
-        values.push(if s.combine == Combine::Max {
-            largest as u64
-        } else {
-            s.value
-        });
+        values.push(if s.combine == Combine::Max { largest as u64 } else { s.value });
     }
-    if differing.is_empty() {
-        Ok(values)
-    } else {
-        Err(Error::invalid(differing.join("; ")))
-    }
+    if differing.is_empty() { Ok(values) } else { Err(Error::invalid(differing.join("; "))) }
 }
 
 /// [`agree_settings`] for values that must all be identical.

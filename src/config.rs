@@ -202,12 +202,7 @@ impl Default for Config {
 }
 
 /// An environment variable parsed as T and checked, or `default` when unset.
-fn env_or<T: FromStr>(
-    name: &str,
-    default: T,
-    valid: impl Fn(&T) -> bool,
-    expected: &str,
-) -> Result<T> {
+fn env_or<T: FromStr>(name: &str, default: T, valid: impl Fn(&T) -> bool, expected: &str) -> Result<T> {
     match env_text(name)? {
         None => Ok(default),
         Some(text) => text
@@ -224,18 +219,17 @@ fn env_or<T: FromStr>(
 fn env_text(name: &str) -> Result<Option<String>> {
     match std::env::var_os(name) {
         None => Ok(None),
-        Some(os) => os.into_string().map(Some).map_err(|raw| {
-            Error::invalid(format!("{name}={}: not valid UTF-8", raw.to_string_lossy()))
-        }),
+        Some(os) => os
+            .into_string()
+            .map(Some)
+            .map_err(|raw| Error::invalid(format!("{name}={}: not valid UTF-8", raw.to_string_lossy()))),
     }
 }
 
 /// A keyword variable (case-insensitive): the index of its value in `words`, or
 /// `default` when unset or empty.
 fn env_word(name: &str, words: &[&str], default: usize) -> Result<usize> {
-    let Some(text) = env_text(name)? else {
-        return Ok(default);
-    };
+    let Some(text) = env_text(name)? else { return Ok(default) };
     let word = text.trim().to_ascii_lowercase();
     if word.is_empty() {
         return Ok(default);
@@ -251,9 +245,7 @@ impl Config {
         let default = Config::default();
         let backend = match env_text("MDL_BACKEND")? {
             Some(text) => Backend::parse(&text).ok_or_else(|| {
-                Error::invalid(format!(
-                    "MDL_BACKEND={text}: expected auto, onesided or collective"
-                ))
+                Error::invalid(format!("MDL_BACKEND={text}: expected auto, onesided or collective"))
             })?,
             None => default.backend,
         };
@@ -266,28 +258,20 @@ impl Config {
             },
         };
         let shared_index = env_word("MDL_SHARED_INDEX", &["off", "on"], 1)? == 1;
-        let node_local = env_word(
-            "MDL_NODE_LOCAL",
-            &["off", "on"],
-            default.node_local as usize,
-        )? == 1;
+        let node_local = env_word("MDL_NODE_LOCAL", &["off", "on"], default.node_local as usize)? == 1;
         let shm_dir = match env_text("MDL_SHM_DIR")? {
             Some(text) if !text.trim().is_empty() => {
                 // A typo would otherwise switch the check off (nothing to examine).
                 let dir = PathBuf::from(text.trim());
                 if !dir.is_dir() {
-                    return Err(Error::invalid(format!(
-                        "MDL_SHM_DIR={text}: not a directory"
-                    )));
+                    return Err(Error::invalid(format!("MDL_SHM_DIR={text}: not a directory")));
                 }
                 dir
             }
             _ => default.shm_dir.clone(),
         };
-        let wait = [Wait::Auto, Wait::Spin, Wait::Yield]
-            [env_word("MDL_WAIT", &["auto", "spin", "yield"], 0)?];
-        let progress = [Progress::Auto, Progress::On, Progress::Off]
-            [env_word("MDL_PROGRESS", &["auto", "on", "off"], 0)?];
+        let wait = [Wait::Auto, Wait::Spin, Wait::Yield][env_word("MDL_WAIT", &["auto", "spin", "yield"], 0)?];
+        let progress = [Progress::Auto, Progress::On, Progress::Off][env_word("MDL_PROGRESS", &["auto", "on", "off"], 0)?];
         Ok(Config {
             wait,
             backend,
@@ -307,12 +291,7 @@ impl Config {
                 |n| *n >= SHM_RESERVE_MIN,
                 &format!("a number of bytes, at least {SHM_RESERVE_MIN}"),
             )?,
-            node_key: env_or(
-                "MDL_NODE_KEY",
-                default.node_key,
-                |k| *k <= i32::MAX as u32,
-                "an integer in 0..=2147483647",
-            )?,
+            node_key: env_or("MDL_NODE_KEY", default.node_key, |k| *k <= i32::MAX as u32, "an integer in 0..=2147483647")?,
             agreement_lag: env_or(
                 "MDL_AGREEMENT_LAG",
                 default.agreement_lag,
@@ -340,20 +319,10 @@ impl Config {
                 &format!("a number of steps in 0..={PROBE_INTERVAL_LIMIT}"),
             )?,
             // -0 is 0: the ranks compare settings bit for bit.
-            hysteresis: env_or(
-                "MDL_HYSTERESIS",
-                default.hysteresis,
-                |h: &f64| (0.0..1.0).contains(h),
-                "a fraction in [0, 1)",
-            )?
-            .abs(),
-            probe_budget: env_or(
-                "MDL_PROBE_BUDGET",
-                default.probe_budget,
-                |b: &f64| (0.0..=1.0).contains(b),
-                "a fraction in [0, 1]",
-            )?
-            .abs(),
+            hysteresis: env_or("MDL_HYSTERESIS", default.hysteresis, |h: &f64| (0.0..1.0).contains(h), "a fraction in [0, 1)")?
+                .abs(),
+            probe_budget: env_or("MDL_PROBE_BUDGET", default.probe_budget, |b: &f64| (0.0..=1.0).contains(b), "a fraction in [0, 1]")?
+                .abs(),
             matrix_max_ranks: env_or(
                 "MDL_MATRIX_MAX_RANKS",
                 default.matrix_max_ranks,
@@ -392,21 +361,13 @@ impl Config {
             Calibration::File(_) => 2,
         };
         vec![
-            Setting::identical("MDL_BACKEND", self.backend as u64).shown_as(|c| {
-                Backend::from_code(c as i64)
-                    .map_or("?", Backend::name)
-                    .to_string()
-            }),
-            Setting::identical("MDL_WAIT", self.wait as u64)
-                .shown_as(|c| Wait::name_of(c as u64).to_string()),
+            Setting::identical("MDL_BACKEND", self.backend as u64)
+                .shown_as(|c| Backend::from_code(c as i64).map_or("?", Backend::name).to_string()),
+            Setting::identical("MDL_WAIT", self.wait as u64).shown_as(|c| Wait::name_of(c as u64).to_string()),
             Setting::identical("MDL_MAX_MESSAGE_BYTES", self.max_message_bytes),
             Setting::identical("MDL_MAX_GETS_IN_FLIGHT", self.max_gets_in_flight),
-            Setting::identical("MDL_CALIBRATION", calibration).shown_as(|c| {
-                ["on", "off", "a file"]
-                    .get(c as usize)
-                    .unwrap_or(&"?")
-                    .to_string()
-            }),
+            Setting::identical("MDL_CALIBRATION", calibration)
+                .shown_as(|c| ["on", "off", "a file"].get(c as usize).unwrap_or(&"?").to_string()),
             Setting::float("MDL_CALIBRATION_SECONDS", self.calibration_seconds),
             Setting::identical("MDL_PROBE_INTERVAL", self.probe_interval),
             Setting::float("MDL_HYSTERESIS", self.hysteresis),
@@ -415,10 +376,8 @@ impl Config {
             Setting::identical("MDL_WARMUP_GETS", self.warm_up_gets),
             Setting::float("MDL_TIMEOUT", self.timeout_seconds),
             Setting::identical("MDL_AGREEMENT_LAG", self.agreement_lag),
-            Setting::identical("MDL_SHARED_INDEX", self.shared_index as u64)
-                .shown_as(|v| ["off", "on"][(v as usize).min(1)].to_string()),
-            Setting::identical("MDL_NODE_LOCAL", self.node_local as u64)
-                .shown_as(|v| ["off", "on"][(v as usize).min(1)].to_string()),
+            Setting::identical("MDL_SHARED_INDEX", self.shared_index as u64).shown_as(|v| ["off", "on"][(v as usize).min(1)].to_string()),
+            Setting::identical("MDL_NODE_LOCAL", self.node_local as u64).shown_as(|v| ["off", "on"][(v as usize).min(1)].to_string()),
         ]
     }
 }

@@ -99,10 +99,7 @@ pub struct Error {
 
 impl Error {
     pub fn new(status: mdl_status, message: impl Into<String>) -> Error {
-        Error {
-            status,
-            message: message.into(),
-        }
+        Error { status, message: message.into() }
     }
     pub fn null_arg(what: &str) -> Error {
         Error::new(mdl_status::MDL_ERR_NULL_ARG, format!("{what} is NULL"))
@@ -117,10 +114,7 @@ impl Error {
         Error::new(mdl_status::MDL_ERR_TIMEOUT, message)
     }
     pub fn no_memory(bytes: u64) -> Error {
-        Error::new(
-            mdl_status::MDL_ERR_NO_MEMORY,
-            format!("could not allocate {bytes} bytes"),
-        )
+        Error::new(mdl_status::MDL_ERR_NO_MEMORY, format!("could not allocate {bytes} bytes"))
     }
 }
 

@@ -62,12 +62,7 @@ impl BatchPlan {
     /// ranks it shares memory with (`topology`). Its memory (about 40 bytes per id) is
     /// allocated fallibly: a batch too large for this rank is `MDL_ERR_NO_MEMORY`
     /// before any rank communicates, never an abort.
-    pub fn on_node(
-        index: &GlobalIndex,
-        my_rank: usize,
-        ids: &[u64],
-        topology: &Topology,
-    ) -> Result<BatchPlan> {
+    pub fn on_node(index: &GlobalIndex, my_rank: usize, ids: &[u64], topology: &Topology) -> Result<BatchPlan> {
         let ranks = index.num_ranks();
         let (mut node_bytes, mut node_samples) = (0u64, 0u64);
         let mut out_offsets = with_room(ids.len() + 1)?;
@@ -87,10 +82,7 @@ impl BatchPlan {
             at += index.len_of(id).ok_or_else(|| {
                 Error::new(
                     mdl_status::MDL_ERR_OUT_OF_RANGE,
-                    format!(
-                        "ids[{k}] = {id} is out of range (num_samples = {})",
-                        index.num_samples()
-                    ),
+                    format!("ids[{k}] = {id} is out of range (num_samples = {})", index.num_samples()),
                 )
             })?;
             out_offsets.push(at);
@@ -100,12 +92,7 @@ impl BatchPlan {
             let loc = index.locate(id).expect("every id was found in range above");
             if loc.len > 0 && topology.shares(my_rank, loc.owner) {
                 grow(&mut local, ids.len() / ranks.max(1) + 16)?;
-                local.push(LocalCopy {
-                    owner: loc.owner,
-                    src_offset: loc.offset,
-                    dest_offset: at,
-                    len: loc.len,
-                });
+                local.push(LocalCopy { owner: loc.owner, src_offset: loc.offset, dest_offset: at, len: loc.len });
                 // Counted without a branch: own and neighbours' samples come in random
                 // order, and a mispredicted branch per sample cost more than the sum.
                 let neighbours = u64::from(loc.owner != my_rank);
@@ -128,24 +115,12 @@ impl BatchPlan {
         // By owner, request order within an owner (the output offset grows with it):
         // an unstable sort on that pair needs no buffer, unlike a stable sort.
         remote.sort_unstable_by_key(|s| (s.owner, s.dest_offset));
-        Ok(BatchPlan {
-            out_offsets,
-            local,
-            node_bytes,
-            node_samples,
-            remote,
-            remote_bytes,
-            ranks,
-            gets,
-        })
+        Ok(BatchPlan { out_offsets, local, node_bytes, node_samples, remote, remote_bytes, ranks, gets })
     }
 
     /// Bytes of the whole batch, local and remote.
     pub fn total_bytes(&self) -> u64 {
-        *self
-            .out_offsets
-            .last()
-            .expect("out_offsets has n + 1 entries")
+        *self.out_offsets.last().expect("out_offsets has n + 1 entries")
     }
 
     pub fn remote_bytes(&self) -> u64 {
@@ -170,21 +145,15 @@ impl BatchPlan {
 /// An empty vector with room for `len` elements, or `MDL_ERR_NO_MEMORY`.
 fn with_room<T>(len: usize) -> Result<Vec<T>> {
     let mut v = Vec::new();
-    v.try_reserve_exact(len)
-        .map_err(|_| Error::no_memory((len * size_of::<T>()) as u64))?;
+    v.try_reserve_exact(len).map_err(|_| Error::no_memory((len * size_of::<T>()) as u64))?;
     Ok(v)
 }
 
 /// Make room for one more element, reserving for up to `at_most` at the first call.
 fn grow<T>(v: &mut Vec<T>, at_most: usize) -> Result<()> {
     if v.len() == v.capacity() {
-        let more = if v.is_empty() {
-            at_most.max(1)
-        } else {
-            v.len()
-        };
-        v.try_reserve(more)
-            .map_err(|_| Error::no_memory((more * size_of::<T>()) as u64))?;
+        let more = if v.is_empty() { at_most.max(1) } else { v.len() };
+        v.try_reserve(more).map_err(|_| Error::no_memory((more * size_of::<T>()) as u64))?;
     }
     Ok(())
 }
@@ -224,20 +193,9 @@ mod tests {
     fn splits_local_and_remote_and_lays_out_the_output() {
         let plan = BatchPlan::new(&index(), 0, &[5, 1, 2, 4, 5]).unwrap();
         assert_eq!(plan.out_offsets, vec![0, 5, 7, 7, 11, 16]);
-        assert_eq!(
-            plan.local,
-            vec![LocalCopy {
-                owner: 0,
-                src_offset: 1,
-                dest_offset: 5,
-                len: 2
-            }]
-        );
+        assert_eq!(plan.local, vec![LocalCopy { owner: 0, src_offset: 1, dest_offset: 5, len: 2 }]);
         assert_eq!(plan.bytes_per_owner(), vec![0, 14]);
-        assert_eq!(
-            plan.remote.iter().map(|s| s.id).collect::<Vec<_>>(),
-            vec![5, 4, 5]
-        );
+        assert_eq!(plan.remote.iter().map(|s| s.id).collect::<Vec<_>>(), vec![5, 4, 5]);
         assert_eq!(plan.total_bytes(), 16);
         assert_eq!(plan.remote_bytes() + plan.local_bytes(), 16);
     }
@@ -249,18 +207,8 @@ mod tests {
         assert_eq!(
             plan.gets,
             vec![
-                Get {
-                    target: 1,
-                    target_offset: 0,
-                    dest_offset: 0,
-                    len: 9
-                },
-                Get {
-                    target: 1,
-                    target_offset: 0,
-                    dest_offset: 9,
-                    len: 4
-                },
+                Get { target: 1, target_offset: 0, dest_offset: 0, len: 9 },
+                Get { target: 1, target_offset: 0, dest_offset: 9, len: 4 },
             ]
         );
         // 5 then 4 is adjacent in neither: two gets.
@@ -270,10 +218,7 @@ mod tests {
     #[test]
     fn groups_remote_samples_by_owner_keeping_request_order() {
         let plan = BatchPlan::new(&index(), 1, &[3, 4, 0, 1, 5]).unwrap();
-        assert_eq!(
-            plan.remote.iter().map(|s| s.id).collect::<Vec<_>>(),
-            vec![3, 0, 1]
-        );
+        assert_eq!(plan.remote.iter().map(|s| s.id).collect::<Vec<_>>(), vec![3, 0, 1]);
         assert_eq!(plan.bytes_per_owner(), vec![6, 0]);
         assert_eq!(plan.local.len(), 2);
     }
@@ -297,40 +242,14 @@ mod tests {
         assert_eq!(
             plan.local,
             vec![
-                LocalCopy {
-                    owner: 2,
-                    src_offset: 4,
-                    dest_offset: 0,
-                    len: 5
-                },
-                LocalCopy {
-                    owner: 0,
-                    src_offset: 1,
-                    dest_offset: 8,
-                    len: 2
-                },
-                LocalCopy {
-                    owner: 2,
-                    src_offset: 0,
-                    dest_offset: 10,
-                    len: 4
-                },
+                LocalCopy { owner: 2, src_offset: 4, dest_offset: 0, len: 5 },
+                LocalCopy { owner: 0, src_offset: 1, dest_offset: 8, len: 2 },
+                LocalCopy { owner: 2, src_offset: 0, dest_offset: 10, len: 4 },
             ]
         );
         assert_eq!((plan.node_bytes, plan.node_samples), (9, 2));
-        assert_eq!(
-            plan.remote.iter().map(|s| s.id).collect::<Vec<_>>(),
-            vec![2]
-        );
-        assert_eq!(
-            plan.gets,
-            vec![Get {
-                target: 1,
-                target_offset: 0,
-                dest_offset: 5,
-                len: 3
-            }]
-        );
+        assert_eq!(plan.remote.iter().map(|s| s.id).collect::<Vec<_>>(), vec![2]);
+        assert_eq!(plan.gets, vec![Get { target: 1, target_offset: 0, dest_offset: 5, len: 3 }]);
         assert_eq!(plan.remote_bytes(), 3);
         // Without the node-local path rank 2's samples are remote.
         let alone = BatchPlan::new(&index, 0, &[4, 2, 1, 3]).unwrap();

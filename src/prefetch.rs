@@ -13,11 +13,7 @@ pub fn lines<T>(items: &[T], lines: usize) {
         for line in (0..bytes).step_by(64).take(lines) {
             // SAFETY: `line < bytes`, so the address is inside the live slice; a
             // prefetch only hints the cache.
-            unsafe {
-                std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
-                    start.add(line).cast(),
-                )
-            };
+            unsafe { std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(start.add(line).cast()) };
         }
     }
     #[cfg(not(target_arch = "x86_64"))]

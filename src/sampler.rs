@@ -45,6 +45,7 @@ use std::sync::OnceLock;
 const ROUNDS: usize = 6;
 const GOLDEN: u64 = 0x9E37_79B9_7F4A_7C15;
 
+
 /// A keyed bijection on `[0, n)`.
 #[derive(Clone, Debug)]
 pub struct Permutation {
@@ -194,19 +195,8 @@ impl Epoch {
             return Err(Error::invalid("batch_size must be at least 1"));
         }
         let ranks = ranks as u64;
-        let per_rank = if drop_last {
-            n / ranks
-        } else {
-            n.div_ceil(ranks)
-        };
-        Ok(Epoch {
-            perm: Permutation::new(n, seed, epoch, shuffle),
-            n,
-            ranks,
-            batch,
-            per_rank,
-            inverse: OnceLock::new(),
-        })
+        let per_rank = if drop_last { n / ranks } else { n.div_ceil(ranks) };
+        Ok(Epoch { perm: Permutation::new(n, seed, epoch, shuffle), n, ranks, batch, per_rank, inverse: OnceLock::new() })
     }
 
     /// Samples each rank gets in the epoch.
@@ -234,10 +224,7 @@ impl Epoch {
         // The position wraps around only in the padding at the epoch's end: no division
         // per sample before it.
         let wrap = |p: u64| if p < self.n { p } else { p % self.n };
-        self.perm.extend_at(
-            (first..end).map(|k| wrap(rank as u64 + k * self.ranks)),
-            ids,
-        );
+        self.perm.extend_at((first..end).map(|k| wrap(rank as u64 + k * self.ranks)), ids);
     }
 
     /// Build, if not yet built, where the ids in `owned` (one rank's samples, of lengths
@@ -262,12 +249,7 @@ impl Epoch {
             let positions = if (0..self.ranks as usize).any(serves) {
                 self.invert(owned, asks, serves, len_of)?
             } else {
-                OwnedPositions {
-                    owned,
-                    requests: Vec::new(),
-                    step_starts: Vec::new(),
-                    served: Vec::new(),
-                }
+                OwnedPositions { owned, requests: Vec::new(), step_starts: Vec::new(), served: Vec::new() }
             };
             let _ = self.inverse.set(positions);
         }
@@ -275,10 +257,7 @@ impl Epoch {
     }
 
     fn inverse(&self, owned: &Range<u64>) -> &OwnedPositions {
-        let inverse = self
-            .inverse
-            .get()
-            .expect("prepare_owned was called before the step");
+        let inverse = self.inverse.get().expect("prepare_owned was called before the step");
         debug_assert_eq!(&inverse.owned, owned, "one owner per epoch");
         inverse
     }
@@ -286,11 +265,7 @@ impl Epoch {
     /// Bytes of the prepared owner's samples that the ranks it serves take at `step` (0
     /// past the end).
     pub fn served_bytes(&self, step: u64, owned: Range<u64>) -> u64 {
-        self.inverse(&owned)
-            .served
-            .get(step as usize)
-            .copied()
-            .unwrap_or(0)
+        self.inverse(&owned).served.get(step as usize).copied().unwrap_or(0)
     }
 
     /// Which of the ids in `owned` (one owner's samples) each rank takes at `step`:
@@ -305,16 +280,9 @@ impl Epoch {
     /// takes at `step`, by rank and in the order of each rank's batch. O(those samples),
     /// after the O(owned) inversion of [`Epoch::prepare_owned`] (which must have been
     /// called, with the same `owned`).
-    pub fn for_each_request(
-        &self,
-        step: u64,
-        owned: Range<u64>,
-        mut visit: impl FnMut(usize, u64),
-    ) {
+    pub fn for_each_request(&self, step: u64, owned: Range<u64>, mut visit: impl FnMut(usize, u64)) {
         let inverse = self.inverse(&owned);
-        let Some(range) = inverse.step_starts.get(step as usize..step as usize + 2) else {
-            return;
-        };
+        let Some(range) = inverse.step_starts.get(step as usize..step as usize + 2) else { return };
         for &request in &inverse.requests[range[0]..range[1]] {
             let (rank, offset) = unpack(request);
             visit(rank, owned.start + offset);
@@ -348,14 +316,10 @@ impl Epoch {
         let expected = (bound as u128 * asking as u128 / self.ranks.max(1) as u128) as u64;
         let mut positions = Vec::new();
         let first_room = expected.saturating_add(expected / 16 + 64).min(bound);
-        positions
-            .try_reserve_exact(first_room as usize)
-            .map_err(|_| Error::no_memory(first_room * 8))?;
+        positions.try_reserve_exact(first_room as usize).map_err(|_| Error::no_memory(first_room * 8))?;
         let steps = self.steps() as usize;
         let mut served = Vec::new();
-        served
-            .try_reserve_exact(steps)
-            .map_err(|_| Error::no_memory(8 * steps as u64))?;
+        served.try_reserve_exact(steps).map_err(|_| Error::no_memory(8 * steps as u64))?;
         served.resize(steps, 0u64);
         let step_of = |i: u64| (i / self.ranks) / self.batch;
         for id in owned.clone() {
@@ -368,9 +332,7 @@ impl Epoch {
                 if asks(requester) {
                     if positions.len() == positions.capacity() {
                         let more = positions.len().max(64);
-                        positions
-                            .try_reserve(more)
-                            .map_err(|_| Error::no_memory(8 * more as u64))?;
+                        positions.try_reserve(more).map_err(|_| Error::no_memory(8 * more as u64))?;
                     }
                     positions.push(i);
                 }
@@ -394,9 +356,7 @@ impl Epoch {
         }
         positions.sort_unstable();
         let mut step_starts = Vec::new();
-        step_starts
-            .try_reserve_exact(steps + 1)
-            .map_err(|_| Error::no_memory(8 * (steps as u64 + 1)))?;
+        step_starts.try_reserve_exact(steps + 1).map_err(|_| Error::no_memory(8 * (steps as u64 + 1)))?;
         for s in 0..=steps as u64 {
             step_starts.push(positions.partition_point(|&key| key / steps_key < s));
         }
@@ -404,17 +364,11 @@ impl Epoch {
         // permutation (a few Feistel rounds per sample, more when they cycle-walk).
         let mut requests = positions;
         for entry in &mut requests {
-            let (step, rank, place) =
-                (*entry / steps_key, (*entry / batch) % ranks, *entry % batch);
+            let (step, rank, place) = (*entry / steps_key, (*entry / batch) % ranks, *entry % batch);
             let i = (step * batch + place) * ranks + rank;
             *entry = pack(rank as usize, self.perm.at(i % self.n) - owned.start);
         }
-        Ok(OwnedPositions {
-            owned,
-            requests,
-            step_starts,
-            served,
-        })
+        Ok(OwnedPositions { owned, requests, step_starts, served })
     }
 }
 
@@ -450,15 +404,9 @@ mod tests {
 
     #[test]
     fn epochs_and_seeds_differ_and_identity_without_shuffle() {
-        let a: Vec<u64> = (0..50)
-            .map(|i| Permutation::new(50, 1, 0, true).at(i))
-            .collect();
-        let b: Vec<u64> = (0..50)
-            .map(|i| Permutation::new(50, 1, 1, true).at(i))
-            .collect();
-        let c: Vec<u64> = (0..50)
-            .map(|i| Permutation::new(50, 2, 0, true).at(i))
-            .collect();
+        let a: Vec<u64> = (0..50).map(|i| Permutation::new(50, 1, 0, true).at(i)).collect();
+        let b: Vec<u64> = (0..50).map(|i| Permutation::new(50, 1, 1, true).at(i)).collect();
+        let c: Vec<u64> = (0..50).map(|i| Permutation::new(50, 2, 0, true).at(i)).collect();
         assert!(a != b && a != c);
         assert!((0..50).all(|i| Permutation::new(50, 1, 0, false).at(i) == i));
     }
@@ -495,10 +443,7 @@ mod tests {
                 ids.iter().for_each(|&id| count[id as usize] += 1);
             }
         }
-        assert_eq!(
-            count.iter().filter(|&&c| c == 1).count() as u64,
-            n / p as u64 * p as u64
-        );
+        assert_eq!(count.iter().filter(|&&c| c == 1).count() as u64, n / p as u64 * p as u64);
         assert!(count.iter().all(|&c| c <= 1));
         let padded = Epoch::new(n, p, 9, 2, batch, true, false).unwrap();
         let mut total = 0;
@@ -521,19 +466,11 @@ mod tests {
         let (n, ranks) = (64_000u64, 64usize);
         let e = Epoch::new(n, ranks, 5, 1, 100, true, false).unwrap();
         let owned = 0..8000;
-        e.prepare_owned(owned.clone(), &|r| r < 8, &|r| r < 8 && r != 0, &|_| 1)
-            .unwrap();
+        e.prepare_owned(owned.clone(), &|r| r < 8, &|r| r < 8 && r != 0, &|_| 1).unwrap();
         let inverse = e.inverse(&owned);
         let kept = inverse.requests.len();
-        assert!(
-            (800..1200).contains(&kept),
-            "{kept} requests of 8 asking ranks out of 64 for 8000 owned ids"
-        );
-        assert!(
-            inverse.requests.capacity() <= 2 * kept,
-            "room for {} kept {kept}",
-            inverse.requests.capacity()
-        );
+        assert!((800..1200).contains(&kept), "{kept} requests of 8 asking ranks out of 64 for 8000 owned ids");
+        assert!(inverse.requests.capacity() <= 2 * kept, "room for {} kept {kept}", inverse.requests.capacity());
         let mut ids = Vec::new();
         let asked: usize = (0..e.steps())
             .map(|step| {
@@ -545,27 +482,16 @@ mod tests {
                     .sum::<usize>()
             })
             .sum();
-        assert_eq!(
-            kept, asked,
-            "every request of the asking ranks, and only those"
-        );
+        assert_eq!(kept, asked, "every request of the asking ranks, and only those");
     }
 
     #[test]
     fn extend_at_matches_at() {
-        for (n, shuffle) in [
-            (1, true),
-            (7, true),
-            (1000, true),
-            (1 << 18, true),
-            (77, false),
-        ] {
+        for (n, shuffle) in [(1, true), (7, true), (1000, true), (1 << 18, true), (77, false)] {
             let p = Permutation::new(n, 3, 4, shuffle);
             let mut out = vec![u64::MAX];
             p.extend_at((0..n).rev(), &mut out);
-            let expected: Vec<u64> = std::iter::once(u64::MAX)
-                .chain((0..n).rev().map(|i| p.at(i)))
-                .collect();
+            let expected: Vec<u64> = std::iter::once(u64::MAX).chain((0..n).rev().map(|i| p.at(i))).collect();
             assert_eq!(out, expected, "n = {n}");
         }
     }
@@ -597,8 +523,7 @@ mod tests {
         let (n, ranks) = (5u64 << 32, 4096usize);
         let e = Epoch::new(n, ranks, 3, 0, 256, true, false).unwrap();
         let owned = n - 700_000..n;
-        e.prepare_owned(owned.clone(), &|_| true, &|q| q != 17, &|_| 1)
-            .unwrap();
+        e.prepare_owned(owned.clone(), &|_| true, &|q| q != 17, &|_| 1).unwrap();
         let mut ids = Vec::new();
         let (mut found, mut requested) = (0u64, 0u64);
         // The first steps alone: the test only needs to see that what the inversion
@@ -609,12 +534,10 @@ mod tests {
                 assert!(ids.contains(&id));
                 found += 1;
             });
-            requested += (0..ranks)
-                .map(|q| {
-                    e.batch_into(step, q, &mut ids);
-                    ids.iter().filter(|id| owned.contains(id)).count() as u64
-                })
-                .sum::<u64>();
+            requested += (0..ranks).map(|q| {
+                e.batch_into(step, q, &mut ids);
+                ids.iter().filter(|id| owned.contains(id)).count() as u64
+            }).sum::<u64>();
         }
         assert!(found > 20, "{found} requests of the owner found");
         assert_eq!(found, requested);
@@ -628,18 +551,13 @@ mod tests {
         let e = Epoch::new(n, p, 5, 0, u64::MAX, true, false).unwrap();
         assert_eq!(e.steps(), 1);
         let owned = 0..163;
-        e.prepare_owned(owned.clone(), &|_| true, &|q| q != 0, &|_| 1)
-            .unwrap();
+        e.prepare_owned(owned.clone(), &|_| true, &|q| q != 0, &|_| 1).unwrap();
         let mut by_rank = vec![Vec::new(); p];
         e.owned_in_batches(0, owned.clone(), &mut by_rank);
         let mut ids = Vec::new();
         for (q, got) in by_rank.iter().enumerate() {
             e.batch_into(0, q, &mut ids);
-            let expected: Vec<u64> = ids
-                .iter()
-                .copied()
-                .filter(|id| owned.contains(id))
-                .collect();
+            let expected: Vec<u64> = ids.iter().copied().filter(|id| owned.contains(id)).collect();
             assert_eq!(got, &expected, "rank {q}");
         }
     }
@@ -648,18 +566,12 @@ mod tests {
     /// order, for padded and dropped tails, several owners and batch sizes.
     #[test]
     fn owned_in_batches_matches_the_batches() {
-        for (n, p, batch, drop_last) in [
-            (103u64, 4usize, 8u64, false),
-            (103, 4, 8, true),
-            (10, 3, 4, false),
-            (2, 5, 1, false),
-        ] {
+        for (n, p, batch, drop_last) in [(103u64, 4usize, 8u64, false), (103, 4, 8, true), (10, 3, 4, false), (2, 5, 1, false)] {
             let owners = [0..n / 3, n / 3..n / 2, n / 2..n];
             let len_of = |id: u64| id * 7 % 13 + 1;
             for (owner, owned) in owners.into_iter().enumerate() {
                 let e = Epoch::new(n, p, 9, 2, batch, true, drop_last).unwrap();
-                e.prepare_owned(owned.clone(), &|_| true, &|q| q != owner, &len_of)
-                    .unwrap();
+                e.prepare_owned(owned.clone(), &|_| true, &|q| q != owner, &len_of).unwrap();
                 let mut by_rank = vec![Vec::new(); p];
                 let mut ids = Vec::new();
                 for s in 0..e.steps() + 1 {
@@ -667,21 +579,13 @@ mod tests {
                     let mut served = 0;
                     for (q, got) in by_rank.iter().enumerate() {
                         e.batch_into(s, q, &mut ids);
-                        let expected: Vec<u64> = ids
-                            .iter()
-                            .copied()
-                            .filter(|id| owned.contains(id))
-                            .collect();
+                        let expected: Vec<u64> = ids.iter().copied().filter(|id| owned.contains(id)).collect();
                         assert_eq!(got, &expected, "n={n} p={p} b={batch} step {s} rank {q}");
                         if q != owner {
                             served += expected.iter().map(|&id| len_of(id)).sum::<u64>();
                         }
                     }
-                    assert_eq!(
-                        e.served_bytes(s, owned.clone()),
-                        served,
-                        "n={n} p={p} b={batch} step {s}"
-                    );
+                    assert_eq!(e.served_bytes(s, owned.clone()), served, "n={n} p={p} b={batch} step {s}");
                 }
             }
         }
@@ -690,8 +594,7 @@ mod tests {
     #[test]
     fn an_owner_nobody_reads_through_an_engine_is_not_inverted() {
         let e = Epoch::new(1000, 2, 9, 0, 16, true, false).unwrap();
-        e.prepare_owned(0..500, &|_| true, &|_| false, &|_| 1)
-            .unwrap();
+        e.prepare_owned(0..500, &|_| true, &|_| false, &|_| 1).unwrap();
         let mut by_rank = vec![Vec::new(); 2];
         e.owned_in_batches(0, 0..500, &mut by_rank);
         assert!(by_rank.iter().all(Vec::is_empty));

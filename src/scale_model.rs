@@ -71,11 +71,7 @@ impl StepOverheads {
     /// `step_cost` at P = 4096, B = 256 on a 2-core VM under load (about 140 ns per
     /// sample to draw and plan, 15 ns per sample asked), and 2 us of jitter.
     pub fn measured_here() -> StepOverheads {
-        StepOverheads {
-            plan_per_sample: 140e-9,
-            asked_per_sample: 15e-9,
-            jitter: 2e-6,
-        }
+        StepOverheads { plan_per_sample: 140e-9, asked_per_sample: 15e-9, jitter: 2e-6 }
     }
 }
 
@@ -137,22 +133,11 @@ pub struct Point {
 
 impl Point {
     pub fn winner(&self) -> &'static str {
-        if self.collective < self.onesided {
-            "collective"
-        } else {
-            "onesided"
-        }
+        if self.collective < self.onesided { "collective" } else { "onesided" }
     }
 }
 
-pub fn predict(
-    net: &Interconnect,
-    costs: &StepOverheads,
-    kind: StepKind,
-    ranks: usize,
-    batch: u64,
-    sample_bytes: f64,
-) -> Point {
+pub fn predict(net: &Interconnect, costs: &StepOverheads, kind: StepKind, ranks: usize, batch: u64, sample_bytes: f64) -> Point {
     let p = ranks as f64;
     let remote = batch as f64 * (p - 1.0) / p;
     let f = StepFeatures {
@@ -191,18 +176,9 @@ mod tests {
     fn collective_wins_large_batches_at_few_ranks_and_onesided_at_scale() {
         let (net, costs) = (Interconnect::slingshot(), StepOverheads::measured_here());
         for kind in [StepKind::Agreed, StepKind::AgreedAhead] {
-            assert_eq!(
-                predict(&net, &costs, kind, 4, 1024, 2048.0).winner(),
-                "collective"
-            );
-            assert_eq!(
-                predict(&net, &costs, kind, 2048, 1024, 2048.0).winner(),
-                "onesided"
-            );
-            assert_eq!(
-                predict(&net, &costs, kind, 4, 1, 2048.0).winner(),
-                "onesided"
-            );
+            assert_eq!(predict(&net, &costs, kind, 4, 1024, 2048.0).winner(), "collective");
+            assert_eq!(predict(&net, &costs, kind, 2048, 1024, 2048.0).winner(), "onesided");
+            assert_eq!(predict(&net, &costs, kind, 4, 1, 2048.0).winner(), "onesided");
         }
     }
 
@@ -213,10 +189,7 @@ mod tests {
             let agreed = predict(&net, &costs, StepKind::Agreed, p, b, 2048.0);
             let ahead = predict(&net, &costs, StepKind::AgreedAhead, p, b, 2048.0);
             assert!(ahead.onesided < agreed.onesided, "P={p} B={b}");
-            assert!(
-                ahead.collective / ahead.onesided > agreed.collective / agreed.onesided,
-                "P={p} B={b}"
-            );
+            assert!(ahead.collective / ahead.onesided > agreed.collective / agreed.onesided, "P={p} B={b}");
         }
     }
 }

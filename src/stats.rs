@@ -136,15 +136,7 @@ impl Stats {
         if self.collective.steps > 0 {
             parts.push(engine("collective", "one-sided", &self.collective));
         }
-        format!(
-            "{} steps: {}",
-            self.steps(),
-            if parts.is_empty() {
-                "none".to_string()
-            } else {
-                parts.join(", ")
-            }
-        )
+        format!("{} steps: {}", self.steps(), if parts.is_empty() { "none".to_string() } else { parts.join(", ") })
     }
 
     /// What the probes measured so far cost, for the summary line.
@@ -301,9 +293,5 @@ impl JobStats {
 
 /// A JSON number (JSON has no NaN or infinity).
 fn number(x: f64) -> String {
-    if x.is_finite() {
-        format!("{x:e}")
-    } else {
-        "null".to_string()
-    }
+    if x.is_finite() { format!("{x:e}") } else { "null".to_string() }
 }

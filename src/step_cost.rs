@@ -55,11 +55,7 @@ pub fn measure(ranks: usize, rank: usize, batch: u64, per_rank: u64, max_steps: 
     let owned = index.first_ids()[rank]..index.first_ids()[rank + 1];
     let mut asked = Vec::new();
     let started = Instant::now();
-    epoch
-        .prepare_owned(owned.clone(), &|_| true, &|q| q != rank, &|id| {
-            index.len_of(id).unwrap_or(0)
-        })
-        .expect("the inversion fits in memory");
+    epoch.prepare_owned(owned.clone(), &|_| true, &|q| q != rank, &|id| index.len_of(id).unwrap_or(0)).expect("the inversion fits in memory");
     let inversion_per_epoch = started.elapsed().as_secs_f64() * 1e6;
 
     let mut parts: [Vec<f64>; 6] = Default::default();
@@ -68,25 +64,15 @@ pub fn measure(ranks: usize, rank: usize, batch: u64, per_rank: u64, max_steps: 
         f();
         samples.push(t.elapsed().as_secs_f64() * 1e6);
     };
-    let replan_steps = if ranks as u64 * batch > 4_000_000 {
-        1
-    } else {
-        steps
-    };
+    let replan_steps = if ranks as u64 * batch > 4_000_000 { 1 } else { steps };
     let mut ids = Vec::new();
     for step in 0..steps {
-        time(&mut parts[0], &mut || {
-            epoch.batch_into(step, rank, &mut ids)
-        });
+        time(&mut parts[0], &mut || epoch.batch_into(step, rank, &mut ids));
         let mut plan = None;
-        time(&mut parts[1], &mut || {
-            plan = Some(BatchPlan::new(&index, rank, &ids).expect("ids in range"))
-        });
+        time(&mut parts[1], &mut || plan = Some(BatchPlan::new(&index, rank, &ids).expect("ids in range")));
         let plan = plan.expect("planned");
         let mut served = 0;
-        time(&mut parts[2], &mut || {
-            served = epoch.served_bytes(step, owned.clone())
-        });
+        time(&mut parts[2], &mut || served = epoch.served_bytes(step, owned.clone()));
         time(&mut parts[3], &mut || {
             let shape = exchange_shape(&plan.remote, ranks, i32::MAX as u64);
             let mine = features::encode_known(&plan, &shape, served);
@@ -116,15 +102,7 @@ pub fn measure(ranks: usize, rank: usize, batch: u64, per_rank: u64, max_steps: 
         }
     }
     let [sampler, plan, served, agreement, asked_of_me, replan_all] = parts.map(median);
-    StepCost {
-        sampler,
-        plan,
-        served,
-        agreement,
-        asked_of_me,
-        inversion_per_epoch,
-        replan_all,
-    }
+    StepCost { sampler, plan, served, agreement, asked_of_me, inversion_per_epoch, replan_all }
 }
 
 fn median(mut values: Vec<f64>) -> f64 {

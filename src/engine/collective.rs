@@ -42,28 +42,15 @@ pub struct Rounds {
 
 impl Rounds {
     /// `agreed_rounds`: the step's rounds, as every rank decided them.
-    pub fn of(
-        remote: &[RemoteSample],
-        ranks: usize,
-        max_message_bytes: u64,
-        agreed_rounds: u64,
-    ) -> Rounds {
+    pub fn of(remote: &[RemoteSample], ranks: usize, max_message_bytes: u64, agreed_rounds: u64) -> Rounds {
         let budget = max_message_bytes / ranks as u64;
-        let (exchanged, oversize): (Vec<RemoteSample>, Vec<RemoteSample>) =
-            remote.iter().partition(|s| s.len <= budget);
+        let (exchanged, oversize): (Vec<RemoteSample>, Vec<RemoteSample>) = remote.iter().partition(|s| s.len <= budget);
         let rounds = if agreed_rounds > 1 {
             cut_into_rounds(exchanged.iter().map(|s| s.len), budget)
         } else {
-            (!exchanged.is_empty())
-                .then_some(0..exchanged.len())
-                .into_iter()
-                .collect()
+            (!exchanged.is_empty()).then_some(0..exchanged.len()).into_iter().collect()
         };
-        Rounds {
-            exchanged,
-            rounds,
-            oversize,
-        }
+        Rounds { exchanged, rounds, oversize }
     }
 }
 
@@ -111,11 +98,7 @@ impl ExchangeShape {
 
 /// The shape of the exchange for `remote` (on the fetch path: no copy of the samples,
 /// unlike [`Rounds::of`], and nothing of size P).
-pub fn exchange_shape(
-    remote: &[RemoteSample],
-    ranks: usize,
-    max_message_bytes: u64,
-) -> ExchangeShape {
+pub fn exchange_shape(remote: &[RemoteSample], ranks: usize, max_message_bytes: u64) -> ExchangeShape {
     let budget = max_message_bytes / ranks as u64;
     let exchanged = remote.iter().filter(|s| s.len <= budget).map(|s| s.len);
     let rounds = cut_into_rounds(exchanged, budget).len() as u64;
@@ -125,12 +108,7 @@ pub fn exchange_shape(
 impl Engine for Collective {
     fn fetch(&self, step: &StepContext, out: &mut [u8]) -> Result<()> {
         let ranks = step.comm.size();
-        let mine = Rounds::of(
-            &step.plan.remote,
-            ranks,
-            step.limits.max_message,
-            step.collective_rounds,
-        );
+        let mine = Rounds::of(&step.plan.remote, ranks, step.limits.max_message, step.collective_rounds);
         // In a single round every rank asks for all its samples at once: what the others
         // ask of this rank is then known from their batches (the sampler), or its counts
         // from the agreed request matrix, and need not travel.
@@ -150,12 +128,7 @@ impl Engine for Collective {
         let gets: Vec<Get> = mine
             .oversize
             .iter()
-            .map(|s| Get {
-                target: s.owner,
-                target_offset: s.target_offset,
-                dest_offset: s.dest_offset,
-                len: s.len,
-            })
+            .map(|s| Get { target: s.owner, target_offset: s.target_offset, dest_offset: s.dest_offset, len: s.len })
             .collect();
         step.store.window.get_all(&gets, out, step.limits)
     }
@@ -171,10 +144,7 @@ fn asked_in_one_round(step: &StepContext, known: &dyn KnownBatches) -> AskedOfMe
     let index = &step.store.index;
     let first = index.first_ids();
     let budget = step.limits.max_message / ranks as u64;
-    let mut asked = AskedOfMe {
-        ids: Vec::new(),
-        counts: vec![0; ranks],
-    };
+    let mut asked = AskedOfMe { ids: Vec::new(), counts: vec![0; ranks] };
     let topology = &step.store.topology;
     known.for_each_request(first[me]..first[me + 1], &mut |requester, id| {
         // This rank's own samples, and those the ranks of its node read (node-local
@@ -209,12 +179,7 @@ enum Requests<'a> {
 
 /// One round: `requests` (grouped by owner) is what this rank wants in it; `asked` is
 /// what this rank knows of what the others want of it.
-fn exchange(
-    step: &StepContext,
-    requests: &[RemoteSample],
-    asked: Requests,
-    out: &mut [u8],
-) -> Result<()> {
+fn exchange(step: &StepContext, requests: &[RemoteSample], asked: Requests, out: &mut [u8]) -> Result<()> {
     let comm = step.comm;
     let ranks = comm.size();
     let mut ids_to = vec![0u64; ranks];
@@ -242,12 +207,7 @@ fn exchange(
 /// Send each owner the ids this rank wants of it (`ids_to` per owner), knowing that
 /// each rank asks `ids_from` of this one; returns the ids asked of this rank, grouped
 /// by requester, and `ids_from`.
-fn send_ids(
-    comm: &Comm,
-    requests: &[RemoteSample],
-    ids_to: &[u64],
-    ids_from: Vec<u64>,
-) -> Result<(Vec<u64>, Vec<u64>)> {
+fn send_ids(comm: &Comm, requests: &[RemoteSample], ids_to: &[u64], ids_from: Vec<u64>) -> Result<(Vec<u64>, Vec<u64>)> {
     let wanted: Vec<u64> = requests.iter().map(|r| r.id).collect();
     let mut asked = zeroed(ids_from.iter().sum::<u64>())?;
     let sent = comm.alltoallv(&wanted, ids_to, &mut asked, &ids_from);
@@ -281,9 +241,7 @@ impl ExchangeBuffers {
     pub fn reserve_packed(&mut self, bytes: u64) -> Result<()> {
         let len = usize::try_from(bytes).map_err(|_| Error::no_memory(bytes))?;
         self.packed.clear(); // each round packs from empty
-        self.packed
-            .try_reserve_exact(len)
-            .map_err(|_| Error::no_memory(bytes))
+        self.packed.try_reserve_exact(len).map_err(|_| Error::no_memory(bytes))
     }
 }
 
@@ -291,9 +249,7 @@ impl ExchangeBuffers {
 fn grown(buffer: &mut Vec<u8>, len: u64) -> Result<&mut [u8]> {
     let len = usize::try_from(len).map_err(|_| Error::no_memory(len))?;
     if buffer.len() < len {
-        buffer
-            .try_reserve_exact(len - buffer.len())
-            .map_err(|_| Error::no_memory(len as u64))?;
+        buffer.try_reserve_exact(len - buffer.len()).map_err(|_| Error::no_memory(len as u64))?;
         buffer.resize(len, 0);
     }
     Ok(&mut buffer[..len])
@@ -311,12 +267,7 @@ fn unpack(requests: &[RemoteSample], received: &[u8], out: &mut [u8]) {
 
 /// The owner's side: copy the samples each requester asked for into `packed`, requester
 /// by requester; returns the bytes for each.
-fn pack(
-    step: &StepContext,
-    asked: &[u64],
-    ids_from: &[u64],
-    packed: &mut Vec<u8>,
-) -> Result<Vec<u64>> {
+fn pack(step: &StepContext, asked: &[u64], ids_from: &[u64], packed: &mut Vec<u8>) -> Result<Vec<u64>> {
     let index = &step.store.index;
     let shard = step.store.window.local();
     let me = step.comm.rank();
@@ -329,11 +280,7 @@ fn pack(
             let loc = index
                 .locate(id)
                 .filter(|loc| loc.owner == me)
-                .ok_or_else(|| {
-                    Error::invalid(format!(
-                        "a peer asked rank {me} for sample {id}, which it does not hold"
-                    ))
-                })?;
+                .ok_or_else(|| Error::invalid(format!("a peer asked rank {me} for sample {id}, which it does not hold")))?;
             let start = loc.offset as usize;
             packed.extend_from_slice(&shard[start..start + loc.len as usize]);
         }
@@ -348,8 +295,7 @@ fn zeroed<T: Copy + Default>(len: u64) -> Result<Vec<T>> {
     let bytes = len.saturating_mul(size_of::<T>() as u64);
     let mut v = Vec::new();
     let len = usize::try_from(len).map_err(|_| Error::no_memory(bytes))?;
-    v.try_reserve_exact(len)
-        .map_err(|_| Error::no_memory(bytes))?;
+    v.try_reserve_exact(len).map_err(|_| Error::no_memory(bytes))?;
     v.resize(len, T::default());
     Ok(v)
 }
@@ -359,25 +305,13 @@ mod tests {
     use super::*;
 
     fn sample(owner: usize, len: u64) -> RemoteSample {
-        RemoteSample {
-            id: 0,
-            owner,
-            target_offset: 0,
-            dest_offset: 0,
-            len,
-        }
+        RemoteSample { id: 0, owner, target_offset: 0, dest_offset: 0, len }
     }
 
     /// The rounds of one rank cut at the per-rank budget, as in a step whose agreement
     /// could not show that one round fits.
     fn ranges(remote: &[RemoteSample], ranks: usize, max: u64) -> Vec<Range<usize>> {
-        Rounds::of(
-            remote,
-            ranks,
-            max,
-            exchange_shape(remote, ranks, max).rounds,
-        )
-        .rounds
+        Rounds::of(remote, ranks, max, exchange_shape(remote, ranks, max).rounds).rounds
     }
 
     #[test]
@@ -390,25 +324,13 @@ mod tests {
     #[test]
     fn cuts_rounds_at_the_per_rank_budget() {
         // budget = 100 / 2 = 50 bytes per round.
-        let remote = [
-            sample(0, 30),
-            sample(0, 20),
-            sample(1, 1),
-            sample(1, 50),
-            sample(1, 49),
-        ];
+        let remote = [sample(0, 30), sample(0, 20), sample(1, 1), sample(1, 50), sample(1, 49)];
         assert_eq!(ranges(&remote, 2, 100), vec![0..2, 2..3, 3..4, 4..5]);
     }
 
     #[test]
     fn a_step_agreed_to_fit_takes_one_round_whatever_the_per_rank_budget() {
-        let remote = [
-            sample(0, 30),
-            sample(0, 20),
-            sample(1, 1),
-            sample(1, 50),
-            sample(1, 49),
-        ];
+        let remote = [sample(0, 30), sample(0, 20), sample(1, 1), sample(1, 50), sample(1, 49)];
         assert_eq!(Rounds::of(&remote, 2, 100, 1).rounds, vec![0..5]);
         assert_eq!(exchange_shape(&remote, 2, 100).rounds, 4);
     }
@@ -417,10 +339,7 @@ mod tests {
     fn samples_over_the_budget_go_by_gets() {
         let r = Rounds::of(&[sample(0, 51), sample(1, 10), sample(1, 60)], 2, 100, 1);
         assert_eq!(r.exchanged.len(), 1);
-        assert_eq!(
-            r.oversize.iter().map(|s| s.len).collect::<Vec<_>>(),
-            vec![51, 60]
-        );
+        assert_eq!(r.oversize.iter().map(|s| s.len).collect::<Vec<_>>(), vec![51, 60]);
         assert_eq!(r.rounds, vec![0..1]);
     }
 }

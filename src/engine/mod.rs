@@ -12,10 +12,10 @@ use onesided::OneSided;
 use crate::config::Backend;
 use crate::error::Result;
 use crate::mpi::{Comm, GetLimits};
-use crate::plan::BatchPlan;
-use crate::store::Store;
 use std::cell::RefCell;
 use std::ops::Range;
+use crate::plan::BatchPlan;
+use crate::store::Store;
 
 /// What an engine works with in one step.
 pub struct StepContext<'a> {

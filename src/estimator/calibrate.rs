@@ -23,10 +23,10 @@ use crate::config::Backend;
 use crate::engine::{ExchangeBuffers, StepContext, exchange_shape, execute};
 use crate::error::{Error, Result};
 use crate::mpi::{self, Comm};
+use std::cell::RefCell;
 use crate::plan::BatchPlan;
 use crate::rng::SplitMix64;
 use crate::store::{ShardView, Store, StoreSettings, Topology};
-use std::cell::RefCell;
 
 const SMALL_BYTES: u64 = 64;
 const SMALL_COUNT: u64 = 256;
@@ -50,36 +50,12 @@ struct Probe {
 
 /// Most informative first, since the budget may cut the list short.
 const PROBES: [Probe; 6] = [
-    Probe {
-        size: Size::Small,
-        count: 1,
-        hot_target: false,
-    },
-    Probe {
-        size: Size::Small,
-        count: 32,
-        hot_target: false,
-    },
-    Probe {
-        size: Size::Large,
-        count: 8,
-        hot_target: false,
-    },
-    Probe {
-        size: Size::Small,
-        count: 256,
-        hot_target: false,
-    },
-    Probe {
-        size: Size::Large,
-        count: 64,
-        hot_target: false,
-    },
-    Probe {
-        size: Size::Large,
-        count: 16,
-        hot_target: true,
-    },
+    Probe { size: Size::Small, count: 1, hot_target: false },
+    Probe { size: Size::Small, count: 32, hot_target: false },
+    Probe { size: Size::Large, count: 8, hot_target: false },
+    Probe { size: Size::Small, count: 256, hot_target: false },
+    Probe { size: Size::Large, count: 64, hot_target: false },
+    Probe { size: Size::Large, count: 16, hot_target: true },
 ];
 
 pub struct CalibrationSettings {
@@ -105,12 +81,7 @@ pub struct Calibration {
 
 impl Calibration {
     pub fn default_params(source: &'static str) -> Calibration {
-        Calibration {
-            params: CostParams::default(),
-            source,
-            seconds: 0.0,
-            points: [0, 0],
-        }
+        Calibration { params: CostParams::default(), source, seconds: 0.0, points: [0, 0] }
     }
 }
 
@@ -121,19 +92,14 @@ pub fn measure(comm: &Comm, settings: &CalibrationSettings) -> Result<Calibratio
     }
     // The topology is the same on every rank, so every rank skips alike.
     if settings.topology.is_one_node() {
-        log::info!(
-            "calibration skipped: one node, whose samples are all copied from shared memory"
-        );
+        log::info!("calibration skipped: one node, whose samples are all copied from shared memory");
         return Ok(Calibration::default_params("not needed (one node)"));
     }
     let started = mpi::wtime();
     let (data, offsets) = scratch_shard();
     // The engines' costs are what is calibrated: the scratch store keeps every other
     // rank's shard behind RMA (no node-local copies), as on other nodes.
-    let scratch = StoreSettings {
-        node_local: false,
-        ..settings.store.clone()
-    };
+    let scratch = StoreSettings { node_local: false, ..settings.store.clone() };
     let store = Store::register(comm, &ShardView::new(&data, &offsets)?, &scratch)?;
     let measured = run_probes(comm, &store, settings, started);
     if mpi::timed_out(&measured) {
@@ -156,17 +122,8 @@ pub fn measure(comm: &Comm, settings: &CalibrationSettings) -> Result<Calibratio
         }
     }
     let seconds = mpi::wtime() - started;
-    log::info!(
-        "calibration ({seconds:.3} s, {} + {} batches): {params:?}",
-        rows[0].len(),
-        rows[1].len()
-    );
-    Ok(Calibration {
-        params,
-        source: "measured",
-        seconds,
-        points: [rows[0].len(), rows[1].len()],
-    })
+    log::info!("calibration ({seconds:.3} s, {} + {} batches): {params:?}", rows[0].len(), rows[1].len());
+    Ok(Calibration { params, source: "measured", seconds, points: [rows[0].len(), rows[1].len()] })
 }
 
 /// Fit minimising relative, not absolute, errors: each batch's equation is divided by
@@ -174,23 +131,14 @@ pub fn measure(comm: &Comm, settings: &CalibrationSettings) -> Result<Calibratio
 /// and the fixed costs that matter for small batches (microseconds) come out near zero.
 fn fit_relative(rows: &[Vec<f64>], times: &[f64]) -> Option<Vec<f64>> {
     let weight = |t: f64| 1.0 / t.max(1e-9);
-    let scaled: Vec<Vec<f64>> = rows
-        .iter()
-        .zip(times)
-        .map(|(r, &t)| r.iter().map(|x| x * weight(t)).collect())
-        .collect();
+    let scaled: Vec<Vec<f64>> = rows.iter().zip(times).map(|(r, &t)| r.iter().map(|x| x * weight(t)).collect()).collect();
     let ones: Vec<f64> = times.iter().map(|&t| t * weight(t)).collect();
     fit_nonnegative(&scaled, &ones)
 }
 
 type Measurements = ([Vec<Vec<f64>>; 2], [Vec<f64>; 2]);
 
-fn run_probes(
-    comm: &Comm,
-    store: &Store,
-    settings: &CalibrationSettings,
-    started: f64,
-) -> Result<Measurements> {
+fn run_probes(comm: &Comm, store: &Store, settings: &CalibrationSettings, started: f64) -> Result<Measurements> {
     let (rank, ranks) = (comm.rank(), comm.size());
     let mut rng = SplitMix64::new(0x6d646c_u64 ^ rank as u64);
     let mut rows: [Vec<Vec<f64>>; 2] = Default::default();
@@ -203,12 +151,7 @@ fn run_probes(
         let shape = exchange_shape(&plan.remote, ranks, settings.store.limits.max_message);
         let mine = features::encode(&plan, &shape, rank, settings.matrix_max_ranks);
         let agreed = comm.allreduce_max(&mine)?;
-        let f: StepFeatures = features::decode(
-            &agreed,
-            ranks,
-            settings.matrix_max_ranks,
-            settings.store.limits.max_message,
-        );
+        let f: StepFeatures = features::decode(&agreed, ranks, settings.matrix_max_ranks, settings.store.limits.max_message);
         let requests_to_me = features::requests_to(&agreed, ranks, settings.matrix_max_ranks, rank);
         let mut out = vec![0u8; plan.total_bytes() as usize];
         let step = StepContext {
@@ -231,10 +174,7 @@ fn run_probes(
                 let done = execute(&step, engine, &mut out);
                 if mpi::timed_out(&done) {
                     // MPI may still use the exchange's buffers and `out`: leaked.
-                    std::mem::forget((
-                        std::mem::take(&mut *buffers.borrow_mut()),
-                        std::mem::take(&mut out),
-                    ));
+                    std::mem::forget((std::mem::take(&mut *buffers.borrow_mut()), std::mem::take(&mut out)));
                 }
                 done?;
                 local.push(mpi::wtime() - t0);
@@ -259,11 +199,7 @@ fn run_probes(
 fn scratch_shard() -> (Vec<u8>, Vec<u64>) {
     let mut offsets = vec![0u64];
     for i in 0..SMALL_COUNT + LARGE_COUNT {
-        let len = if i < SMALL_COUNT {
-            SMALL_BYTES
-        } else {
-            LARGE_BYTES
-        };
+        let len = if i < SMALL_COUNT { SMALL_BYTES } else { LARGE_BYTES };
         offsets.push(offsets.last().expect("non-empty") + len);
     }
     let data = vec![0xA5u8; *offsets.last().expect("non-empty") as usize];
@@ -279,18 +215,11 @@ struct Targets {
 
 impl Targets {
     fn of(rank: usize, ranks: usize, topology: &Topology) -> Targets {
-        Targets {
-            remote: (0..ranks).filter(|&r| !topology.shares(rank, r)).collect(),
-        }
+        Targets { remote: (0..ranks).filter(|&r| !topology.shares(rank, r)).collect() }
     }
 }
 
-fn probe_ids(
-    probe: &Probe,
-    targets: &Targets,
-    first_ids: &[u64],
-    rng: &mut SplitMix64,
-) -> Vec<u64> {
+fn probe_ids(probe: &Probe, targets: &Targets, first_ids: &[u64], rng: &mut SplitMix64) -> Vec<u64> {
     (0..probe.count)
         .map(|_| {
             let owner = if probe.hot_target {
@@ -314,20 +243,14 @@ pub fn load(path: &std::path::Path) -> Result<Calibration> {
     let text = std::fs::read_to_string(path).map_err(|e| failed(e.to_string()))?;
     let mut values = Vec::new();
     for (name, _) in CostParams::default().named() {
-        let value =
-            json_number(&text, name).ok_or_else(|| failed(format!("no number for \"{name}\"")))?;
+        let value = json_number(&text, name).ok_or_else(|| failed(format!("no number for \"{name}\"")))?;
         if !(value >= 0.0 && value.is_finite()) {
             return Err(failed(format!("\"{name}\" must be a finite number >= 0")));
         }
         values.push((name.to_string(), value));
     }
     let params = CostParams::from_named(&values).expect("every name was read");
-    Ok(Calibration {
-        params,
-        source: "file",
-        seconds: 0.0,
-        points: [0, 0],
-    })
+    Ok(Calibration { params, source: "file", seconds: 0.0, points: [0, 0] })
 }
 
 /// The number after `"key":` in a flat JSON text.
@@ -335,9 +258,7 @@ fn json_number(text: &str, key: &str) -> Option<f64> {
     let quoted = format!("\"{key}\"");
     let after = &text[text.find(&quoted)? + quoted.len()..];
     let after = after.trim_start().strip_prefix(':')?.trim_start();
-    let end = after
-        .find(|c: char| !(c.is_ascii_digit() || "+-.eE".contains(c)))
-        .unwrap_or(after.len());
+    let end = after.find(|c: char| !(c.is_ascii_digit() || "+-.eE".contains(c))).unwrap_or(after.len());
     after[..end].parse().ok()
 }
 
@@ -358,10 +279,7 @@ mod tests {
             assert!(ids.iter().all(|&id| id >= 20), "{ids:?}");
         }
         // Without the node-local path every other rank is a target.
-        assert_eq!(
-            Targets::of(1, 4, &Topology::default()).remote,
-            vec![0, 2, 3]
-        );
+        assert_eq!(Targets::of(1, 4, &Topology::default()).remote, vec![0, 2, 3]);
     }
 
     #[test]

@@ -26,21 +26,11 @@ fn has_matrix(ranks: usize, matrix_max_ranks: usize) -> bool {
 
 /// Number of values a rank contributes.
 pub fn encoded_len(ranks: usize, matrix_max_ranks: usize) -> usize {
-    FIXED
-        + if has_matrix(ranks, matrix_max_ranks) {
-            2 * ranks * ranks
-        } else {
-            0
-        }
+    FIXED + if has_matrix(ranks, matrix_max_ranks) { 2 * ranks * ranks } else { 0 }
 }
 
 /// This rank's contribution for `plan`, whose collective exchange has `shape`.
-pub fn encode(
-    plan: &BatchPlan,
-    shape: &ExchangeShape,
-    rank: usize,
-    matrix_max_ranks: usize,
-) -> Vec<f64> {
+pub fn encode(plan: &BatchPlan, shape: &ExchangeShape, rank: usize, matrix_max_ranks: usize) -> Vec<f64> {
     let ranks = plan.ranks;
     let mut values = vec![0.0; encoded_len(ranks, matrix_max_ranks)];
     values[0] = plan.gets.len() as f64;
@@ -52,10 +42,7 @@ pub fn encode(
     if has_matrix(ranks, matrix_max_ranks) {
         let row = FIXED + rank * ranks;
         let requests_row = row + ranks * ranks;
-        let (bytes, requests) = (
-            plan.bytes_per_owner(),
-            shape.requests_per_owner(&plan.remote, ranks),
-        );
+        let (bytes, requests) = (plan.bytes_per_owner(), shape.requests_per_owner(&plan.remote, ranks));
         for owner in 0..ranks {
             values[row + owner] = bytes[owner] as f64;
             values[requests_row + owner] = requests[owner] as f64;
@@ -66,33 +53,16 @@ pub fn encode(
 
 /// The step's features from the combined contributions; `max_message` is
 /// `MDL_MAX_MESSAGE_BYTES` (see [`agreed_rounds`]).
-pub fn decode(
-    values: &[f64],
-    ranks: usize,
-    matrix_max_ranks: usize,
-    max_message: u64,
-) -> StepFeatures {
+pub fn decode(values: &[f64], ranks: usize, matrix_max_ranks: usize, max_message: u64) -> StepFeatures {
     let (served, served_is_known) = if has_matrix(ranks, matrix_max_ranks) {
         let matrix = &values[FIXED..FIXED + ranks * ranks];
-        let columns =
-            (0..ranks).map(|owner| (0..ranks).map(|r| matrix[r * ranks + owner]).sum::<f64>());
+        let columns = (0..ranks).map(|owner| (0..ranks).map(|r| matrix[r * ranks + owner]).sum::<f64>());
         (columns.fold(0.0, f64::max), true)
     } else {
         (values[2], false)
     };
-    let rounds = agreed_rounds(
-        values[3],
-        values[2],
-        served_is_known.then_some(served),
-        max_message,
-    );
-    StepFeatures {
-        gets: values[0],
-        samples: values[1],
-        bytes: values[2],
-        rounds,
-        served,
-    }
+    let rounds = agreed_rounds(values[3], values[2], served_is_known.then_some(served), max_message);
+    StepFeatures { gets: values[0], samples: values[1], bytes: values[2], rounds, served }
 }
 
 /// The collective exchange's rounds: one wherever the agreed figures show that every
@@ -102,12 +72,7 @@ pub fn decode(
 /// `rounds_per_rank_budget`, the most rounds of one rank when each round carries at
 /// most `max_message / P` bytes per rank (which bounds what an owner sends without
 /// knowing it). At P = 4096 a batch of 256 x 4 KB then takes one round, not two.
-pub fn agreed_rounds(
-    rounds_per_rank_budget: f64,
-    bytes: f64,
-    served: Option<f64>,
-    max_message: u64,
-) -> f64 {
+pub fn agreed_rounds(rounds_per_rank_budget: f64, bytes: f64, served: Option<f64>, max_message: u64) -> f64 {
     let fits = |b: f64| b <= max_message as f64;
     match served {
         Some(served) if rounds_per_rank_budget > 1.0 && fits(bytes) && fits(served) => 1.0,
@@ -127,33 +92,20 @@ pub struct NodeFeatures {
 
 /// The node-local term from the combined [`encode`] contributions.
 pub fn decode_node(values: &[f64]) -> NodeFeatures {
-    NodeFeatures {
-        bytes: values[4],
-        samples: values[5],
-    }
+    NodeFeatures { bytes: values[4], samples: values[5] }
 }
 
 /// The node-local term from the combined [`encode_known`] contributions.
 pub fn decode_known_node(values: &[f64]) -> NodeFeatures {
-    NodeFeatures {
-        bytes: values[5],
-        samples: values[6],
-    }
+    NodeFeatures { bytes: values[5], samples: values[6] }
 }
 
 /// From the combined contributions: how many samples each rank asks `owner` for in the
 /// collective exchange, when the matrices were carried.
-pub fn requests_to(
-    values: &[f64],
-    ranks: usize,
-    matrix_max_ranks: usize,
-    owner: usize,
-) -> Option<Vec<u64>> {
+pub fn requests_to(values: &[f64], ranks: usize, matrix_max_ranks: usize, owner: usize) -> Option<Vec<u64>> {
     has_matrix(ranks, matrix_max_ranks).then(|| {
         let requests = &values[FIXED + ranks * ranks..FIXED + 2 * ranks * ranks];
-        (0..ranks)
-            .map(|r| requests[r * ranks + owner] as u64)
-            .collect()
+        (0..ranks).map(|r| requests[r * ranks + owner] as u64).collect()
     })
 }
 
@@ -176,13 +128,7 @@ pub fn encode_known(plan: &BatchPlan, shape: &ExchangeShape, served: u64) -> Vec
 /// (`served` is then known: see [`agreed_rounds`]).
 pub fn decode_known(values: &[f64], max_message: u64) -> StepFeatures {
     let rounds = agreed_rounds(values[3], values[2], Some(values[4]), max_message);
-    StepFeatures {
-        gets: values[0],
-        samples: values[1],
-        bytes: values[2],
-        rounds,
-        served: values[4],
-    }
+    StepFeatures { gets: values[0], samples: values[1], bytes: values[2], rounds, served: values[4] }
 }
 
 /// Number of values of [`encode_known`].
@@ -246,29 +192,11 @@ mod tests {
         let values = encode(&plan, &shape, 0, 16);
         let f = decode(&values, 3, 16, u64::MAX);
         assert_eq!((f.samples, f.bytes, f.gets), (1.0, 30.0, 1.0));
-        assert_eq!(
-            decode_node(&values),
-            NodeFeatures {
-                bytes: 40.0,
-                samples: 2.0
-            }
-        );
+        assert_eq!(decode_node(&values), NodeFeatures { bytes: 40.0, samples: 2.0 });
         // The sampler's contributions carry the same split.
         let known = encode_known(&plan, &shape, 0);
         assert_eq!(known.len(), KNOWN_LEN);
-        assert_eq!(
-            (
-                decode_known(&known, u64::MAX).samples,
-                decode_known(&known, u64::MAX).bytes
-            ),
-            (1.0, 30.0)
-        );
-        assert_eq!(
-            decode_known_node(&known),
-            NodeFeatures {
-                bytes: 40.0,
-                samples: 2.0
-            }
-        );
+        assert_eq!((decode_known(&known, u64::MAX).samples, decode_known(&known, u64::MAX).bytes), (1.0, 30.0));
+        assert_eq!(decode_known_node(&known), NodeFeatures { bytes: 40.0, samples: 2.0 });
     }
 }

@@ -97,11 +97,7 @@ pub struct Decision {
 
 impl Decision {
     pub fn predicted(&self, engine: Backend) -> f64 {
-        if engine == Backend::Collective {
-            self.predicted_collective
-        } else {
-            self.predicted_onesided
-        }
+        if engine == Backend::Collective { self.predicted_collective } else { self.predicted_onesided }
     }
 }
 
@@ -120,10 +116,7 @@ struct Bucket {
 impl Bucket {
     /// Steps from one probe to the next: doubling from `FIRST_PROBE_AFTER` up to the interval.
     fn probe_due(&self, probe_interval: u64) -> bool {
-        let gap = FIRST_PROBE_AFTER
-            .checked_shl(self.probes)
-            .unwrap_or(u64::MAX)
-            .min(probe_interval);
+        let gap = FIRST_PROBE_AFTER.checked_shl(self.probes).unwrap_or(u64::MAX).min(probe_interval);
         probe_interval > 0 && self.steps_since_probe >= gap
     }
 }
@@ -181,11 +174,7 @@ fn slot(engine: Backend) -> usize {
 }
 
 fn other(engine: Backend) -> Backend {
-    if engine == Backend::Collective {
-        Backend::OneSided
-    } else {
-        Backend::Collective
-    }
+    if engine == Backend::Collective { Backend::OneSided } else { Backend::Collective }
 }
 
 /// log2 of `x`, rounded: buckets are centred on powers of two (batch sizes and sample
@@ -197,11 +186,7 @@ fn log2_class(x: f64) -> usize {
 
 /// (batch class, sample-size class) of a step.
 fn bucket_of(f: &StepFeatures) -> (usize, usize) {
-    let mean_sample = if f.samples > 0.0 {
-        f.bytes / f.samples
-    } else {
-        0.0
-    };
+    let mean_sample = if f.samples > 0.0 { f.bytes / f.samples } else { 0.0 };
     (log2_class(f.samples), log2_class(mean_sample))
 }
 
@@ -234,11 +219,7 @@ impl Estimator {
             // Neighbouring batch and sample sizes behave alike: start from the nearest
             // bucket's correction.
             let distance = |k: &(usize, usize)| k.0.abs_diff(key.0) + k.1.abs_diff(key.1);
-            let nearest = self
-                .buckets
-                .iter()
-                .min_by_key(|(k, _)| distance(k))
-                .map(|(_, b)| b);
+            let nearest = self.buckets.iter().min_by_key(|(k, _)| distance(k)).map(|(_, b)| b);
             let fresh = Bucket {
                 residual: nearest.map_or([0.0; 2], |b| b.residual),
                 measured: [0; 2],
@@ -259,17 +240,7 @@ impl Estimator {
     pub fn fingerprint(&self) -> u64 {
         let mut f = Fingerprint::new();
         let p = &self.params;
-        for v in [
-            p.a_os,
-            p.g_os,
-            p.b_os,
-            p.c_os,
-            p.a_coll,
-            p.s_coll,
-            p.b_coll,
-            self.global[0],
-            self.global[1],
-        ] {
+        for v in [p.a_os, p.g_os, p.b_os, p.c_os, p.a_coll, p.s_coll, p.b_coll, self.global[0], self.global[1]] {
             f.word(v.to_bits());
         }
         for (&(batch, size), b) in &self.buckets {
@@ -284,12 +255,8 @@ impl Estimator {
             f.word(b.probes as u64);
         }
         let c = &self.counters;
-        let seconds =
-            [self.measured_seconds, self.probe_excess_seconds, self.skew].map(f64::to_bits);
-        for w in [c.decisions, c.probes, c.switches]
-            .into_iter()
-            .chain(seconds)
-        {
+        let seconds = [self.measured_seconds, self.probe_excess_seconds, self.skew].map(f64::to_bits);
+        for w in [c.decisions, c.probes, c.switches].into_iter().chain(seconds) {
             f.word(w);
         }
         f.0 >> 12
@@ -300,24 +267,15 @@ impl Estimator {
         let params = self.params;
         let bucket = *self.bucket(f);
         let global = self.global;
-        let predict = |e: Backend| {
-            params.predict(e, f) * portable::exp(global[slot(e)] + bucket.residual[slot(e)])
-        };
-        (
-            predict(Backend::OneSided),
-            predict(Backend::Collective) + self.skew,
-        )
+        let predict = |e: Backend| params.predict(e, f) * portable::exp(global[slot(e)] + bucket.residual[slot(e)]);
+        (predict(Backend::OneSided), predict(Backend::Collective) + self.skew)
     }
 
     /// The engine for a step. `requested` is the backend in force (AUTO or forced).
     pub fn decide(&mut self, f: &StepFeatures, requested: Backend) -> Decision {
         let (os, coll) = self.predict(f);
-        let mut decision = Decision {
-            engine: requested,
-            predicted_onesided: os,
-            predicted_collective: coll,
-            probe: false,
-        };
+        let mut decision =
+            Decision { engine: requested, predicted_onesided: os, predicted_collective: coll, probe: false };
         if requested == Backend::Auto {
             decision.engine = self.choose_auto(f, os, coll, &mut decision.probe);
         }
@@ -340,11 +298,7 @@ impl Estimator {
         let affordable = self.probe_excess_seconds <= settings.probe_budget * self.measured_seconds;
         let bucket = self.bucket(f);
         let predicted = |e: Backend| if e == Backend::Collective { coll } else { os };
-        let fastest = if coll < os {
-            Backend::Collective
-        } else {
-            Backend::OneSided
-        };
+        let fastest = if coll < os { Backend::Collective } else { Backend::OneSided };
         let keep = bucket
             .preferred
             .filter(|&p| predicted(other(p)) > predicted(p) * (1.0 - settings.hysteresis))
@@ -374,13 +328,7 @@ impl Estimator {
     /// its slowest rank's time; a collective step's is what its first ranks waited for
     /// the last (the spread beyond `SKEW_NOISE` times the fastest rank's time: the
     /// skew) plus the rest (the exchange).
-    pub fn observe(
-        &mut self,
-        engine: Backend,
-        f: &StepFeatures,
-        times: Measured,
-        probe_instead_of: Option<f64>,
-    ) {
+    pub fn observe(&mut self, engine: Backend, f: &StepFeatures, times: Measured, probe_instead_of: Option<f64>) {
         let measured = times.slowest;
         let mut modelled_time = measured;
         if engine == Backend::Collective && times.fastest > 0.0 && times.fastest <= measured {
@@ -398,11 +346,7 @@ impl Estimator {
             let sample = waited.min(SKEW_CAP * onesided);
             // A step in which no rank waited (beyond the exchange's own spread) is
             // strong evidence that the ranks are in step now: it counts more.
-            let rate = if sample == 0.0 {
-                SKEW_RATE_DOWN
-            } else {
-                SKEW_RATE
-            };
+            let rate = if sample == 0.0 { SKEW_RATE_DOWN } else { SKEW_RATE };
             self.skew += rate * (sample - self.skew);
             modelled_time = measured - waited;
         }
@@ -440,19 +384,12 @@ mod tests {
     use super::*;
 
     fn settings() -> Settings {
-        Settings {
-            probe_interval: 10,
-            hysteresis: 0.05,
-            probe_budget: 0.05,
-        }
+        Settings { probe_interval: 10, hysteresis: 0.05, probe_budget: 0.05 }
     }
 
     /// A step's time on every rank alike (lockstep: no skew).
     fn same(seconds: f64) -> Measured {
-        Measured {
-            slowest: seconds,
-            fastest: seconds,
-        }
+        Measured { slowest: seconds, fastest: seconds }
     }
 
     /// A training loop's ranks arrive up to 6 ms apart: a collective step's first ranks
@@ -466,30 +403,16 @@ mod tests {
         let f = step(64.0, 65536.0);
         let (os, coll) = e.predict(&f);
         let exchange = e.params().predict(Backend::Collective, &f);
-        e.observe(
-            Backend::Collective,
-            &f,
-            Measured {
-                slowest: 6e-3 + exchange,
-                fastest: exchange,
-            },
-            None,
-        );
+        e.observe(Backend::Collective, &f, Measured { slowest: 6e-3 + exchange, fastest: exchange }, None);
         let (os_after, coll_after) = e.predict(&f);
         assert_eq!(os_after, os, "one-sided steps wait for no one");
         let waited = (6e-3 - SKEW_NOISE * exchange).min(SKEW_CAP * os);
-        assert!(
-            coll_after >= coll + SKEW_RATE * waited,
-            "{coll} -> {coll_after}: a share of the 6 ms waited"
-        );
+        assert!(coll_after >= coll + SKEW_RATE * waited, "{coll} -> {coll_after}: a share of the 6 ms waited");
         assert_eq!(e.decide(&f, Backend::Auto).engine, Backend::OneSided);
         for _ in 0..200 {
             e.observe(Backend::Collective, &f, same(exchange), None);
         }
-        assert!(
-            (e.predict(&f).1 - coll).abs() < 1e-9 * coll.max(1.0) + 1e-12,
-            "the skew wears off in lockstep"
-        );
+        assert!((e.predict(&f).1 - coll).abs() < 1e-9 * coll.max(1.0) + 1e-12, "the skew wears off in lockstep");
     }
 
     /// Ranks that leave a collective step apart in lockstep (the fastest at 40% of the
@@ -501,15 +424,7 @@ mod tests {
         let f = step(64.0, 65536.0);
         let exchange = e.params().predict(Backend::Collective, &f);
         for _ in 0..50 {
-            e.observe(
-                Backend::Collective,
-                &f,
-                Measured {
-                    slowest: 2.0 * exchange,
-                    fastest: 0.8 * exchange,
-                },
-                None,
-            );
+            e.observe(Backend::Collective, &f, Measured { slowest: 2.0 * exchange, fastest: 0.8 * exchange }, None);
         }
         assert_eq!(e.skew, 0.0);
         let mut lockstep = Estimator::new(CostParams::default(), settings());
@@ -526,67 +441,28 @@ mod tests {
     #[test]
     fn a_skew_that_is_gone_is_found_out_by_the_probes() {
         // Gets that cost 1 us each: the collective engine moves many small samples faster.
-        let params = CostParams {
-            g_os: 1e-6,
-            ..CostParams::default()
-        };
-        let mut e = Estimator::new(
-            params,
-            Settings {
-                probe_budget: 1.0,
-                ..settings()
-            },
-        );
+        let params = CostParams { g_os: 1e-6, ..CostParams::default() };
+        let mut e = Estimator::new(params, Settings { probe_budget: 1.0, ..settings() });
         let f = step(1024.0, 1024.0 * 64.0);
         let (os, coll) = e.predict(&f);
-        assert!(
-            coll < os,
-            "a batch the collective engine moves faster ({coll} vs {os})"
-        );
+        assert!(coll < os, "a batch the collective engine moves faster ({coll} vs {os})");
         let exchange = e.params().predict(Backend::Collective, &f);
         // One rank a second late.
-        e.observe(
-            Backend::Collective,
-            &f,
-            Measured {
-                slowest: 1.0 + exchange,
-                fastest: exchange,
-            },
-            None,
-        );
-        assert_eq!(
-            e.decide(&f, Backend::Auto).engine,
-            Backend::OneSided,
-            "priced out by the skew"
-        );
+        e.observe(Backend::Collective, &f, Measured { slowest: 1.0 + exchange, fastest: exchange }, None);
+        assert_eq!(e.decide(&f, Backend::Auto).engine, Backend::OneSided, "priced out by the skew");
         let collective_steps = (0..200)
             .filter(|_| {
                 let d = e.decide(&f, Backend::Auto);
                 let t = e.params().predict(d.engine, &f);
-                e.observe(
-                    d.engine,
-                    &f,
-                    same(t),
-                    d.probe.then(|| d.predicted(other(d.engine))),
-                );
+                e.observe(d.engine, &f, same(t), d.probe.then(|| d.predicted(other(d.engine))));
                 d.engine == Backend::Collective
             })
             .count();
-        assert_eq!(
-            e.decide(&f, Backend::Auto).engine,
-            Backend::Collective,
-            "{collective_steps} collective steps"
-        );
+        assert_eq!(e.decide(&f, Backend::Auto).engine, Backend::Collective, "{collective_steps} collective steps");
     }
 
     fn step(samples: f64, bytes: f64) -> StepFeatures {
-        StepFeatures {
-            gets: samples,
-            samples,
-            bytes,
-            served: bytes,
-            rounds: 1.0,
-        }
+        StepFeatures { gets: samples, samples, bytes, served: bytes, rounds: 1.0 }
     }
 
     #[test]
@@ -608,16 +484,7 @@ mod tests {
         for _ in 0..40 {
             let d = e.decide(&f, Backend::Auto);
             let modelled = e.params().predict(d.engine, &f);
-            e.observe(
-                d.engine,
-                &f,
-                same(if d.engine == first {
-                    20.0 * modelled
-                } else {
-                    modelled
-                }),
-                None,
-            );
+            e.observe(d.engine, &f, same(if d.engine == first { 20.0 * modelled } else { modelled }), None);
         }
         assert_eq!(e.decide(&f, Backend::Auto).engine, other(first));
     }
@@ -630,17 +497,10 @@ mod tests {
         let modelled = e.params().predict(d.engine, &f);
         e.observe(d.engine, &f, same(100.0 * modelled), None);
         let (os, coll) = e.predict(&f);
-        let corrected = if d.engine == Backend::Collective {
-            coll
-        } else {
-            os
-        };
+        let corrected = if d.engine == Backend::Collective { coll } else { os };
         // The global scale and the bucket's residual move once each.
         let bound = MAX_STEP_RATIO.powf(2.0 * CORRECTION_RATE);
-        assert!(
-            corrected > modelled && corrected <= bound * modelled * (1.0 + 1e-12),
-            "{corrected} vs {modelled}"
-        );
+        assert!(corrected > modelled && corrected <= bound * modelled * (1.0 + 1e-12), "{corrected} vs {modelled}");
     }
 
     #[test]
@@ -653,10 +513,7 @@ mod tests {
         }
         let (os, _) = e.predict(&large);
         let ratio = os / e.params().predict(Backend::OneSided, &large);
-        assert!(
-            ratio > 4.0 && ratio < 6.0,
-            "a bucket never measured is corrected by {ratio}"
-        );
+        assert!(ratio > 4.0 && ratio < 6.0, "a bucket never measured is corrected by {ratio}");
     }
 
     #[test]
@@ -669,19 +526,11 @@ mod tests {
         for _ in 0..100 {
             e.observe(first, &f, same(modelled / 100.0), None);
         }
-        let probes: Vec<Decision> = (0..10)
-            .map(|_| e.decide(&f, Backend::Auto))
-            .filter(|d| d.probe)
-            .collect();
+        let probes: Vec<Decision> = (0..10).map(|_| e.decide(&f, Backend::Auto)).filter(|d| d.probe).collect();
         assert_eq!(probes.len(), 1);
         assert_eq!(probes[0].engine, other(first));
         // Measured once, and as slow as it looked: no more probes while it stays that slow.
-        e.observe(
-            other(first),
-            &f,
-            same(e.params().predict(other(first), &f)),
-            None,
-        );
+        e.observe(other(first), &f, same(e.params().predict(other(first), &f)), None);
         assert!((0..30).all(|_| !e.decide(&f, Backend::Auto).probe));
     }
 
@@ -689,17 +538,9 @@ mod tests {
     fn probes_are_bounded_and_periodic() {
         let mut e = Estimator::new(CostParams::default(), settings());
         let f = step(16.0, 32768.0);
-        let probes = (0..100)
-            .filter(|_| e.decide(&f, Backend::Auto).probe)
-            .count();
+        let probes = (0..100).filter(|_| e.decide(&f, Backend::Auto).probe).count();
         assert!((9..=11).contains(&probes), "{probes} probes in 100 steps");
-        let mut never = Estimator::new(
-            CostParams::default(),
-            Settings {
-                probe_interval: 0,
-                ..settings()
-            },
-        );
+        let mut never = Estimator::new(CostParams::default(), Settings { probe_interval: 0, ..settings() });
         assert!((0..100).all(|_| !never.decide(&f, Backend::Auto).probe));
     }
 
@@ -711,10 +552,7 @@ mod tests {
     #[test]
     fn probes_cost_at_most_their_budget() {
         for (probe_cost, budget) in [(6e-3, 0.05), (6e-3, 0.2), (6e-3, 0.0)] {
-            let settings = Settings {
-                probe_budget: budget,
-                ..settings()
-            };
+            let settings = Settings { probe_budget: budget, ..settings() };
             let mut e = Estimator::new(CostParams::default(), settings);
             let f = step(64.0, 65536.0);
             let (mut total, mut excess, mut probes) = (0.0, 0.0, 0);
@@ -734,16 +572,10 @@ mod tests {
                 e.global = [0.0; 2];
                 e.buckets.values_mut().for_each(|b| b.residual = [0.0; 2]);
             }
-            assert!(
-                excess <= budget * total + probe_cost,
-                "budget {budget}: {probes} probes cost {excess} of {total} s"
-            );
+            assert!(excess <= budget * total + probe_cost, "budget {budget}: {probes} probes cost {excess} of {total} s");
             assert!(probes >= 1, "the first probe is taken");
             if budget == 0.0 {
-                assert_eq!(
-                    probes, 1,
-                    "a zero budget allows the one probe that found out the cost"
-                );
+                assert_eq!(probes, 1, "a zero budget allows the one probe that found out the cost");
             }
         }
         // Probes that cost nothing over the preferred engine keep their schedule.
@@ -761,14 +593,7 @@ mod tests {
 
     #[test]
     fn hysteresis_keeps_the_engine_when_costs_are_equal() {
-        let mut e = Estimator::new(
-            CostParams::default(),
-            Settings {
-                probe_interval: 0,
-                hysteresis: 0.1,
-                probe_budget: 0.05,
-            },
-        );
+        let mut e = Estimator::new(CostParams::default(), Settings { probe_interval: 0, hysteresis: 0.1, probe_budget: 0.05 });
         let f = step(16.0, 32768.0);
         let first = e.decide(&f, Backend::Auto).engine;
         // Make the other engine look 5% faster: within the margin, no switch.
@@ -788,12 +613,7 @@ mod tests {
         assert_eq!(log2_class(1.0), 1);
         for p in [16.0f64, 512.0, 16384.0] {
             let c = log2_class(p);
-            assert!(
-                [0.8 * p, 0.99 * p, 1.01 * p, 1.4 * p]
-                    .iter()
-                    .all(|&x| log2_class(x) == c),
-                "{p}"
-            );
+            assert!([0.8 * p, 0.99 * p, 1.01 * p, 1.4 * p].iter().all(|&x| log2_class(x) == c), "{p}");
             assert_ne!(log2_class(0.7 * p), c);
             assert_ne!(log2_class(1.42 * p), c);
         }
@@ -802,9 +622,6 @@ mod tests {
     #[test]
     fn empty_steps_use_onesided() {
         let mut e = Estimator::new(CostParams::default(), settings());
-        assert_eq!(
-            e.decide(&step(0.0, 0.0), Backend::Auto).engine,
-            Backend::OneSided
-        );
+        assert_eq!(e.decide(&step(0.0, 0.0), Backend::Auto).engine, Backend::OneSided);
     }
 }

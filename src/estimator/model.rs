@@ -176,12 +176,7 @@ fn least_squares(rows: &[Vec<f64>], y: &[f64], cols: &[usize]) -> Result<Vec<f64
     let n = cols.len();
     let scale: Vec<f64> = cols
         .iter()
-        .map(|&j| {
-            rows.iter()
-                .map(|r| r[j].abs())
-                .fold(0.0, f64::max)
-                .max(f64::MIN_POSITIVE)
-        })
+        .map(|&j| rows.iter().map(|r| r[j].abs()).fold(0.0, f64::max).max(f64::MIN_POSITIVE))
         .collect();
     let mut a = vec![vec![0.0; n + 1]; n];
     for (row, &t) in rows.iter().zip(y) {
@@ -194,9 +189,7 @@ fn least_squares(rows: &[Vec<f64>], y: &[f64], cols: &[usize]) -> Result<Vec<f64
         }
     }
     for col in 0..n {
-        let pivot = (col..n)
-            .max_by(|&p, &q| a[p][col].abs().total_cmp(&a[q][col].abs()))
-            .expect("col < n");
+        let pivot = (col..n).max_by(|&p, &q| a[p][col].abs().total_cmp(&a[q][col].abs())).expect("col < n");
         if a[pivot][col].abs() < 1e-9 {
             return Err(Dependent(cols[col]));
         }
@@ -218,13 +211,7 @@ mod tests {
     use super::*;
 
     fn step(gets: f64, bytes: f64) -> StepFeatures {
-        StepFeatures {
-            gets,
-            samples: gets,
-            bytes,
-            served: bytes,
-            rounds: 1.0,
-        }
+        StepFeatures { gets, samples: gets, bytes, served: bytes, rounds: 1.0 }
     }
 
     /// The model on its own (calibrated parameters, no online correction) against a
@@ -241,54 +228,27 @@ mod tests {
         let fixture = include_str!("testdata/grid_replay.csv");
         let mut lines = fixture.lines();
         let header: Vec<&str> = lines.next().expect("a header").split(',').collect();
-        let column = |name: &str| {
-            header
-                .iter()
-                .position(|&h| h == name)
-                .unwrap_or_else(|| panic!("no column {name}"))
-        };
-        let (t_os, t_coll, terms, params) = (
-            column("t_onesided"),
-            column("t_collective"),
-            column("model_terms"),
-            column("model_params"),
-        );
-        let numbers = |text: &str| -> Vec<f64> {
-            text.split(';')
-                .map(|x| x.parse().expect("a number"))
-                .collect()
-        };
+        let column = |name: &str| header.iter().position(|&h| h == name).unwrap_or_else(|| panic!("no column {name}"));
+        let (t_os, t_coll, terms, params) =
+            (column("t_onesided"), column("t_collective"), column("model_terms"), column("model_params"));
+        let numbers = |text: &str| -> Vec<f64> { text.split(';').map(|x| x.parse().expect("a number")).collect() };
         let (mut right, mut decisive, mut wrong) = (0, 0, Vec::new());
         for line in lines {
             let cells: Vec<&str> = line.split(',').collect();
-            let (os, coll): (f64, f64) =
-                (cells[t_os].parse().unwrap(), cells[t_coll].parse().unwrap());
+            let (os, coll): (f64, f64) = (cells[t_os].parse().unwrap(), cells[t_coll].parse().unwrap());
             if os.max(coll) < 1.2 * os.min(coll) {
                 continue;
             }
             let (x, p) = (numbers(cells[terms]), numbers(cells[params]));
-            let model = CostParams {
-                a_os: p[0],
-                g_os: p[1],
-                b_os: p[2],
-                c_os: p[3],
-                a_coll: p[4],
-                s_coll: p[5],
-                b_coll: p[6],
-            };
+            let model = CostParams { a_os: p[0], g_os: p[1], b_os: p[2], c_os: p[3], a_coll: p[4], s_coll: p[5], b_coll: p[6] };
             // The terms are averages over the point's batches (the model is linear in
             // them; max(bytes, served) is averaged after the max), in features_of's order.
             let predict = |engine: Backend, x: &[f64]| -> f64 {
                 let coefficients = model.coefficients(engine);
-                assert_eq!(
-                    coefficients.len(),
-                    x.len(),
-                    "the fixture's terms are features_of's"
-                );
+                assert_eq!(coefficients.len(), x.len(), "the fixture's terms are features_of's");
                 coefficients.iter().zip(x).map(|(c, t)| c * t).sum()
             };
-            let picks_onesided =
-                predict(Backend::OneSided, &x[..4]) < predict(Backend::Collective, &x[4..]);
+            let picks_onesided = predict(Backend::OneSided, &x[..4]) < predict(Backend::Collective, &x[4..]);
             decisive += 1;
             if picks_onesided == (os < coll) {
                 right += 1;
@@ -296,14 +256,8 @@ mod tests {
                 wrong.push(cells[..5].join("/"));
             }
         }
-        assert!(
-            decisive >= 50,
-            "only {decisive} decisive points in the fixture"
-        );
-        assert!(
-            right as f64 >= 0.90 * decisive as f64,
-            "{right}/{decisive} right; wrong at {wrong:?}"
-        );
+        assert!(decisive >= 50, "only {decisive} decisive points in the fixture");
+        assert!(right as f64 >= 0.90 * decisive as f64, "{right}/{decisive} right; wrong at {wrong:?}");
     }
 
     #[test]
@@ -316,10 +270,7 @@ mod tests {
                 assert!(t > last, "{engine:?} at batch {batch}");
                 last = t;
             }
-            assert!(
-                p.predict(engine, &step(16.0, 16.0 * 16384.0))
-                    > p.predict(engine, &step(16.0, 16.0 * 256.0))
-            );
+            assert!(p.predict(engine, &step(16.0, 16.0 * 16384.0)) > p.predict(engine, &step(16.0, 16.0 * 256.0)));
         }
     }
 
@@ -327,20 +278,11 @@ mod tests {
     fn fit_recovers_known_coefficients() {
         // The last feature equals half the third: it cannot be told apart and is dropped.
         let truth = [3e-6, 1e-6, 2e-10, 0.0];
-        let rows: Vec<Vec<f64>> = [
-            (1.0, 64.0),
-            (16.0, 1024.0),
-            (16.0, 262144.0),
-            (256.0, 16384.0),
-            (64.0, 1e6),
-        ]
-        .iter()
-        .map(|&(g, b)| vec![1.0, g, b, b * 0.5])
-        .collect();
-        let times: Vec<f64> = rows
+        let rows: Vec<Vec<f64>> = [(1.0, 64.0), (16.0, 1024.0), (16.0, 262144.0), (256.0, 16384.0), (64.0, 1e6)]
             .iter()
-            .map(|r| r[0] * truth[0] + r[1] * truth[1] + r[2] * truth[2])
+            .map(|&(g, b)| vec![1.0, g, b, b * 0.5])
             .collect();
+        let times: Vec<f64> = rows.iter().map(|r| r[0] * truth[0] + r[1] * truth[1] + r[2] * truth[2]).collect();
         let fitted = fit_nonnegative(&rows, &times).unwrap();
         for (f, t) in fitted.iter().zip(truth) {
             assert!((f - t).abs() <= 1e-3 * t.abs() + 1e-15, "{fitted:?}");
@@ -350,11 +292,7 @@ mod tests {
     #[test]
     fn fit_never_returns_negative_coefficients() {
         // Time falls with bytes here: the byte term must be dropped, not made negative.
-        let rows = vec![
-            vec![1.0, 1.0, 100.0],
-            vec![1.0, 2.0, 50.0],
-            vec![1.0, 3.0, 10.0],
-        ];
+        let rows = vec![vec![1.0, 1.0, 100.0], vec![1.0, 2.0, 50.0], vec![1.0, 3.0, 10.0]];
         let fitted = fit_nonnegative(&rows, &[1.0, 2.0, 3.0]).unwrap();
         assert!(fitted.iter().all(|&c| c >= 0.0), "{fitted:?}");
     }
@@ -362,8 +300,7 @@ mod tests {
     #[test]
     fn named_parameters_round_trip() {
         let p = CostParams::default();
-        let named: Vec<(String, f64)> =
-            p.named().iter().map(|(n, v)| (n.to_string(), *v)).collect();
+        let named: Vec<(String, f64)> = p.named().iter().map(|(n, v)| (n.to_string(), *v)).collect();
         assert_eq!(CostParams::from_named(&named), Some(p));
         assert_eq!(CostParams::from_named(&named[1..]), None);
     }

@@ -38,17 +38,9 @@ pub type MdlBackendArg = c_int;
 /// `mdl_status` as it arrives from C, for the same reason.
 pub type MdlStatusArg = c_int;
 
-fn init_from(
-    comm: Result<MPI_Comm>,
-    group_size: Option<c_int>,
-    out: *mut *mut mdl_loader,
-) -> Result<()> {
+fn init_from(comm: Result<MPI_Comm>, group_size: Option<c_int>, out: *mut *mut mdl_loader) -> Result<()> {
     init_logging();
-    let local_checks = if out.is_null() {
-        Err(Error::null_arg("out"))
-    } else {
-        install_finalize_hook()
-    };
+    let local_checks = if out.is_null() { Err(Error::null_arg("out")) } else { install_finalize_hook() };
     let loader = Loader::init(comm?, local_checks, group_size.map(i64::from))?;
     let handle = Box::into_raw(mdl_loader::open(loader));
     // SAFETY: checked non-NULL above (and agreed on by all ranks).
@@ -98,9 +90,7 @@ pub extern "C" fn mdl_init(comm: MPI_Comm, out: *mut *mut mdl_loader) -> mdl_sta
 /// does not abort the job).
 #[unsafe(no_mangle)]
 pub extern "C" fn mdl_init_f(comm: RSMPI_Fint, out: *mut *mut mdl_loader) -> mdl_status {
-    boundary("mdl_init_f", || {
-        init_from(Comm::from_fortran(comm), None, out)
-    })
+    boundary("mdl_init_f", || init_from(Comm::from_fortran(comm), None, out))
 }
 
 /// Collective over comm: mdl_init, with comm split into replica groups that each hold
@@ -122,26 +112,14 @@ pub extern "C" fn mdl_init_f(comm: RSMPI_Fint, out: *mut *mut mdl_loader) -> mdl
 /// another (Open MPI 4.1 may otherwise give their windows one shared state): with
 /// MDL_TIMEOUT set, it must cover the other groups' registrations.
 #[unsafe(no_mangle)]
-pub extern "C" fn mdl_init_replicated(
-    comm: MPI_Comm,
-    group_size: c_int,
-    out: *mut *mut mdl_loader,
-) -> mdl_status {
-    boundary("mdl_init_replicated", || {
-        init_from(Ok(comm), Some(group_size), out)
-    })
+pub extern "C" fn mdl_init_replicated(comm: MPI_Comm, group_size: c_int, out: *mut *mut mdl_loader) -> mdl_status {
+    boundary("mdl_init_replicated", || init_from(Ok(comm), Some(group_size), out))
 }
 
 /// mdl_init_replicated for Fortran and Python (a Fortran handle, as mdl_init_f).
 #[unsafe(no_mangle)]
-pub extern "C" fn mdl_init_replicated_f(
-    comm: RSMPI_Fint,
-    group_size: c_int,
-    out: *mut *mut mdl_loader,
-) -> mdl_status {
-    boundary("mdl_init_replicated_f", || {
-        init_from(Comm::from_fortran(comm), Some(group_size), out)
-    })
+pub extern "C" fn mdl_init_replicated_f(comm: RSMPI_Fint, group_size: c_int, out: *mut *mut mdl_loader) -> mdl_status {
+    boundary("mdl_init_replicated_f", || init_from(Comm::from_fortran(comm), Some(group_size), out))
 }
 
 /// Local. Where this rank sits among the replica groups: its group (0-based, groups
@@ -178,12 +156,7 @@ pub extern "C" fn mdl_replica_info(
 /// for rank r of a group of g (parts differ by at most one sample). Without groups:
 /// the same split over comm.
 #[unsafe(no_mangle)]
-pub extern "C" fn mdl_replica_part(
-    h: *const mdl_loader,
-    num_samples: u64,
-    first: *mut u64,
-    count: *mut u64,
-) -> mdl_status {
+pub extern "C" fn mdl_replica_part(h: *const mdl_loader, num_samples: u64, first: *mut u64, count: *mut u64) -> mdl_status {
     boundary("mdl_replica_part", || {
         let part = with_published(h, |p| Ok(p.replicas().part(num_samples)))?;
         args::outs_present(&[(first, "first"), (count, "count")])?;
@@ -227,8 +200,7 @@ pub extern "C" fn mdl_register_shard(
                 // SAFETY: the caller passes n_samples + 1 offsets.
                 let offsets = unsafe { slice(offsets, n_offsets, "offsets") }?;
                 ShardView::check_offsets(offsets)?;
-                let bytes =
-                    args::len::<u8>(offsets.last().copied().unwrap_or(0), "offsets[n_samples]")?;
+                let bytes = args::len::<u8>(offsets.last().copied().unwrap_or(0), "offsets[n_samples]")?;
                 // SAFETY: the caller passes offsets[n_samples] bytes of data.
                 let data = unsafe { slice(data as *const u8, bytes, "data") }?;
                 ShardView::new(data, offsets)
@@ -337,13 +309,7 @@ pub extern "C" fn mdl_epoch_begin(
     drop_last: c_int,
 ) -> mdl_status {
     boundary("mdl_epoch_begin", || {
-        let args = EpochArgs {
-            seed,
-            epoch,
-            batch_size,
-            shuffle: shuffle != 0,
-            drop_last: drop_last != 0,
-        };
+        let args = EpochArgs { seed, epoch, batch_size, shuffle: shuffle != 0, drop_last: drop_last != 0 };
         with_loader(h, Call::Collective, |loader| loader.epoch_begin(args))
     })
 }
@@ -404,12 +370,7 @@ pub extern "C" fn mdl_next_batch(
         // The batch stays valid until the next call on h: the loader owns its buffers.
         let (ids_ptr, data_ptr, offsets_ptr, count) = with_loader(h, Call::Collective, |loader| {
             Ok(match loader.next_batch()? {
-                Some(b) => (
-                    b.ids.as_ptr(),
-                    b.data.as_ptr() as *const c_void,
-                    b.offsets.as_ptr(),
-                    b.ids.len(),
-                ),
+                Some(b) => (b.ids.as_ptr(), b.data.as_ptr() as *const c_void, b.offsets.as_ptr(), b.ids.len()),
                 None => (std::ptr::null(), std::ptr::null(), std::ptr::null(), 0),
             })
         })?;
@@ -429,9 +390,7 @@ pub extern "C" fn mdl_next_batch(
 /// an uninterrupted run would have. The same step on every rank (checked).
 #[unsafe(no_mangle)]
 pub extern "C" fn mdl_epoch_seek(h: *mut mdl_loader, step: u64) -> mdl_status {
-    boundary("mdl_epoch_seek", || {
-        with_loader(h, Call::Collective, |loader| loader.epoch_seek(step))
-    })
+    boundary("mdl_epoch_seek", || with_loader(h, Call::Collective, |loader| loader.epoch_seek(step)))
 }
 
 /// Batches fetched ahead while the caller computes (0 = none, the default; at most
@@ -443,9 +402,7 @@ pub extern "C" fn mdl_epoch_seek(h: *mut mdl_loader, step: u64) -> mdl_status {
 /// (MDL_ERR_STATE).
 #[unsafe(no_mangle)]
 pub extern "C" fn mdl_set_prefetch(h: *mut mdl_loader, depth: u32) -> mdl_status {
-    boundary("mdl_set_prefetch", || {
-        with_loader(h, Call::LocalSetter, |loader| loader.set_prefetch(depth))
-    })
+    boundary("mdl_set_prefetch", || with_loader(h, Call::LocalSetter, |loader| loader.set_prefetch(depth)))
 }
 
 /// Collective. Frees everything and sets *h = NULL. NULL or *h == NULL is a no-op.
@@ -456,9 +413,7 @@ pub extern "C" fn mdl_set_prefetch(h: *mut mdl_loader, depth: u32) -> mdl_status
 pub extern "C" fn mdl_finalize(h: *mut *mut mdl_loader) -> mdl_status {
     boundary("mdl_finalize", || {
         // SAFETY: a non-NULL h points to a handle variable (caller's contract).
-        let Some(slot) = (unsafe { h.as_mut() }) else {
-            return Ok(());
-        };
+        let Some(slot) = (unsafe { h.as_mut() }) else { return Ok(()) };
         if slot.is_null() {
             return Ok(());
         }
@@ -508,19 +463,10 @@ pub extern "C" fn mdl_stats_json(h: *const mdl_loader, buf: *mut c_char, len: us
 /// receives the full length (without the NUL). needed NULL is MDL_ERR_NULL_ARG on that
 /// rank, agreed by all. Refused with MDL_ERR_STATE on every rank during a sampler epoch.
 #[unsafe(no_mangle)]
-pub extern "C" fn mdl_stats_json_job(
-    h: *mut mdl_loader,
-    buf: *mut c_char,
-    len: usize,
-    needed: *mut usize,
-) -> mdl_status {
+pub extern "C" fn mdl_stats_json_job(h: *mut mdl_loader, buf: *mut c_char, len: usize, needed: *mut usize) -> mdl_status {
     boundary("mdl_stats_json_job", || {
         with_loader(h, Call::Collective, |loader| {
-            let checks = if needed.is_null() {
-                Err(Error::null_arg("needed"))
-            } else {
-                Ok(())
-            };
+            let checks = if needed.is_null() { Err(Error::null_arg("needed")) } else { Ok(()) };
             let json = loader.job_stats_json(checks)?;
             // SAFETY: needed was checked non-NULL (and agreed on) above; the caller
             // passes a writable size_t.

@@ -54,9 +54,7 @@ fn check<T>(ptr: *const T, what: &str) -> Result<()> {
         return Err(Error::null_arg(what));
     }
     if !ptr.is_aligned() {
-        return Err(Error::invalid(format!(
-            "{what} is not aligned for its type"
-        )));
+        return Err(Error::invalid(format!("{what} is not aligned for its type")));
     }
     Ok(())
 }
@@ -71,22 +69,14 @@ pub fn len<T>(n: u64, what: &str) -> Result<usize> {
 
 /// `n + 1` elements of `T` (an offsets array), checked like [`len`].
 pub fn count_plus_one<T>(n: u64, what: &str) -> Result<usize> {
-    let plus_one = n
-        .checked_add(1)
-        .ok_or_else(|| Error::invalid(format!("{what} = {n}: {what} + 1 overflows")))?;
-    len::<T>(plus_one, what).map_err(|_| {
-        Error::invalid(format!(
-            "{what} = {n}: {what} + 1 elements do not fit in memory"
-        ))
-    })
+    let plus_one = n.checked_add(1).ok_or_else(|| Error::invalid(format!("{what} = {n}: {what} + 1 overflows")))?;
+    len::<T>(plus_one, what).map_err(|_| Error::invalid(format!("{what} = {n}: {what} + 1 elements do not fit in memory")))
 }
 
 fn fits<T>(n: u64, what: &str) -> Result<()> {
     let max = isize::MAX as u64 / size_of::<T>().max(1) as u64;
     if n > max {
-        return Err(Error::invalid(format!(
-            "{what} = {n} does not fit in memory (at most {max} elements)"
-        )));
+        return Err(Error::invalid(format!("{what} = {n} does not fit in memory (at most {max} elements)")));
     }
     Ok(())
 }
@@ -98,20 +88,9 @@ mod tests {
 
     #[test]
     fn lengths_that_cannot_exist_in_memory_are_invalid_arguments() {
-        assert_eq!(
-            len::<u8>(isize::MAX as u64, "out_cap"),
-            Ok(isize::MAX as usize)
-        );
-        assert_eq!(
-            len::<u8>(isize::MAX as u64 + 1, "out_cap")
-                .unwrap_err()
-                .status,
-            mdl_status::MDL_ERR_INVALID_ARG
-        );
-        assert_eq!(
-            len::<u8>(u64::MAX, "out_cap").unwrap_err().status,
-            mdl_status::MDL_ERR_INVALID_ARG
-        );
+        assert_eq!(len::<u8>(isize::MAX as u64, "out_cap"), Ok(isize::MAX as usize));
+        assert_eq!(len::<u8>(isize::MAX as u64 + 1, "out_cap").unwrap_err().status, mdl_status::MDL_ERR_INVALID_ARG);
+        assert_eq!(len::<u8>(u64::MAX, "out_cap").unwrap_err().status, mdl_status::MDL_ERR_INVALID_ARG);
         // 8-byte elements: a length is at most isize::MAX / 8.
         assert!(len::<u64>(isize::MAX as u64 / 8, "ids").is_ok());
         assert!(len::<u64>(isize::MAX as u64 / 8 + 1, "ids").is_err());
@@ -132,15 +111,9 @@ mod tests {
         // before any access.
         unsafe {
             assert_eq!(slice(null, 0, "ids").unwrap().len(), 0);
-            assert_eq!(
-                slice(null, 3, "ids").unwrap_err().status,
-                mdl_status::MDL_ERR_NULL_ARG
-            );
+            assert_eq!(slice(null, 3, "ids").unwrap_err().status, mdl_status::MDL_ERR_NULL_ARG);
             let one = [7u64];
-            assert_eq!(
-                slice(one.as_ptr(), usize::MAX, "ids").unwrap_err().status,
-                mdl_status::MDL_ERR_INVALID_ARG
-            );
+            assert_eq!(slice(one.as_ptr(), usize::MAX, "ids").unwrap_err().status, mdl_status::MDL_ERR_INVALID_ARG);
         }
     }
 }

@@ -55,14 +55,9 @@ impl mdl_loader {
     pub fn close(self: Box<mdl_loader>) -> Result<()> {
         let handle = self.inner;
         OPEN.lock().retain(|h| !Arc::ptr_eq(h, &handle));
-        let Some(loader) = handle.loader.lock().take() else {
-            return Ok(());
-        };
+        let Some(loader) = handle.loader.lock().take() else { return Ok(()) };
         if let Some(poison) = handle.poison.lock().clone() {
-            log::warn!(
-                "finalizing a loader that failed earlier ({}): its MPI objects are not freed",
-                poison.message
-            );
+            log::warn!("finalizing a loader that failed earlier ({}): its MPI objects are not freed", poison.message);
             loader.stop_progress();
             std::mem::forget(loader); // its window and communicator may still be in use by MPI
             return Ok(());
@@ -81,24 +76,15 @@ fn handle_of<'a>(h: *const mdl_loader) -> Result<&'a Handle> {
         return Err(Error::state("MPI is not initialised or already finalised"));
     }
     // SAFETY: a non-NULL handle comes from mdl_init and is live until mdl_finalize.
-    Ok(&unsafe { h.as_ref() }
-        .ok_or_else(|| Error::null_arg("the loader handle"))?
-        .inner)
+    Ok(&unsafe { h.as_ref() }.ok_or_else(|| Error::null_arg("the loader handle"))?.inner)
 }
 
 /// Refusal of a call on a handle that cannot take it.
 fn refused(handle: &Handle) -> Result<()> {
     if let Some(poison) = handle.poison.lock().as_ref() {
         return Err(Error::new(
-            if poison.status == mdl_status::MDL_ERR_PANIC {
-                mdl_status::MDL_ERR_PANIC
-            } else {
-                mdl_status::MDL_ERR_STATE
-            },
-            format!(
-                "the loader is unusable after an earlier failure ({}); finalize it",
-                poison.message
-            ),
+            if poison.status == mdl_status::MDL_ERR_PANIC { mdl_status::MDL_ERR_PANIC } else { mdl_status::MDL_ERR_STATE },
+            format!("the loader is unusable after an earlier failure ({}); finalize it", poison.message),
         ));
     }
     Ok(())
@@ -114,11 +100,7 @@ pub enum Call {
 }
 
 /// Run `body` on the loader behind `h` (a call that may change it or communicate).
-pub fn with_loader<R>(
-    h: *const mdl_loader,
-    call: Call,
-    body: impl FnOnce(&mut Loader) -> Result<R>,
-) -> Result<R> {
+pub fn with_loader<R>(h: *const mdl_loader, call: Call, body: impl FnOnce(&mut Loader) -> Result<R>) -> Result<R> {
     let handle = handle_of(h)?;
     refused(handle)?;
     let guard = match call {
@@ -126,19 +108,13 @@ pub fn with_loader<R>(
         Call::LocalSetter => handle.loader.try_lock(),
     };
     let Some(mut guard) = guard else {
-        return Err(Error::state(
-            "another thread is inside a call on this loader; settings change between calls",
-        ));
+        return Err(Error::state("another thread is inside a call on this loader; settings change between calls"));
     };
-    let loader = guard
-        .as_mut()
-        .ok_or_else(|| Error::state("the loader was closed at MPI_Finalize"))?;
+    let loader = guard.as_mut().ok_or_else(|| Error::state("the loader was closed at MPI_Finalize"))?;
     match catch_unwind(AssertUnwindSafe(|| body(loader))) {
         Ok(result) => {
             let poison = match &result {
-                Err(err) if err.status == mdl_status::MDL_ERR_PANIC => {
-                    Some((err.status, "a panic was caught"))
-                }
+                Err(err) if err.status == mdl_status::MDL_ERR_PANIC => Some((err.status, "a panic was caught")),
                 Err(err) if err.status == mdl_status::MDL_ERR_TIMEOUT => {
                     Some((err.status, "a collective timed out (MDL_TIMEOUT)"))
                 }
@@ -150,8 +126,7 @@ pub fn with_loader<R>(
             result
         }
         Err(panic) => {
-            *handle.poison.lock() =
-                Some(Error::new(mdl_status::MDL_ERR_PANIC, "a panic was caught"));
+            *handle.poison.lock() = Some(Error::new(mdl_status::MDL_ERR_PANIC, "a panic was caught"));
             resume_unwind(panic)
         }
     }
@@ -159,10 +134,7 @@ pub fn with_loader<R>(
 
 /// Run a local query on what the loader publishes: never waits on other ranks. It
 /// still answers on a poisoned loader (its statistics tell what happened).
-pub fn with_published<R>(
-    h: *const mdl_loader,
-    query: impl FnOnce(&Published) -> Result<R>,
-) -> Result<R> {
+pub fn with_published<R>(h: *const mdl_loader, query: impl FnOnce(&Published) -> Result<R>) -> Result<R> {
     query(&handle_of(h)?.published)
 }
 
@@ -182,9 +154,7 @@ fn close_all_at_mpi_finalize() {
     mpi::stop_progress_threads();
     let open = std::mem::take(&mut *OPEN.lock());
     for handle in open {
-        let Some(loader) = handle.loader.lock().take() else {
-            continue;
-        };
+        let Some(loader) = handle.loader.lock().take() else { continue };
         if handle.poison.lock().is_some() {
             std::mem::forget(loader);
             continue;

@@ -17,8 +17,8 @@ pub use order::mdl_epoch_ids;
 use crate::error::{Result, mdl_status};
 use std::cell::RefCell;
 use std::io::Write;
-use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::OnceLock;
+use std::panic::{AssertUnwindSafe, catch_unwind};
 
 thread_local! {
     static LAST_ERROR: RefCell<String> = const { RefCell::new(String::new()) };
@@ -74,12 +74,7 @@ fn init_logging() {
             .target(env_logger::Target::Stderr)
             .format(|out, record| {
                 let rank = WORLD_RANK.get().map_or("?".to_string(), |r| r.to_string());
-                writeln!(
-                    out,
-                    "[mdloader {} rank {rank}] {}",
-                    record.level(),
-                    record.args()
-                )
+                writeln!(out, "[mdloader {} rank {rank}] {}", record.level(), record.args())
             })
             .try_init();
     });

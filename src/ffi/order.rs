@@ -35,22 +35,11 @@ pub extern "C" fn mdl_epoch_ids(
         // SAFETY: n is checked and points to a writable size_t (caller's contract).
         let count_out = unsafe { args::out(n, "n") }?;
         let ranks = usize::try_from(n_ranks).ok().filter(|&r| r > 0);
-        let ranks = ranks
-            .ok_or_else(|| Error::invalid(format!("n_ranks = {n_ranks}, must be 1 .. SIZE_MAX")))?;
+        let ranks = ranks.ok_or_else(|| Error::invalid(format!("n_ranks = {n_ranks}, must be 1 .. SIZE_MAX")))?;
         if rank >= n_ranks {
-            return Err(Error::invalid(format!(
-                "rank = {rank} is not below n_ranks = {n_ranks}"
-            )));
+            return Err(Error::invalid(format!("rank = {rank} is not below n_ranks = {n_ranks}")));
         }
-        let order = Epoch::new(
-            n_samples,
-            ranks,
-            seed,
-            epoch,
-            batch_size,
-            shuffle != 0,
-            drop_last != 0,
-        )?;
+        let order = Epoch::new(n_samples, ranks, seed, epoch, batch_size, shuffle != 0, drop_last != 0)?;
         let count = batch_len(n_samples, n_ranks, batch_size, drop_last != 0, step);
         let mut ids = Vec::new();
         *count_out = args::len::<u64>(count, "the step's ids")?;
@@ -60,8 +49,7 @@ pub extern "C" fn mdl_epoch_ids(
                 format!("step {step} has {count} ids, cap is {cap} (*n holds the count needed)"),
             ));
         }
-        ids.try_reserve_exact(*count_out)
-            .map_err(|_| Error::no_memory(count.saturating_mul(8)))?;
+        ids.try_reserve_exact(*count_out).map_err(|_| Error::no_memory(count.saturating_mul(8)))?;
         order.batch_into(step, rank as usize, &mut ids);
         // SAFETY: the caller passes cap >= count writable u64 at out (checked just above).
         let out = unsafe { args::slice_mut(out, ids.len(), "out") }?;
@@ -74,11 +62,7 @@ pub extern "C" fn mdl_epoch_ids(
 /// may ask for a whole share of 10^9 ids only to learn its size); the split is the
 /// sampler's (`sampler::Epoch`), and the tests check that the two agree.
 fn batch_len(n_samples: u64, n_ranks: u64, batch_size: u64, drop_last: bool, step: u64) -> u64 {
-    let per_rank = if drop_last {
-        n_samples / n_ranks
-    } else {
-        n_samples.div_ceil(n_ranks)
-    };
+    let per_rank = if drop_last { n_samples / n_ranks } else { n_samples.div_ceil(n_ranks) };
     let first = step.saturating_mul(batch_size).min(per_rank);
     (first.saturating_add(batch_size)).min(per_rank) - first
 }
@@ -87,30 +71,10 @@ fn batch_len(n_samples: u64, n_ranks: u64, batch_size: u64, drop_last: bool, ste
 mod tests {
     use super::*;
 
-    fn ids(
-        n_samples: u64,
-        ranks: u64,
-        rank: u64,
-        batch: u64,
-        drop_last: bool,
-        step: u64,
-    ) -> (mdl_status, Vec<u64>) {
+    fn ids(n_samples: u64, ranks: u64, rank: u64, batch: u64, drop_last: bool, step: u64) -> (mdl_status, Vec<u64>) {
         let mut out = vec![0u64; 64];
         let mut n = 0usize;
-        let st = mdl_epoch_ids(
-            n_samples,
-            ranks,
-            rank,
-            7,
-            3,
-            batch,
-            1,
-            drop_last as c_int,
-            step,
-            out.as_mut_ptr(),
-            out.len(),
-            &mut n,
-        );
+        let st = mdl_epoch_ids(n_samples, ranks, rank, 7, 3, batch, 1, drop_last as c_int, step, out.as_mut_ptr(), out.len(), &mut n);
         out.truncate(n);
         (st, out)
     }
@@ -122,10 +86,7 @@ mod tests {
             for step in 0..3 {
                 let mut expected = Vec::new();
                 epoch.batch_into(step, rank as usize, &mut expected);
-                assert_eq!(
-                    ids(10, 3, rank, 2, false, step),
-                    (mdl_status::MDL_OK, expected)
-                );
+                assert_eq!(ids(10, 3, rank, 2, false, step), (mdl_status::MDL_OK, expected));
             }
         }
         // Past the end: empty. With drop_last, 10 / 3 = 3 per rank.
@@ -136,36 +97,14 @@ mod tests {
 
     #[test]
     fn refuses_bad_arguments_and_small_buffers() {
-        assert_eq!(
-            ids(10, 0, 0, 2, false, 0).0,
-            mdl_status::MDL_ERR_INVALID_ARG
-        );
-        assert_eq!(
-            ids(10, 2, 2, 2, false, 0).0,
-            mdl_status::MDL_ERR_INVALID_ARG
-        );
-        assert_eq!(
-            ids(10, 2, 0, 0, false, 0).0,
-            mdl_status::MDL_ERR_INVALID_ARG
-        );
+        assert_eq!(ids(10, 0, 0, 2, false, 0).0, mdl_status::MDL_ERR_INVALID_ARG);
+        assert_eq!(ids(10, 2, 2, 2, false, 0).0, mdl_status::MDL_ERR_INVALID_ARG);
+        assert_eq!(ids(10, 2, 0, 0, false, 0).0, mdl_status::MDL_ERR_INVALID_ARG);
         let mut out = [0u64; 1];
         let mut n = 0usize;
         let st = mdl_epoch_ids(10, 1, 0, 0, 0, 4, 1, 0, 0, out.as_mut_ptr(), 1, &mut n);
         assert_eq!((st, n), (mdl_status::MDL_ERR_BUFFER_TOO_SMALL, 4));
-        let st = mdl_epoch_ids(
-            10,
-            1,
-            0,
-            0,
-            0,
-            4,
-            1,
-            0,
-            0,
-            out.as_mut_ptr(),
-            1,
-            std::ptr::null_mut(),
-        );
+        let st = mdl_epoch_ids(10, 1, 0, 0, 0, 4, 1, 0, 0, out.as_mut_ptr(), 1, std::ptr::null_mut());
         assert_eq!(st, mdl_status::MDL_ERR_NULL_ARG);
     }
 }

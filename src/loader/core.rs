@@ -8,20 +8,14 @@
 use super::epoch::Batch;
 use super::published::Published;
 use super::replica::{GroupBatches, GroupSpec, ReplicaGroup, ReplicaInfo};
-use crate::agree::{
-    Agreed, AgreementUnderWay, Proposal, Setting, agree, agree_identical, agree_on_checks,
-    agree_settings, start_agreement,
-};
+use crate::agree::{Agreed, AgreementUnderWay, Proposal, Setting, agree, agree_identical, agree_on_checks, agree_settings, start_agreement};
 use crate::config::{Backend, Calibration as CalibrationMode, Config, Progress, Wait};
-use crate::engine::{
-    ExchangeBuffers, ExchangeShape, KnownBatches, StepContext, copy_local, exchange_shape,
-    fetch_remote,
-};
+use crate::engine::{ExchangeBuffers, ExchangeShape, KnownBatches, StepContext, copy_local, exchange_shape, fetch_remote};
 use crate::error::{Error, Result, mdl_status};
 use crate::estimator::calibrate::{self, Calibration, CalibrationSettings};
-use crate::estimator::features::NodeFeatures;
 use crate::estimator::model::{CostParams, StepFeatures};
-use crate::estimator::{Decision, Estimator, EstimatorCounters, Measured, Settings, features};
+use crate::estimator::features::NodeFeatures;
+use crate::estimator::{Measured, Decision, Estimator, EstimatorCounters, Settings, features};
 use crate::mpi::{self, Comm, GetLimits, ProgressThread, WaitPolicy};
 use crate::node;
 use crate::plan::BatchPlan;
@@ -139,9 +133,7 @@ impl Core {
     /// checked and agreed with the configuration, then the host is split into groups.
     pub fn init(host: MPI_Comm, local_check: Result<()>, group_size: Option<i64>) -> Result<Core> {
         let mut comm = Comm::duplicate(host)?;
-        let spec = group_size.map_or(Ok(GroupSpec::Whole), |size| {
-            GroupSpec::from_arg(size, comm.size())
-        });
+        let spec = group_size.map_or(Ok(GroupSpec::Whole), |size| GroupSpec::from_arg(size, comm.size()));
         let agreed = Self::agree_on_config(&comm, local_check, spec);
         let (config, policy, spec) = match agreed {
             Ok(agreed) => agreed,
@@ -158,31 +150,13 @@ impl Core {
             comm.size(),
             config.backend.name(),
             config.max_message_bytes,
-            if policy.yield_between_tests {
-                "yield (more ranks than cores)"
-            } else {
-                "spin"
-            }
+            if policy.yield_between_tests { "yield (more ranks than cores)" } else { "spin" }
         );
-        let replicas = group.as_ref().map_or(
-            ReplicaInfo::whole(comm.rank(), comm.size()),
-            ReplicaGroup::info,
-        );
+        let replicas = group.as_ref().map_or(ReplicaInfo::whole(comm.rank(), comm.size()), ReplicaGroup::info);
         if replicas.groups > 1 {
-            log::debug!(
-                "replica group {} of {}: rank {} of {}",
-                replicas.group,
-                replicas.groups,
-                replicas.rank_in_group,
-                replicas.group_size
-            );
+            log::debug!("replica group {} of {}: rank {} of {}", replicas.group, replicas.groups, replicas.rank_in_group, replicas.group_size);
         }
-        let published = Arc::new(Published::new(
-            comm.rank(),
-            comm.size(),
-            config.backend,
-            replicas,
-        ));
+        let published = Arc::new(Published::new(comm.rank(), comm.size(), config.backend, replicas));
         Ok(Core {
             backend: config.backend,
             comm,
@@ -194,14 +168,7 @@ impl Core {
             spare_batches: Vec::new(),
             progress: None,
             gets_end_in_barrier: false,
-            estimator: Estimator::new(
-                CostParams::default(),
-                Settings {
-                    probe_interval: 0,
-                    hysteresis: 0.0,
-                    probe_budget: 0.0,
-                },
-            ),
+            estimator: Estimator::new(CostParams::default(), Settings { probe_interval: 0, hysteresis: 0.0, probe_budget: 0.0 }),
             calibration: Calibration::default_params("default"),
             stats: Stats::default(),
             pending: Vec::new(),
@@ -216,25 +183,14 @@ impl Core {
     /// blocking collective never matches a nonblocking one, so if any node is
     /// oversubscribed every rank yields. Open MPI's blocking calls yield by themselves
     /// when oversubscribed (and beat test-and-yield 2-3x there, measured).
-    fn agree_on_config(
-        comm: &Comm,
-        local_check: Result<()>,
-        spec: Result<GroupSpec>,
-    ) -> Result<(Config, WaitPolicy, GroupSpec)> {
+    fn agree_on_config(comm: &Comm, local_check: Result<()>, spec: Result<GroupSpec>) -> Result<(Config, WaitPolicy, GroupSpec)> {
         let read = Config::from_env();
         // A rank whose environment is invalid still sends a full set of values, so
         // that every rank's all-reduce has the same length.
-        let mut settings = read
-            .as_ref()
-            .map_or_else(|_| Config::default().settings(), Config::settings);
+        let mut settings = read.as_ref().map_or_else(|_| Config::default().settings(), Config::settings);
         let group_size = spec.as_ref().map_or(0, |s| s.agreed_value(comm.size()));
-        settings.push(Setting::identical(
-            "group_size (mdl_init_replicated; mdl_init is the whole communicator)",
-            group_size,
-        ));
-        let checks = local_check
-            .and(spec.as_ref().map(|_| ()).map_err(Clone::clone))
-            .and(read.as_ref().map(|_| ()).map_err(Clone::clone));
+        settings.push(Setting::identical("group_size (mdl_init_replicated; mdl_init is the whole communicator)", group_size));
+        let checks = local_check.and(spec.as_ref().map(|_| ()).map_err(Clone::clone)).and(read.as_ref().map(|_| ()).map_err(Clone::clone));
         agree_identical(comm, checks, &settings)?;
         let config = read.expect("agreed that every rank read its configuration");
         let spec = spec.expect("agreed that every rank's group_size is valid");
@@ -244,9 +200,7 @@ impl Core {
             Wait::Auto if !mpi::is_mpich() => false,
             Wait::Auto => {
                 let ranks_here = comm.ranks_on_node(node::machine_key());
-                let oversubscribed = ranks_here
-                    .as_ref()
-                    .map_or(false, |&n| n > node::online_cores());
+                let oversubscribed = ranks_here.as_ref().map_or(false, |&n| n > node::online_cores());
                 let any = Setting::max("oversubscribed node", oversubscribed as u64);
                 agree_settings(comm, ranks_here.map(|_| ()), &[any])?[0] != 0
             }
@@ -277,15 +231,8 @@ impl Core {
             Some(Ok(c)) => c.params,
             _ => CostParams::default(),
         };
-        let named: Vec<(String, f64)> = params
-            .named()
-            .into_iter()
-            .map(|(n, v)| (format!("MDL_CALIBRATION file: \"{n}\""), v))
-            .collect();
-        let file_settings: Vec<Setting> = named
-            .iter()
-            .map(|(name, v)| Setting::float(name, *v))
-            .collect();
+        let named: Vec<(String, f64)> = params.named().into_iter().map(|(n, v)| (format!("MDL_CALIBRATION file: \"{n}\""), v)).collect();
+        let file_settings: Vec<Setting> = named.iter().map(|(name, v)| Setting::float(name, *v)).collect();
         agree_identical(&self.comm, checks, &file_settings)?;
         let shard = shard.expect("agreed that every rank's shard is valid");
         let started = mpi::wtime();
@@ -302,9 +249,7 @@ impl Core {
         self.store = Some(store);
         self.calibration = match loaded {
             Some(loaded) => loaded.expect("agreed that every rank loaded its file"),
-            None if self.config.calibration == CalibrationMode::Off => {
-                Calibration::default_params("default")
-            }
+            None if self.config.calibration == CalibrationMode::Off => Calibration::default_params("default"),
             None => self.measure_calibration()?,
         };
         self.estimator = Estimator::new(
@@ -332,8 +277,7 @@ impl Core {
     /// engine's times. `MDL_PROGRESS=off` on a rank keeps it out of this (the user
     /// takes the risk, as with the thread).
     fn agree_on_lingering(&self) -> Result<bool> {
-        let wanted =
-            self.config.progress != Progress::Off && self.gets_made() && self.progress.is_none();
+        let wanted = self.config.progress != Progress::Off && self.gets_made() && self.progress.is_none();
         let agreed = self.comm.allreduce_max(&[wanted as u8])?[0] != 0;
         if agreed {
             log::info!(
@@ -346,10 +290,7 @@ impl Core {
 
     /// Whether any get is ever made (one node whose samples are all copies makes none).
     fn gets_made(&self) -> bool {
-        let one_node = self
-            .store
-            .as_ref()
-            .is_some_and(|store| store.topology.is_one_node());
+        let one_node = self.store.as_ref().is_some_and(|store| store.topology.is_one_node());
         self.data_comm().size() > 1 && !one_node
     }
 
@@ -378,26 +319,18 @@ impl Core {
             if self.config.progress == Progress::On {
                 log::warn!("MDL_PROGRESS=on: {why}; not started");
             } else {
-                log::info!(
-                    "{why}; not started (a one-sided get then waits for its target to call MPI)"
-                );
+                log::info!("{why}; not started (a one-sided get then waits for its target to call MPI)");
             }
             return None;
         }
         let interval = std::time::Duration::from_micros(self.config.progress_interval_us);
         match ProgressThread::start(self.data_comm(), interval) {
             Ok(thread) => {
-                log::info!(
-                    "progress thread started (MPI_Iprobe every {} us)",
-                    self.config.progress_interval_us
-                );
+                log::info!("progress thread started (MPI_Iprobe every {} us)", self.config.progress_interval_us);
                 Some(thread)
             }
             Err(err) => {
-                log::warn!(
-                    "{}: one-sided gets may wait for their targets to call MPI",
-                    err.message
-                );
+                log::warn!("{}: one-sided gets may wait for their targets to call MPI", err.message);
                 None
             }
         }
@@ -408,39 +341,23 @@ impl Core {
     /// the same lengths (a checksum; the bytes themselves are the caller's promise). A
     /// group that fails fails every group.
     fn register_copy(&self, shard: &ShardView) -> Result<Store> {
-        let Some(group) = &self.group else {
-            return Store::register(&self.comm, shard, &self.store_settings());
-        };
+        let Some(group) = &self.group else { return Store::register(&self.comm, shard, &self.store_settings()) };
         let settings = self.store_settings();
         let registered = self
             .comm
-            .one_part_per_node_at_a_time(group.info().group as u64, || {
-                Store::register(group.comm(), shard, &settings)
-            })?;
+            .one_part_per_node_at_a_time(group.info().group as u64, || Store::register(group.comm(), shard, &settings))?;
         let (samples, lengths) = match &registered {
             Ok(store) => {
                 let first_id = store.index.first_ids()[group.comm().rank()];
-                (
-                    store.index.num_samples(),
-                    group
-                        .comm()
-                        .allreduce_sum(&[shard.lengths_checksum(first_id)])?[0],
-                )
+                (store.index.num_samples(), group.comm().allreduce_sum(&[shard.lengths_checksum(first_id)])?[0])
             }
             Err(_) => (0, 0),
         };
         let same_dataset = [
             Setting::identical("the number of samples a replica group holds", samples),
-            Setting::identical(
-                "the sample lengths a replica group holds (a checksum)",
-                lengths,
-            ),
+            Setting::identical("the sample lengths a replica group holds (a checksum)", lengths),
         ];
-        match agree_identical(
-            &self.comm,
-            registered.as_ref().map(|_| ()).map_err(Clone::clone),
-            &same_dataset,
-        ) {
+        match agree_identical(&self.comm, registered.as_ref().map(|_| ()).map_err(Clone::clone), &same_dataset) {
             Ok(()) => registered,
             Err(err) => {
                 registered.map_or(Ok(()), Store::free)?;
@@ -459,57 +376,26 @@ impl Core {
             budget_seconds: self.config.calibration_seconds,
             matrix_max_ranks: self.config.matrix_max_ranks,
             // The scratch store's windows are of the kind the registered store's are.
-            store: StoreSettings {
-                placement: self.store.as_ref().map(|s| s.placement),
-                ..self.store_settings()
-            },
-            topology: self
-                .store
-                .as_ref()
-                .map(|s| s.topology.clone())
-                .unwrap_or_default(),
+            store: StoreSettings { placement: self.store.as_ref().map(|s| s.placement), ..self.store_settings() },
+            topology: self.store.as_ref().map(|s| s.topology.clone()).unwrap_or_default(),
         };
-        let Some(group) = &self.group else {
-            return calibrate::measure(&self.comm, &settings);
-        };
+        let Some(group) = &self.group else { return calibrate::measure(&self.comm, &settings) };
         let measures = group.info().group == 0;
-        let measured = if measures {
-            calibrate::measure(group.comm(), &settings)
-        } else {
-            Ok(Calibration::default_params("default"))
-        };
-        agree_on_checks(
-            &self.comm,
-            measured.as_ref().map(|_| ()).map_err(Clone::clone),
-        )?;
+        let measured = if measures { calibrate::measure(group.comm(), &settings) } else { Ok(Calibration::default_params("default")) };
+        agree_on_checks(&self.comm, measured.as_ref().map(|_| ()).map_err(Clone::clone))?;
         let mut measured = measured.expect("agreed that the measuring group succeeded");
         let mut figures: Vec<f64> = measured.params.named().iter().map(|(_, v)| *v).collect();
         let was_measured = f64::from(u8::from(measured.source == "measured"));
-        figures.extend([
-            measured.seconds,
-            measured.points[0] as f64,
-            measured.points[1] as f64,
-            was_measured,
-        ]);
+        figures.extend([measured.seconds, measured.points[0] as f64, measured.points[1] as f64, was_measured]);
         self.comm.bcast_into(0, &mut figures)?;
-        let named: Vec<(String, f64)> = measured
-            .params
-            .named()
-            .iter()
-            .zip(&figures)
-            .map(|((n, _), v)| (n.to_string(), *v))
-            .collect();
+        let named: Vec<(String, f64)> = measured.params.named().iter().zip(&figures).map(|((n, _), v)| (n.to_string(), *v)).collect();
         let [seconds, one_sided, collective, was_measured] = figures[named.len()..] else {
             unreachable!("four figures follow the parameters")
         };
         measured.params = CostParams::from_named(&named).expect("the same names");
         measured.seconds = seconds;
         measured.points = [one_sided as usize, collective as usize];
-        measured.source = if was_measured == 1.0 {
-            "measured"
-        } else {
-            "default"
-        };
+        measured.source = if was_measured == 1.0 { "measured" } else { "default" };
         Ok(measured)
     }
 
@@ -521,11 +407,7 @@ impl Core {
     /// `MDL_MATRIX_MAX_RANKS`, or 0 with replica groups: the request matrix would be
     /// combined across groups (the agreement is the host's), where it means nothing.
     fn matrix_max_ranks(&self) -> usize {
-        if self.group.is_some() {
-            0
-        } else {
-            self.config.matrix_max_ranks
-        }
+        if self.group.is_some() { 0 } else { self.config.matrix_max_ranks }
     }
 
     fn store_settings(&self) -> StoreSettings {
@@ -542,17 +424,13 @@ impl Core {
     }
 
     fn limits(&self) -> GetLimits {
-        GetLimits {
-            max_message: self.config.max_message_bytes,
-            max_in_flight: self.config.max_gets_in_flight,
-        }
+        GetLimits { max_message: self.config.max_message_bytes, max_in_flight: self.config.max_gets_in_flight }
     }
 
     /// Hand the statistics to local calls (`mdl_stats_json`), which do not take the
     /// step lock.
     fn publish(&self) {
-        self.published
-            .set_stats(&self.stats, self.backend, self.estimator.counters());
+        self.published.set_stats(&self.stats, self.backend, self.estimator.counters());
     }
 
     /// `MDL_AGREEMENT_LAG`, agreed at init.
@@ -575,9 +453,7 @@ impl Core {
     }
 
     fn store(&self) -> Result<&Store> {
-        self.store
-            .as_ref()
-            .ok_or_else(|| Error::state("no shard registered yet (call mdl_register_shard first)"))
+        self.store.as_ref().ok_or_else(|| Error::state("no shard registered yet (call mdl_register_shard first)"))
     }
 
     pub fn comm(&self) -> &Comm {
@@ -612,43 +488,23 @@ impl Core {
         let matrix_max_ranks = self.matrix_max_ranks();
         let measured = std::mem::take(&mut self.pending);
         let at = times_len(&measured);
-        let mut maxima =
-            agreement_values(&measured, features::encoded_len(ranks, matrix_max_ranks));
+        let mut maxima = agreement_values(&measured, features::encoded_len(ranks, matrix_max_ranks));
         if let Ok(p) = &prepared {
             let mine = features::encode(&p.plan, &p.shape, me, matrix_max_ranks);
             maxima[at..].copy_from_slice(&mine);
         }
         let error = prepared.as_ref().err().cloned();
         let same = self.estimator.fingerprint();
-        let agreed = agree(
-            &self.comm,
-            &Proposal {
-                error: error.clone(),
-                backend: self.backend,
-                maxima,
-                same,
-            },
-        )?;
+        let agreed = agree(&self.comm, &Proposal { error: error.clone(), backend: self.backend, maxima, same })?;
         self.learn(measured, &agreed.maxima[..at]);
         agreed.outcome(error)?;
         Self::refuse_differing_backends(&agreed)?;
         let prepared = prepared.expect("agreed that every rank prepared its fetch");
-        let step_features = features::decode(
-            &agreed.maxima[at..],
-            ranks,
-            matrix_max_ranks,
-            self.config.max_message_bytes,
-        );
-        let requests_to_me =
-            features::requests_to(&agreed.maxima[at..], ranks, matrix_max_ranks, me);
+        let step_features = features::decode(&agreed.maxima[at..], ranks, matrix_max_ranks, self.config.max_message_bytes);
+        let requests_to_me = features::requests_to(&agreed.maxima[at..], ranks, matrix_max_ranks, me);
         let node = features::decode_node(&agreed.maxima[at..]);
         let decision = self.decide(&step_features, node, self.backend);
-        let samples = self.run(
-            decision.as_ref(),
-            prepared,
-            step_features,
-            requests_to_me.as_deref(),
-        )?;
+        let samples = self.run(decision.as_ref(), prepared, step_features, requests_to_me.as_deref())?;
         self.log_summary_every_epoch(samples);
         Ok(())
     }
@@ -659,12 +515,7 @@ impl Core {
         // Filled even when the buffer is too small: out_offsets[n] tells the size needed.
         args.out_offsets.copy_from_slice(&plan.out_offsets);
         fits(&plan, args.out.len())?;
-        Ok(PreparedFetch {
-            plan,
-            out: args.out,
-            shape,
-            known_batches: args.known_batches,
-        })
+        Ok(PreparedFetch { plan, out: args.out, shape, known_batches: args.known_batches })
     }
 
     /// Plan a fetch of `ids` and reserve what its exchange needs.
@@ -679,11 +530,7 @@ impl Core {
         // of a round: see `features::agreed_rounds`); reserved now, before the
         // agreement, so that running out of memory fails every rank together.
         let max_message = self.config.max_message_bytes;
-        let round_bytes = if plan.remote_bytes() <= max_message {
-            plan.remote_bytes()
-        } else {
-            max_message / ranks as u64
-        };
+        let round_bytes = if plan.remote_bytes() <= max_message { plan.remote_bytes() } else { max_message / ranks as u64 };
         self.buffers.borrow_mut().reserve_received(round_bytes)?;
         Ok(PlannedStep { plan, shape })
     }
@@ -693,9 +540,7 @@ impl Core {
     /// steps (all ran them), so all learn the same.
     fn learn(&mut self, measured: Vec<PendingMeasurement>, times: &[f64]) {
         let (slowest, negated_fastest) = times.split_at(measured.len());
-        for ((previous, &slowest), &negated_fastest) in
-            measured.into_iter().zip(slowest).zip(negated_fastest)
-        {
+        for ((previous, &slowest), &negated_fastest) in measured.into_iter().zip(slowest).zip(negated_fastest) {
             let fastest = -negated_fastest;
             log::trace!(
                 "step {}: measured {} {:.1} us (slowest rank), {:.1} us (fastest)",
@@ -706,18 +551,9 @@ impl Core {
             );
             // With replica groups every group runs its own exchange: the slowest and
             // fastest ranks may be of different groups, and their spread no skew.
-            let fastest = if self.group.is_some() {
-                slowest
-            } else {
-                fastest
-            };
+            let fastest = if self.group.is_some() { slowest } else { fastest };
             let times = Measured { slowest, fastest };
-            self.estimator.observe(
-                previous.engine,
-                &previous.features,
-                times,
-                previous.probe_instead_of,
-            );
+            self.estimator.observe(previous.engine, &previous.features, times, previous.probe_instead_of);
             let stats = self.stats.engine_mut(previous.engine);
             stats.measured_slowest_seconds += slowest;
             stats.measured_steps += 1;
@@ -756,16 +592,9 @@ impl Core {
     /// The engine of a step whose agreed features are `features`, the same on every
     /// rank; None, with the node-local path on, when no rank has a remote sample (the
     /// copies are the whole step). With it off every step runs its engine, as before.
-    fn decide(
-        &mut self,
-        features: &StepFeatures,
-        node: NodeFeatures,
-        backend: Backend,
-    ) -> Option<Decision> {
+    fn decide(&mut self, features: &StepFeatures, node: NodeFeatures, backend: Backend) -> Option<Decision> {
         if (self.config.node_local || self.group.is_some()) && !features.needs_engine() {
-            log::trace!(
-                "{features:?}, node-local {node:?}: no remote sample on any rank, no engine"
-            );
+            log::trace!("{features:?}, node-local {node:?}: no remote sample on any rank, no engine");
             return None;
         }
         let decision = self.estimator.decide(features, backend);
@@ -810,42 +639,20 @@ impl Core {
             .and_then(|p| self.reserve_sends(known, &p.plan).map(|()| p));
         let measured = std::mem::take(&mut self.pending);
         let at = times_len(&measured);
-        let (ranks, me, matrix_max_ranks) = (
-            self.data_comm().size(),
-            self.data_comm().rank(),
-            self.matrix_max_ranks(),
-        );
-        let features_len = if known.is_some() {
-            features::KNOWN_LEN
-        } else {
-            features::encoded_len(ranks, matrix_max_ranks)
-        };
+        let (ranks, me, matrix_max_ranks) = (self.data_comm().size(), self.data_comm().rank(), self.matrix_max_ranks());
+        let features_len = if known.is_some() { features::KNOWN_LEN } else { features::encoded_len(ranks, matrix_max_ranks) };
         let mut maxima = agreement_values(&measured, features_len);
         if let Ok(p) = &prepared {
             let mine = match known {
-                Some(known) => {
-                    features::encode_known(&p.plan, &p.shape, self.served_bytes(known, &p.plan))
-                }
+                Some(known) => features::encode_known(&p.plan, &p.shape, self.served_bytes(known, &p.plan)),
                 None => features::encode(&p.plan, &p.shape, me, matrix_max_ranks),
             };
             maxima[at..].copy_from_slice(&mine);
         }
         let error = prepared.as_ref().err().cloned();
         let same = self.estimator.fingerprint();
-        let agreement = start_agreement(
-            &self.comm,
-            &Proposal {
-                error,
-                backend: self.backend,
-                maxima,
-                same,
-            },
-        )?;
-        Ok(StepAhead {
-            prepared,
-            measured,
-            agreement,
-        })
+        let agreement = start_agreement(&self.comm, &Proposal { error, backend: self.backend, maxima, same })?;
+        Ok(StepAhead { prepared, measured, agreement })
     }
 
     /// With every batch `known`, an owner knows before the agreement what it will send in
@@ -853,12 +660,8 @@ impl Core {
     /// a round): its send buffer is reserved now, so that running out of memory fails
     /// every rank together, not this one alone in the exchange.
     fn reserve_sends(&self, known: Option<&dyn KnownBatches>, plan: &BatchPlan) -> Result<()> {
-        let Some(known) = known.filter(|_| self.owned_ids().is_some()) else {
-            return Ok(());
-        };
-        let sends = self
-            .served_bytes(known, plan)
-            .min(self.config.max_message_bytes);
+        let Some(known) = known.filter(|_| self.owned_ids().is_some()) else { return Ok(()) };
+        let sends = self.served_bytes(known, plan).min(self.config.max_message_bytes);
         self.buffers.borrow_mut().reserve_packed(sends)
     }
 
@@ -866,17 +669,14 @@ impl Core {
     /// the one-sided engine is forced, the engine needs no estimate: the rank's own
     /// remote bytes stand in (as without the request matrix).
     fn served_bytes(&self, known: &dyn KnownBatches, plan: &BatchPlan) -> u64 {
-        self.owned_ids()
-            .map_or(plan.remote_bytes(), |owned| known.served_bytes(owned))
+        self.owned_ids().map_or(plan.remote_bytes(), |owned| known.served_bytes(owned))
     }
 
     /// Prepare `epoch` for the collective engine's owners and for the bytes this rank
     /// serves: where its samples sit in the epoch, built (fallibly) once per epoch,
     /// before a step's agreement. Nothing to do when the one-sided engine is forced.
     pub fn prepare_epoch(&self, epoch: &Epoch) -> Result<()> {
-        let (Some(owned), Ok(store)) = (self.owned_ids(), self.store()) else {
-            return Ok(());
-        };
+        let (Some(owned), Ok(store)) = (self.owned_ids(), self.store()) else { return Ok(()) };
         // The sampler's ranks are the host's; only this rank's group asks it for its
         // samples (every group holds its own copy of the same ids).
         let in_group = |host_rank: usize| match &self.group {
@@ -887,13 +687,9 @@ impl Core {
         let asks = |host_rank: usize| in_group(host_rank).is_some();
         // Not itself, nor (node-local path) the ranks of its node, which copy its samples.
         let serves = |host_rank: usize| {
-            in_group(host_rank).is_some_and(|rank| {
-                rank != me && !(store.topology.is_shared() && store.topology.shares(rank, me))
-            })
+            in_group(host_rank).is_some_and(|rank| rank != me && !(store.topology.is_shared() && store.topology.shares(rank, me)))
         };
-        epoch.prepare_owned(owned, &asks, &serves, &|id| {
-            store.index.len_of(id).unwrap_or(0)
-        })
+        epoch.prepare_owned(owned, &asks, &serves, &|id| store.index.len_of(id).unwrap_or(0))
     }
 
     /// Collective: wait for the agreement of a step started by
@@ -906,55 +702,27 @@ impl Core {
         out_offsets: &mut [u64],
         known: Option<&dyn KnownBatches>,
     ) -> Result<()> {
-        let StepAhead {
-            prepared,
-            measured,
-            agreement,
-        } = ahead;
+        let StepAhead { prepared, measured, agreement } = ahead;
         let agreed = agreement.finish()?;
         let at = times_len(&measured);
         self.learn(measured, &agreed.maxima[..at]);
         agreed.outcome(prepared.as_ref().err().cloned())?;
         Self::refuse_differing_backends(&agreed)?;
-        let PlannedStep { plan, shape } =
-            prepared.expect("agreed that every rank planned its step");
+        let PlannedStep { plan, shape } = prepared.expect("agreed that every rank planned its step");
         let values = &agreed.maxima[at..];
         let max_message = self.config.max_message_bytes;
         let (step_features, node, requests_to_me) = match known {
-            Some(_) => (
-                features::decode_known(values, max_message),
-                features::decode_known_node(values),
-                None,
-            ),
+            Some(_) => (features::decode_known(values, max_message), features::decode_known_node(values), None),
             None => {
-                let (ranks, me, matrix_max_ranks) = (
-                    self.data_comm().size(),
-                    self.data_comm().rank(),
-                    self.matrix_max_ranks(),
-                );
+                let (ranks, me, matrix_max_ranks) = (self.data_comm().size(), self.data_comm().rank(), self.matrix_max_ranks());
                 let requests = features::requests_to(values, ranks, matrix_max_ranks, me);
-                (
-                    features::decode(values, ranks, matrix_max_ranks, max_message),
-                    features::decode_node(values),
-                    requests,
-                )
+                (features::decode(values, ranks, matrix_max_ranks, max_message), features::decode_node(values), requests)
             }
         };
         let decision = self.decide(&step_features, node, agreed.backend_max);
         out_offsets.copy_from_slice(&plan.out_offsets);
-        let prepared = PreparedFetch {
-            plan,
-            out,
-            shape,
-            known_batches: known,
-        };
-        self.run(
-            decision.as_ref(),
-            prepared,
-            step_features,
-            requests_to_me.as_deref(),
-        )
-        .map(|_| ())
+        let prepared = PreparedFetch { plan, out, shape, known_batches: known };
+        self.run(decision.as_ref(), prepared, step_features, requests_to_me.as_deref()).map(|_| ())
     }
 
     /// Collective: complete the agreement of a step that will not run (its epoch
@@ -977,20 +745,13 @@ impl Core {
         features: StepFeatures,
         requests_to_me: Option<&[u64]>,
     ) -> Result<u64> {
-        let PreparedFetch {
-            plan,
-            out,
-            known_batches,
-            ..
-        } = prepared;
+        let PreparedFetch { plan, out, known_batches, .. } = prepared;
         let store = self.store.as_ref().expect("prepared fetches have a store");
         let in_group = match (&self.group, known_batches) {
             (Some(group), Some(all)) => Some(GroupBatches { all, group }),
             _ => None,
         };
-        let known_batches = in_group
-            .as_ref()
-            .map_or(known_batches, |b| Some(b as &dyn KnownBatches));
+        let known_batches = in_group.as_ref().map_or(known_batches, |b| Some(b as &dyn KnownBatches));
         let step = StepContext {
             // Not data_comm(): the statistics are borrowed mutably below.
             comm: self.group.as_ref().map_or(&self.comm, ReplicaGroup::comm),
@@ -1006,9 +767,7 @@ impl Core {
         let started = mpi::wtime();
         copy_local(&step, out);
         let copied = mpi::wtime();
-        self.stats
-            .node_local
-            .record(plan.node_bytes, plan.node_samples, copied - started);
+        self.stats.node_local.record(plan.node_bytes, plan.node_samples, copied - started);
         if let Some(decision) = decision {
             let result = fetch_remote(&step, decision.engine, out);
             let seconds = mpi::wtime() - copied;
@@ -1017,17 +776,14 @@ impl Core {
                 engine: decision.engine,
                 features,
                 seconds: if result.is_ok() { seconds } else { 0.0 },
-                probe_instead_of: decision
-                    .probe
-                    .then(|| decision.predicted(other_engine(decision.engine))),
+                probe_instead_of: decision.probe.then(|| decision.predicted(other_engine(decision.engine))),
             });
             result?;
             let engine_stats = self.stats.engine_mut(decision.engine);
             engine_stats.steps += 1;
             engine_stats.seconds += seconds;
             engine_stats.predicted_seconds += decision.predicted(decision.engine);
-            engine_stats.predicted_other_seconds +=
-                decision.predicted(other_engine(decision.engine));
+            engine_stats.predicted_other_seconds += decision.predicted(other_engine(decision.engine));
         } else {
             self.stats.engine_free_steps += 1;
         }
@@ -1059,16 +815,9 @@ impl Core {
     /// since the last one and why: the engines' steps, their predicted and measured
     /// times per step, probes and switches.
     pub fn log_summary(&mut self, what: &str) {
-        let (stats, counters) = (
-            self.stats.since(&self.summarised.0),
-            self.estimator.counters(),
-        );
+        let (stats, counters) = (self.stats.since(&self.summarised.0), self.estimator.counters());
         if self.comm.rank() == 0 {
-            let chosen_by = if self.backend == Backend::Auto {
-                "AUTO"
-            } else {
-                "forced (mdl_set_backend or MDL_BACKEND)"
-            };
+            let chosen_by = if self.backend == Backend::Auto { "AUTO" } else { "forced (mdl_set_backend or MDL_BACKEND)" };
             log::info!(
                 "{what}, engine {chosen_by}: {}; {} probes, {} switches; {}",
                 stats.engines_and_why(),
@@ -1087,11 +836,7 @@ impl Core {
         agree_on_checks(&self.comm, checks)?;
         let sums = self.comm.allreduce_sum(&self.stats.summed())?;
         let maxima = self.comm.allreduce_max(&self.stats.maximised())?;
-        let job = JobStats {
-            ranks: self.comm.size(),
-            backend: self.backend,
-            counters: self.estimator.counters(),
-        };
+        let job = JobStats { ranks: self.comm.size(), backend: self.backend, counters: self.estimator.counters() };
         Ok(job.to_json(&self.stats, &sums, &maxima))
     }
 
@@ -1102,21 +847,11 @@ impl Core {
         // Its MPI calls end before the ranks agree: finalize is the last call.
         self.progress = None;
         if let Err(err) = agree_on_checks(&self.comm, Ok(())) {
-            log::warn!(
-                "finalize could not agree with the other ranks ({}): MPI objects are not freed",
-                err.message
-            );
+            log::warn!("finalize could not agree with the other ranks ({}): MPI objects are not freed", err.message);
             std::mem::forget(self); // MPI may still use its buffers
             return Err(err);
         }
-        let Core {
-            comm,
-            group,
-            store,
-            stats,
-            published,
-            ..
-        } = self;
+        let Core { comm, group, store, stats, published, .. } = self;
         published.clear_index();
         log::info!("finalize after {}", stats.summary());
         let freed_store = store.map_or(Ok(()), Store::free);
@@ -1154,9 +889,5 @@ fn fits(plan: &BatchPlan, out_len: usize) -> Result<()> {
 }
 
 fn other_engine(engine: Backend) -> Backend {
-    if engine == Backend::Collective {
-        Backend::OneSided
-    } else {
-        Backend::Collective
-    }
+    if engine == Backend::Collective { Backend::OneSided } else { Backend::Collective }
 }

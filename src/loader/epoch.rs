@@ -10,14 +10,14 @@
 //! in a fetch that another rank's thread skipped.
 
 use super::core::Core;
-use super::order::EpochOrder;
 use super::pipeline::Pipeline;
 use crate::engine::KnownBatches;
+use std::ops::Range;
 use crate::error::{Error, Result, mdl_status};
 use crate::sampler::Epoch;
+use super::order::EpochOrder;
 use crossbeam::channel::{Receiver, Sender, unbounded};
 use parking_lot::{Condvar, Mutex};
-use std::ops::Range;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -75,12 +75,7 @@ impl EpochRun {
     /// Set up an epoch starting at `step` with the given prefetch depth (0: fetch
     /// inline). A prefetch thread is started but held back until [`EpochRun::release`]:
     /// the ranks first agree that every one of them could start it.
-    pub fn prepare(
-        core: &Arc<Mutex<Core>>,
-        epoch: Arc<EpochOrder>,
-        step: u64,
-        depth: u32,
-    ) -> EpochRun {
+    pub fn prepare(core: &Arc<Mutex<Core>>, epoch: Arc<EpochOrder>, step: u64, depth: u32) -> EpochRun {
         let finished = step >= epoch.steps();
         let lag = core.lock().agreement_lag();
         let source = if depth == 0 || finished {
@@ -92,21 +87,12 @@ impl EpochRun {
             match Prefetcher::spawn(core.clone(), epoch.clone(), step, depth, lag) {
                 Ok(prefetcher) => Source::Prefetch(prefetcher),
                 Err(err) => {
-                    log::warn!(
-                        "could not start the prefetch thread ({err}); fetching without prefetch"
-                    );
+                    log::warn!("could not start the prefetch thread ({err}); fetching without prefetch");
                     Source::NotStarted
                 }
             }
         };
-        EpochRun {
-            epoch,
-            depth,
-            lag,
-            next_step: step,
-            source,
-            finished,
-        }
+        EpochRun { epoch, depth, lag, next_step: step, source, finished }
     }
 
     /// Whether this rank's prefetch thread could not be started.
@@ -216,21 +202,9 @@ struct Prefetcher {
 
 impl Prefetcher {
     /// Start the thread, held back until [`Prefetcher::release`].
-    fn spawn(
-        core: Arc<Mutex<Core>>,
-        epoch: Arc<EpochOrder>,
-        first_step: u64,
-        depth: u32,
-        lag: u64,
-    ) -> std::io::Result<Prefetcher> {
-        let progress = Arc::new((
-            Mutex::new(Progress {
-                released: false,
-                requested: 0,
-                stopping: false,
-            }),
-            Condvar::new(),
-        ));
+    fn spawn(core: Arc<Mutex<Core>>, epoch: Arc<EpochOrder>, first_step: u64, depth: u32, lag: u64) -> std::io::Result<Prefetcher> {
+        let progress =
+            Arc::new((Mutex::new(Progress { released: false, requested: 0, stopping: false }), Condvar::new()));
         let (ready_tx, ready) = unbounded();
         let (free, free_rx) = unbounded();
         let shared = progress.clone();
@@ -240,16 +214,7 @@ impl Prefetcher {
                 crate::mpi::mark_background_thread();
                 let run = AssertUnwindSafe(|| {
                     let mut pipeline = Pipeline::new(first_step, lag);
-                    prefetch_loop(
-                        &core,
-                        &epoch,
-                        first_step,
-                        depth as u64,
-                        &shared,
-                        &ready_tx,
-                        &free_rx,
-                        &mut pipeline,
-                    );
+                    prefetch_loop(&core, &epoch, first_step, depth as u64, &shared, &ready_tx, &free_rx, &mut pipeline);
                     while let Ok(done) = free_rx.try_recv() {
                         pipeline.give_back(done);
                     }
@@ -259,18 +224,11 @@ impl Prefetcher {
                     }
                 });
                 if catch_unwind(run).is_err() {
-                    let error =
-                        Error::new(mdl_status::MDL_ERR_PANIC, "the prefetch thread panicked");
+                    let error = Error::new(mdl_status::MDL_ERR_PANIC, "the prefetch thread panicked");
                     let _ = ready_tx.send((Batch::default(), Err(error)));
                 }
             })?;
-        Ok(Prefetcher {
-            progress,
-            ready,
-            free,
-            worker: Some(worker),
-            current: None,
-        })
+        Ok(Prefetcher { progress, ready, free, worker: Some(worker), current: None })
     }
 
     fn release(&self) {
@@ -288,9 +246,10 @@ impl Prefetcher {
             lock.lock().requested += 1;
             wake.notify_all();
         }
-        let (batch, result) = self.ready.recv().map_err(|_| {
-            Error::new(mdl_status::MDL_ERR_PANIC, "the prefetch thread ended early")
-        })?;
+        let (batch, result) = self
+            .ready
+            .recv()
+            .map_err(|_| Error::new(mdl_status::MDL_ERR_PANIC, "the prefetch thread ended early"))?;
         result?;
         Ok(self.current.insert(batch))
     }
@@ -315,10 +274,7 @@ impl Prefetcher {
                 Err(err) if leaves_ranks_out_of_step(&err) => {
                     failure.get_or_insert(err);
                 }
-                Err(err) => log::debug!(
-                    "a prefetched step that was never taken failed: {}",
-                    err.message
-                ),
+                Err(err) => log::debug!("a prefetched step that was never taken failed: {}", err.message),
                 Ok(()) => {}
             }
             let _ = self.free.send(batch);
@@ -368,8 +324,5 @@ fn prefetch_loop(
 
 /// Whether a failure leaves the ranks out of step (not agreed by all of them).
 fn leaves_ranks_out_of_step(err: &Error) -> bool {
-    matches!(
-        err.status,
-        mdl_status::MDL_ERR_MPI | mdl_status::MDL_ERR_TIMEOUT | mdl_status::MDL_ERR_PANIC
-    )
+    matches!(err.status, mdl_status::MDL_ERR_MPI | mdl_status::MDL_ERR_TIMEOUT | mdl_status::MDL_ERR_PANIC)
 }

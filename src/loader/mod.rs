@@ -20,8 +20,8 @@ use crate::mpi;
 use crate::sampler::Epoch;
 use crate::store::ShardView;
 use epoch::EpochRun;
-use mpi_sys::MPI_Comm;
 use order::{EpochOrder, GivenOrder};
+use mpi_sys::MPI_Comm;
 use parking_lot::Mutex;
 use std::sync::Arc;
 
@@ -61,11 +61,7 @@ pub struct EpochArgs {
 impl Loader {
     /// Collective over `host`. `group_size`: `mdl_init_replicated`'s (None: `mdl_init`,
     /// one group of every rank).
-    pub fn init(
-        host: MPI_Comm,
-        local_check: Result<()>,
-        group_size: Option<i64>,
-    ) -> Result<Loader> {
+    pub fn init(host: MPI_Comm, local_check: Result<()>, group_size: Option<i64>) -> Result<Loader> {
         let core = Core::init(host, local_check, group_size)?;
         Ok(Loader {
             published: core.published().clone(),
@@ -83,9 +79,7 @@ impl Loader {
         // all refuse together without communicating: the prefetch thread may be using
         // the communicator.
         if self.epoch.as_ref().is_some_and(EpochRun::is_active) {
-            return Err(Error::state(
-                "a shard cannot be registered during a sampler epoch",
-            ));
+            return Err(Error::state("a shard cannot be registered during a sampler epoch"));
         }
         self.core.lock().register_shard(shard)
     }
@@ -117,9 +111,7 @@ impl Loader {
 
     pub fn set_prefetch(&mut self, depth: u32) -> Result<()> {
         if depth > MAX_PREFETCH {
-            return Err(Error::invalid(format!(
-                "prefetch depth {depth} is more than MDL_MAX_PREFETCH ({MAX_PREFETCH})"
-            )));
+            return Err(Error::invalid(format!("prefetch depth {depth} is more than MDL_MAX_PREFETCH ({MAX_PREFETCH})")));
         }
         self.prefetch_depth = depth;
         Ok(())
@@ -143,9 +135,7 @@ impl Loader {
     /// communicator).
     pub fn job_stats_json(&mut self, checks: Result<()>) -> Result<String> {
         if self.epoch.as_ref().is_some_and(EpochRun::is_active) {
-            return Err(Error::state(
-                "refused during a sampler epoch: call it before mdl_epoch_begin or after the epoch's last batch",
-            ));
+            return Err(Error::state("refused during a sampler epoch: call it before mdl_epoch_begin or after the epoch's last batch"));
         }
         self.core.lock().job_stats_json(checks)
     }
@@ -153,8 +143,7 @@ impl Loader {
     /// Collective: start an epoch of the built-in sampler.
     pub fn epoch_begin(&mut self, args: EpochArgs) -> Result<()> {
         let interrupted = self.interrupt_epoch()?;
-        let order = Self::epoch_of(&self.core.lock(), args)
-            .map(|epoch| Arc::new(EpochOrder::Sampler(epoch)));
+        let order = Self::epoch_of(&self.core.lock(), args).map(|epoch| Arc::new(EpochOrder::Sampler(epoch)));
         let settings = vec![
             Setting::identical("seed", args.seed),
             Setting::identical("epoch", args.epoch),
@@ -177,10 +166,7 @@ impl Loader {
         let order = batches
             .and_then(|(ids, bounds)| GivenOrder::new(ids, bounds, num_samples?))
             .map(|given| Arc::new(EpochOrder::Given(given)));
-        let settings = order.as_ref().map_or_else(
-            |_| vec![Setting::identical("number of batches (steps)", 0)],
-            |o| o.settings(),
-        );
+        let settings = order.as_ref().map_or_else(|_| vec![Setting::identical("number of batches (steps)", 0)], |o| o.settings());
         let begun = self.start_epoch(order, 0, settings);
         if begun.is_err() {
             self.resume(interrupted)?;
@@ -196,13 +182,7 @@ impl Loader {
         let Some(order) = current else {
             // Agree anyway so that no rank is left behind (all ranks see no epoch).
             let core = self.core.lock();
-            return agree_identical(
-                core.comm(),
-                Err(Error::state(
-                    "no epoch to seek in (call mdl_epoch_begin first)",
-                )),
-                &[],
-            );
+            return agree_identical(core.comm(), Err(Error::state("no epoch to seek in (call mdl_epoch_begin first)")), &[]);
         };
         let sought = self.start_epoch(Ok(order), step, Vec::new());
         if sought.is_err() {
@@ -219,11 +199,7 @@ impl Loader {
             true => run.position(),
             false => (u64::MAX, 0),
         });
-        let interrupted = self
-            .current
-            .clone()
-            .zip(position)
-            .map(|(order, (step, depth))| Interrupted { order, step, depth });
+        let interrupted = self.current.clone().zip(position).map(|(order, (step, depth))| Interrupted { order, step, depth });
         self.stop_epoch()?;
         Ok(interrupted)
     }
@@ -232,9 +208,7 @@ impl Loader {
     /// stood. Every rank refused the same call (it was agreed on), so every rank resumes
     /// at the same step, with or without prefetch as agreed again here.
     fn resume(&mut self, interrupted: Option<Interrupted>) -> Result<()> {
-        let Some(Interrupted { order, step, depth }) = interrupted else {
-            return Ok(());
-        };
+        let Some(Interrupted { order, step, depth }) = interrupted else { return Ok(()) };
         let run = EpochRun::prepare(&self.core, order, step, depth);
         let core = self.core.lock();
         let spawned = agree_settings(core.comm(), Ok(()), &[Self::spawn_failure(&run)]);
@@ -252,32 +226,18 @@ impl Loader {
     /// The sampler's epoch for `args` over this loader's samples and ranks.
     fn epoch_of(core: &Core, args: EpochArgs) -> Result<Epoch> {
         let n = core.num_samples()?;
-        Epoch::new(
-            n,
-            core.comm().size(),
-            args.seed,
-            args.epoch,
-            args.batch_size,
-            args.shuffle,
-            args.drop_last,
-        )
+        Epoch::new(n, core.comm().size(), args.seed, args.epoch, args.batch_size, args.shuffle, args.drop_last)
     }
 
     /// Collective: run `order` from `step`, once the ranks agree on `settings` (what
     /// must be the same everywhere), the step and the prefetch.
-    fn start_epoch(
-        &mut self,
-        order: Result<Arc<EpochOrder>>,
-        step: u64,
-        mut settings: Vec<Setting>,
-    ) -> Result<()> {
+    fn start_epoch(&mut self, order: Result<Arc<EpochOrder>>, step: u64, mut settings: Vec<Setting>) -> Result<()> {
         let depth = self.requested_prefetch();
         let checks = match &order {
             Err(err) => Err(err.clone()),
-            Ok(o) if step > o.steps() => Err(Error::invalid(format!(
-                "step {step} is past the end of the epoch ({} steps)",
-                o.steps()
-            ))),
+            Ok(o) if step > o.steps() => {
+                Err(Error::invalid(format!("step {step} is past the end of the epoch ({} steps)", o.steps())))
+            }
             Ok(_) => Ok(()),
         };
         // The prefetch thread is started before the agreement, held back until it.
@@ -285,15 +245,8 @@ impl Loader {
             (Ok(()), Ok(order)) => Some(EpochRun::prepare(&self.core, order.clone(), step, depth)),
             _ => None,
         };
-        let not_started = run.as_ref().map_or(
-            Setting::max("prefetch thread not started", 0),
-            Self::spawn_failure,
-        );
-        settings.extend([
-            Setting::identical("step", step),
-            Setting::identical("prefetch depth", depth as u64),
-            not_started,
-        ]);
+        let not_started = run.as_ref().map_or(Setting::max("prefetch thread not started", 0), Self::spawn_failure);
+        settings.extend([Setting::identical("step", step), Setting::identical("prefetch depth", depth as u64), not_started]);
         let core = self.core.lock();
         let agreed = agree_settings(core.comm(), checks, &settings);
         drop(core);
@@ -308,13 +261,8 @@ impl Loader {
         // held back).
         self.core.lock().start_summary();
         let inline = agreed.last().is_some_and(|&not_started| not_started != 0);
-        let run = run
-            .expect("agreed that every rank built its epoch")
-            .release(inline);
-        log::debug!(
-            "{} steps, starting at {step}, prefetch {depth}",
-            run.steps()
-        );
+        let run = run.expect("agreed that every rank built its epoch").release(inline);
+        log::debug!("{} steps, starting at {step}, prefetch {depth}", run.steps());
         self.epoch = Some(run);
         self.current = order.ok();
         Ok(())
@@ -326,9 +274,7 @@ impl Loader {
     /// to start it: thread levels may differ between ranks.
     fn requested_prefetch(&mut self) -> u32 {
         if self.prefetch_depth > 0 && !mpi::thread_multiple() && !self.told_no_thread_multiple {
-            log::warn!(
-                "prefetch needs MPI initialised with MPI_THREAD_MULTIPLE; every rank fetches without prefetch"
-            );
+            log::warn!("prefetch needs MPI initialised with MPI_THREAD_MULTIPLE; every rank fetches without prefetch");
             self.told_no_thread_multiple = true;
         }
         self.prefetch_depth
@@ -337,9 +283,7 @@ impl Loader {
     /// Collective: the next batch of the epoch; None at its end (on every rank at once).
     pub fn next_batch(&mut self) -> Result<Option<&Batch>> {
         let Some(run) = self.epoch.as_mut() else {
-            return Err(Error::state(
-                "no epoch running (call mdl_epoch_begin first)",
-            ));
+            return Err(Error::state("no epoch running (call mdl_epoch_begin first)"));
         };
         run.next(&self.core)
     }

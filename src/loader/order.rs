@@ -34,8 +34,7 @@ impl EpochOrder {
             EpochOrder::Given(given) => given.batch_len(step),
         };
         let room = usize::try_from(len).map_err(|_| Error::no_memory(len.saturating_mul(8)))?;
-        ids.try_reserve_exact(room)
-            .map_err(|_| Error::no_memory(len.saturating_mul(8)))?;
+        ids.try_reserve_exact(room).map_err(|_| Error::no_memory(len.saturating_mul(8)))?;
         match self {
             EpochOrder::Sampler(epoch) => epoch.batch_into(step, rank, ids),
             EpochOrder::Given(given) => given.batch_into(step, ids),
@@ -63,10 +62,7 @@ impl EpochOrder {
     pub fn settings(&self) -> Vec<Setting<'static>> {
         match self {
             EpochOrder::Sampler(_) => Vec::new(),
-            EpochOrder::Given(given) => vec![Setting::identical(
-                "number of batches (steps)",
-                given.steps(),
-            )],
+            EpochOrder::Given(given) => vec![Setting::identical("number of batches (steps)", given.steps())],
         }
     }
 }
@@ -104,16 +100,10 @@ impl GivenOrder {
         if let Some(k) = ids.iter().position(|&id| id >= num_samples) {
             return Err(Error::new(
                 crate::error::mdl_status::MDL_ERR_OUT_OF_RANGE,
-                format!(
-                    "ids[{k}] = {} is out of range (num_samples = {num_samples})",
-                    ids[k]
-                ),
+                format!("ids[{k}] = {} is out of range (num_samples = {num_samples})", ids[k]),
             ));
         }
-        Ok(GivenOrder {
-            ids: copied(ids)?,
-            bounds: copied(bounds)?,
-        })
+        Ok(GivenOrder { ids: copied(ids)?, bounds: copied(bounds)? })
     }
 
     pub fn steps(&self) -> u64 {
@@ -122,10 +112,7 @@ impl GivenOrder {
 
     /// Where step `step` starts in `ids` (the end past the last step).
     fn start_of(&self, step: u64) -> usize {
-        usize::try_from(step)
-            .ok()
-            .and_then(|s| self.bounds.get(s))
-            .map_or(self.ids.len(), |&b| b as usize)
+        usize::try_from(step).ok().and_then(|s| self.bounds.get(s)).map_or(self.ids.len(), |&b| b as usize)
     }
 
     fn batch_len(&self, step: u64) -> u64 {
@@ -134,16 +121,13 @@ impl GivenOrder {
 
     fn batch_into(&self, step: u64, ids: &mut Vec<u64>) {
         ids.clear();
-        ids.extend_from_slice(
-            &self.ids[self.start_of(step)..self.start_of(step.saturating_add(1))],
-        );
+        ids.extend_from_slice(&self.ids[self.start_of(step)..self.start_of(step.saturating_add(1))]);
     }
 }
 
 fn copied(values: &[u64]) -> Result<Vec<u64>> {
     let mut copy = Vec::new();
-    copy.try_reserve_exact(values.len())
-        .map_err(|_| Error::no_memory(8 * values.len() as u64))?;
+    copy.try_reserve_exact(values.len()).map_err(|_| Error::no_memory(8 * values.len() as u64))?;
     copy.extend_from_slice(values);
     Ok(copy)
 }
@@ -169,15 +153,11 @@ mod tests {
 
     #[test]
     fn bad_offsets_and_ids_are_refused_naming_them() {
-        let refused =
-            |ids: &[u64], bounds: &[u64]| GivenOrder::new(ids, bounds, 6).err().unwrap().message;
+        let refused = |ids: &[u64], bounds: &[u64]| GivenOrder::new(ids, bounds, 6).err().unwrap().message;
         assert!(refused(&[1, 2], &[1, 2]).contains("from 0"));
         assert!(refused(&[1, 2], &[0, 1]).contains("to the number of ids (2)"));
         assert!(refused(&[1, 2], &[]).contains("from 0"));
-        assert!(
-            refused(&[1, 2, 3], &[0, 2, 1, 3])
-                .contains("batch 1 is empty or ends before it begins")
-        );
+        assert!(refused(&[1, 2, 3], &[0, 2, 1, 3]).contains("batch 1 is empty or ends before it begins"));
         assert!(refused(&[1, 2, 3], &[0, 2, 2, 3]).contains("batch 1 is empty"));
         assert!(refused(&[1, 6], &[0, 2]).contains("ids[1] = 6"));
         assert_eq!(GivenOrder::new(&[], &[0], 0).unwrap().steps(), 0);

@@ -46,12 +46,7 @@ struct Started {
 
 impl Pipeline {
     pub fn new(first_step: u64, lag: u64) -> Pipeline {
-        Pipeline {
-            lag,
-            next_to_start: first_step,
-            started: VecDeque::new(),
-            spare: Vec::new(),
-        }
+        Pipeline { lag, next_to_start: first_step, started: VecDeque::new(), spare: Vec::new() }
     }
 
     /// Keep a buffer the caller is done with, for a later step.
@@ -63,29 +58,20 @@ impl Pipeline {
     /// batch it filled, after starting the agreements of the steps up to `step + lag`.
     /// On failure every agreement under way is completed first.
     pub fn run(&mut self, core: &mut Core, epoch: &EpochOrder, step: u64) -> (Batch, Result<()>) {
-        let last = step
-            .saturating_add(self.lag)
-            .min(epoch.steps().saturating_sub(1));
+        let last = step.saturating_add(self.lag).min(epoch.steps().saturating_sub(1));
         while self.next_to_start <= last {
             if let Err(err) = self.start(core, epoch, self.next_to_start) {
                 return (Batch::default(), Err(self.drained(core, err)));
             }
             self.next_to_start += 1;
         }
-        let Some(Started {
-            step: started,
-            mut batch,
-            needed,
-            ahead,
-        }) = self.started.pop_front()
-        else {
+        let Some(Started { step: started, mut batch, needed, ahead }) = self.started.pop_front() else {
             unreachable!("step {step} was started above");
         };
         debug_assert_eq!(started, step, "steps run in order");
         let known = epoch.known(step);
         let known = known.as_ref().map(|k| k as &dyn KnownBatches);
-        let result =
-            core.finish_step_ahead(ahead, &mut batch.data[..needed], &mut batch.offsets, known);
+        let result = core.finish_step_ahead(ahead, &mut batch.data[..needed], &mut batch.offsets, known);
         match result {
             Ok(()) => (batch, Ok(())),
             Err(err) if err.status == mdl_status::MDL_ERR_TIMEOUT => {
@@ -99,18 +85,10 @@ impl Pipeline {
 
     /// Plan `step` into a buffer of its own and start its agreement.
     fn start(&mut self, core: &mut Core, epoch: &EpochOrder, step: u64) -> Result<()> {
-        let mut batch = self
-            .spare
-            .pop()
-            .or_else(|| core.take_spare_batch())
-            .unwrap_or_default();
+        let mut batch = self.spare.pop().or_else(|| core.take_spare_batch()).unwrap_or_default();
         let ready = epoch
             .batch_into(step, core.rank(), &mut batch.ids)
-            .and_then(|()| {
-                epoch
-                    .sampler()
-                    .map_or(Ok(()), |sampler| core.prepare_epoch(sampler))
-            });
+            .and_then(|()| epoch.sampler().map_or(Ok(()), |sampler| core.prepare_epoch(sampler)));
         let Batch { ids, data, offsets } = &mut batch;
         let mut needed = 0;
         let size_out = |bytes: u64| {
@@ -118,18 +96,8 @@ impl Pipeline {
             Ok(())
         };
         let known = epoch.known(step);
-        let ahead = core.start_step_ahead(
-            ids,
-            ready,
-            size_out,
-            known.as_ref().map(|k| k as &dyn KnownBatches),
-        )?;
-        self.started.push_back(Started {
-            step,
-            batch,
-            needed,
-            ahead,
-        });
+        let ahead = core.start_step_ahead(ids, ready, size_out, known.as_ref().map(|k| k as &dyn KnownBatches))?;
+        self.started.push_back(Started { step, batch, needed, ahead });
         Ok(())
     }
 
@@ -154,10 +122,7 @@ impl Pipeline {
     /// `err`, after draining (a failure there is logged: `err` is the one to report).
     fn drained(&mut self, core: &mut Core, err: Error) -> Error {
         if let Err(also) = self.drain(core) {
-            log::warn!(
-                "after a failed step, completing the agreements under way failed too: {}",
-                also.message
-            );
+            log::warn!("after a failed step, completing the agreements under way failed too: {}", also.message);
         }
         err
     }
@@ -165,23 +130,15 @@ impl Pipeline {
 
 /// Grow a batch's buffers for `bytes` of `samples` samples; returns the bytes as a
 /// length.
-fn size_buffers(
-    data: &mut Vec<u8>,
-    offsets: &mut Vec<u64>,
-    bytes: u64,
-    samples: usize,
-) -> Result<usize> {
+fn size_buffers(data: &mut Vec<u8>, offsets: &mut Vec<u64>, bytes: u64, samples: usize) -> Result<usize> {
     let needed = usize::try_from(bytes).map_err(|_| Error::no_memory(bytes))?;
     if data.len() < needed {
-        data.try_reserve(needed - data.len())
-            .map_err(|_| Error::no_memory(bytes))?;
+        data.try_reserve(needed - data.len()).map_err(|_| Error::no_memory(bytes))?;
         data.resize(needed, 0);
     }
     let count = samples + 1;
     if offsets.len() < count {
-        offsets
-            .try_reserve(count - offsets.len())
-            .map_err(|_| Error::no_memory(8 * count as u64))?;
+        offsets.try_reserve(count - offsets.len()).map_err(|_| Error::no_memory(8 * count as u64))?;
     }
     offsets.resize(count, 0);
     Ok(needed)

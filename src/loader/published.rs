@@ -39,13 +39,7 @@ impl Published {
             counters: EstimatorCounters::default(),
             calibration: Calibration::default_params("default"),
         };
-        Published {
-            rank,
-            ranks,
-            replicas,
-            index: Mutex::new(None),
-            stats: Mutex::new(stats),
-        }
+        Published { rank, ranks, replicas, index: Mutex::new(None), stats: Mutex::new(stats) }
     }
 
     /// This rank's replica group (fixed at init).
@@ -77,9 +71,7 @@ impl Published {
 
     fn with_index<R>(&self, query: impl FnOnce(&GlobalIndex) -> Result<R>) -> Result<R> {
         let index = self.index.lock();
-        query(index.as_deref().ok_or_else(|| {
-            Error::state("no shard registered yet (call mdl_register_shard first)")
-        })?)
+        query(index.as_deref().ok_or_else(|| Error::state("no shard registered yet (call mdl_register_shard first)"))?)
     }
 
     pub fn num_samples(&self) -> Result<u64> {
@@ -87,28 +79,17 @@ impl Published {
     }
 
     pub fn sample_size(&self, id: u64) -> Result<u64> {
-        self.with_index(|index| {
-            index.len_of(id).ok_or_else(|| {
-                Error::new(
-                    mdl_status::MDL_ERR_OUT_OF_RANGE,
-                    format!(
-                        "sample id {id} is out of range (num_samples = {})",
-                        index.num_samples()
-                    ),
-                )
-            })
-        })
+        self.with_index(|index| index.len_of(id).ok_or_else(|| {
+            Error::new(
+                mdl_status::MDL_ERR_OUT_OF_RANGE,
+                format!("sample id {id} is out of range (num_samples = {})", index.num_samples()),
+            )
+        }))
     }
 
     /// This rank's statistics as JSON.
     pub fn stats_json(&self) -> String {
         let view = self.stats.lock();
-        view.stats.to_json(
-            self.rank,
-            self.ranks,
-            view.backend,
-            &view.counters,
-            &view.calibration,
-        )
+        view.stats.to_json(self.rank, self.ranks, view.backend, &view.counters, &view.calibration)
     }
 }

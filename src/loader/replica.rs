@@ -31,12 +31,10 @@ impl GroupSpec {
     pub fn from_arg(group_size: i64, ranks: usize) -> Result<GroupSpec> {
         match group_size {
             0 => Ok(GroupSpec::PerNode),
-            g if g < 0 => Err(Error::invalid(format!(
-                "group_size is {g}; give 0 (one group per node) or a group size"
-            ))),
-            g if g as u64 > ranks as u64 => Err(Error::invalid(format!(
-                "group_size {g} exceeds the communicator's {ranks} ranks"
-            ))),
+            g if g < 0 => Err(Error::invalid(format!("group_size is {g}; give 0 (one group per node) or a group size"))),
+            g if g as u64 > ranks as u64 => {
+                Err(Error::invalid(format!("group_size {g} exceeds the communicator's {ranks} ranks")))
+            }
             g if ranks % g as usize != 0 => Err(Error::invalid(format!(
                 "group_size {g} does not divide the communicator's {ranks} ranks (every group holds a full copy)"
             ))),
@@ -68,12 +66,7 @@ pub struct ReplicaInfo {
 impl ReplicaInfo {
     /// One group of the whole host.
     pub fn whole(rank: usize, ranks: usize) -> ReplicaInfo {
-        ReplicaInfo {
-            group: 0,
-            groups: 1,
-            rank_in_group: rank,
-            group_size: ranks,
-        }
+        ReplicaInfo { group: 0, groups: 1, rank_in_group: rank, group_size: ranks }
     }
 
     /// This rank's even share of a copy of `num_samples` samples, the ids it registers
@@ -107,11 +100,7 @@ impl ReplicaGroup {
                 node?
             }
         };
-        let members: Vec<usize> = comm
-            .allgather(host.rank() as u64)?
-            .into_iter()
-            .map(|r| r as usize)
-            .collect();
+        let members: Vec<usize> = comm.allgather(host.rank() as u64)?.into_iter().map(|r| r as usize).collect();
         // Groups are numbered by their lowest host rank.
         let leads = host.allgather(u8::from(comm.rank() == 0))?;
         let groups = leads.iter().filter(|&&l| l == 1).count();
@@ -120,17 +109,8 @@ impl ReplicaGroup {
             return Ok(None);
         }
         let group = leads[..members[0]].iter().filter(|&&l| l == 1).count();
-        let info = ReplicaInfo {
-            group,
-            groups,
-            rank_in_group: comm.rank(),
-            group_size: comm.size(),
-        };
-        Ok(Some(ReplicaGroup {
-            comm,
-            members,
-            info,
-        }))
+        let info = ReplicaInfo { group, groups, rank_in_group: comm.rank(), group_size: comm.size() };
+        Ok(Some(ReplicaGroup { comm, members, info }))
     }
 
     pub fn comm(&self) -> &Comm {
@@ -167,10 +147,7 @@ impl KnownBatches for GroupBatches<'_> {
 
     fn for_each_request(&self, owned: Range<u64>, visit: &mut dyn FnMut(usize, u64)) {
         self.all.for_each_request(owned, &mut |host_rank, id| {
-            let rank = self
-                .group
-                .rank_of(host_rank)
-                .expect("the epoch's inversion keeps only the group's requests");
+            let rank = self.group.rank_of(host_rank).expect("the epoch's inversion keeps only the group's requests");
             visit(rank, id)
         });
     }
@@ -202,13 +179,7 @@ mod tests {
         for (n, size) in [(0u64, 3usize), (10, 3), (2, 4), (u64::MAX, 7)] {
             let mut next = 0;
             for r in 0..size {
-                let part = ReplicaInfo {
-                    group: 0,
-                    groups: 1,
-                    rank_in_group: r,
-                    group_size: size,
-                }
-                .part(n);
+                let part = ReplicaInfo { group: 0, groups: 1, rank_in_group: r, group_size: size }.part(n);
                 assert_eq!(part.start, next);
                 assert!(part.end - part.start <= n / size as u64 + 1);
                 next = part.end;

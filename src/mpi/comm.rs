@@ -2,8 +2,8 @@
 
 use super::{WaitPolicy, check, ffi, to_count, wait::complete};
 use crate::error::mdl_status;
-use crate::error::{Error, Result};
 use std::borrow::Cow;
+use crate::error::{Error, Result};
 use std::os::raw::{c_int, c_void};
 
 /// Element types that cross MPI in this library.
@@ -41,9 +41,7 @@ impl Comm {
     /// Collective over `host`: duplicate it and make errors on the duplicate return codes.
     pub fn duplicate(host: ffi::MPI_Comm) -> Result<Comm> {
         if !super::is_usable() {
-            return Err(Error::state(
-                "MPI is not initialised (or already finalised)",
-            ));
+            return Err(Error::state("MPI is not initialised (or already finalised)"));
         }
         // SAFETY: reading an extern constant that mpi-sys exports.
         if host == unsafe { ffi::RSMPI_COMM_NULL } {
@@ -55,12 +53,7 @@ impl Comm {
         // SAFETY: host is a communicator handle from the caller (checked valid above);
         // raw receives the copy.
         check(unsafe { ffi::MPI_Comm_dup(host, &mut raw) }, "MPI_Comm_dup")?;
-        let comm = Comm {
-            raw,
-            rank: 0,
-            size: 0,
-            policy: WaitPolicy::UNAGREED,
-        };
+        let comm = Comm { raw, rank: 0, size: 0, policy: WaitPolicy::UNAGREED };
         // SAFETY: comm.raw is the communicator just created.
         check(
             unsafe { ffi::MPI_Comm_set_errhandler(comm.raw, ffi::RSMPI_ERRORS_RETURN) },
@@ -72,19 +65,13 @@ impl Comm {
             check(ffi::MPI_Comm_rank(comm.raw, &mut rank), "MPI_Comm_rank")?;
             check(ffi::MPI_Comm_size(comm.raw, &mut size), "MPI_Comm_size")?;
         }
-        Ok(Comm {
-            rank: rank as usize,
-            size: size as usize,
-            ..comm
-        })
+        Ok(Comm { rank: rank as usize, size: size as usize, ..comm })
     }
 
     /// The C handle of a Fortran communicator (`MPI_Comm_f2c`).
     pub fn from_fortran(handle: ffi::RSMPI_Fint) -> Result<ffi::MPI_Comm> {
         if !super::is_usable() {
-            return Err(Error::state(
-                "MPI is not initialised (or already finalised)",
-            ));
+            return Err(Error::state("MPI is not initialised (or already finalised)"));
         }
         // SAFETY: MPI_Comm_f2c accepts any integer and returns a handle (or COMM_NULL).
         Ok(unsafe { ffi::RSMPI_Comm_f2c(handle) })
@@ -105,15 +92,7 @@ impl Comm {
         let mut node: ffi::MPI_Comm = unsafe { std::mem::zeroed() };
         // SAFETY: self.raw is valid; node receives a new communicator, freed below.
         check(
-            unsafe {
-                ffi::MPI_Comm_split_type(
-                    self.raw,
-                    ffi::RSMPI_COMM_TYPE_SHARED,
-                    0,
-                    ffi::RSMPI_INFO_NULL,
-                    &mut node,
-                )
-            },
+            unsafe { ffi::MPI_Comm_split_type(self.raw, ffi::RSMPI_COMM_TYPE_SHARED, 0, ffi::RSMPI_INFO_NULL, &mut node) },
             "MPI_Comm_split_type",
         )?;
         let mut size: c_int = 0;
@@ -140,13 +119,7 @@ impl Comm {
     pub fn split_shared(&self) -> Result<Comm> {
         // SAFETY: self.raw is valid; the new handle is owned by the returned Comm.
         self.split_with("MPI_Comm_split_type", |new| unsafe {
-            ffi::MPI_Comm_split_type(
-                self.raw,
-                ffi::RSMPI_COMM_TYPE_SHARED,
-                self.rank as c_int,
-                ffi::RSMPI_INFO_NULL,
-                new,
-            )
+            ffi::MPI_Comm_split_type(self.raw, ffi::RSMPI_COMM_TYPE_SHARED, self.rank as c_int, ffi::RSMPI_INFO_NULL, new)
         })
         .map(|comm| comm.expect("every rank belongs to its node"))
     }
@@ -166,11 +139,7 @@ impl Comm {
     ///
     /// A rank waits in the turns' barriers while the node's smaller parts run `create`,
     /// so `MDL_TIMEOUT` must cover their time too; the error says so.
-    pub fn one_part_per_node_at_a_time<T>(
-        &self,
-        part: u64,
-        create: impl FnOnce() -> T,
-    ) -> Result<T> {
+    pub fn one_part_per_node_at_a_time<T>(&self, part: u64, create: impl FnOnce() -> T) -> Result<T> {
         let node = self.split_shared()?;
         let mut parts_here = node.allgather(part)?;
         parts_here.sort_unstable();
@@ -199,34 +168,21 @@ impl Comm {
     /// communicator of their own (None on the others).
     pub fn split_members(&self, member: bool) -> Result<Option<Comm>> {
         // SAFETY: reading an extern constant that mpi-sys exports.
-        let color = if member {
-            0
-        } else {
-            unsafe { ffi::RSMPI_UNDEFINED }
-        };
+        let color = if member { 0 } else { unsafe { ffi::RSMPI_UNDEFINED } };
         // SAFETY: self.raw is valid; the new handle is owned by the returned Comm.
-        self.split_with("MPI_Comm_split", |new| unsafe {
-            ffi::MPI_Comm_split(self.raw, color, self.rank as c_int, new)
-        })
+        self.split_with("MPI_Comm_split", |new| unsafe { ffi::MPI_Comm_split(self.raw, color, self.rank as c_int, new) })
     }
 
     /// Collective: the ranks with the same `color`, ordered by their rank here, as a
     /// communicator of their own.
     pub fn split_by(&self, color: u32) -> Result<Comm> {
-        let color = c_int::try_from(color)
-            .map_err(|_| Error::invalid(format!("split color {color} exceeds an MPI int")))?;
+        let color = c_int::try_from(color).map_err(|_| Error::invalid(format!("split color {color} exceeds an MPI int")))?;
         // SAFETY: self.raw is valid; the new handle is owned by the returned Comm.
-        self.split_with("MPI_Comm_split", |new| unsafe {
-            ffi::MPI_Comm_split(self.raw, color, self.rank as c_int, new)
-        })
-        .map(|comm| comm.expect("a non-negative color keeps every rank"))
+        self.split_with("MPI_Comm_split", |new| unsafe { ffi::MPI_Comm_split(self.raw, color, self.rank as c_int, new) })
+            .map(|comm| comm.expect("a non-negative color keeps every rank"))
     }
 
-    fn split_with(
-        &self,
-        name: &str,
-        split: impl FnOnce(*mut ffi::MPI_Comm) -> c_int,
-    ) -> Result<Option<Comm>> {
+    fn split_with(&self, name: &str, split: impl FnOnce(*mut ffi::MPI_Comm) -> c_int) -> Result<Option<Comm>> {
         // SAFETY: mem::zeroed is a valid placeholder for the handle MPI writes.
         let mut raw: ffi::MPI_Comm = unsafe { std::mem::zeroed() };
         check(split(&mut raw), name)?;
@@ -237,30 +193,19 @@ impl Comm {
         let (mut rank, mut size): (c_int, c_int) = (0, 0);
         // SAFETY: raw is the communicator just created; the out-pointers are locals.
         unsafe {
-            check(
-                ffi::MPI_Comm_set_errhandler(raw, ffi::RSMPI_ERRORS_RETURN),
-                "MPI_Comm_set_errhandler",
-            )?;
+            check(ffi::MPI_Comm_set_errhandler(raw, ffi::RSMPI_ERRORS_RETURN), "MPI_Comm_set_errhandler")?;
             check(ffi::MPI_Comm_rank(raw, &mut rank), "MPI_Comm_rank")?;
             check(ffi::MPI_Comm_size(raw, &mut size), "MPI_Comm_size")?;
         }
-        Ok(Some(Comm {
-            raw,
-            rank: rank as usize,
-            size: size as usize,
-            policy: self.policy,
-        }))
+        Ok(Some(Comm { raw, rank: rank as usize, size: size as usize, policy: self.policy }))
     }
 
     /// Collective: wait until every rank has arrived.
     pub fn barrier(&self) -> Result<()> {
         // SAFETY (both closures): no buffers.
-        complete(
-            &self.policy,
-            "MPI_Barrier",
-            || unsafe { ffi::MPI_Barrier(self.raw) },
-            |req| unsafe { ffi::MPI_Ibarrier(self.raw, req) },
-        )
+        complete(&self.policy, "MPI_Barrier", || unsafe { ffi::MPI_Barrier(self.raw) }, |req| unsafe {
+            ffi::MPI_Ibarrier(self.raw, req)
+        })
     }
 
     /// Collective: `buf` of rank `root` into `buf` of every rank, in pieces that keep
@@ -335,28 +280,11 @@ impl Comm {
 
     /// The concatenation of every rank's `local`, in rank order, into `out`, laid out
     /// as `layout` says (rank r's part at its displacement).
-    pub fn allgatherv_into<T: Datatype>(
-        &self,
-        local: &[T],
-        layout: &GathervLayout,
-        out: &mut [T],
-    ) -> Result<()> {
-        assert_eq!(
-            layout.total,
-            out.len() as u64,
-            "the layout describes the output"
-        );
-        assert_eq!(
-            layout.counts[self.rank] as usize,
-            local.len(),
-            "this rank's part has its count"
-        );
+    pub fn allgatherv_into<T: Datatype>(&self, local: &[T], layout: &GathervLayout, out: &mut [T]) -> Result<()> {
+        assert_eq!(layout.total, out.len() as u64, "the layout describes the output");
+        assert_eq!(layout.counts[self.rank] as usize, local.len(), "this rank's part has its count");
         let (send, recv, ty) = (send_ptr(local), recv_ptr(out), T::mpi_type());
-        let (count, rc, rd) = (
-            layout.counts[self.rank],
-            layout.counts.as_ptr(),
-            layout.displs.as_ptr(),
-        );
+        let (count, rc, rd) = (layout.counts[self.rank], layout.counts.as_ptr(), layout.displs.as_ptr());
         // SAFETY (both closures): counts and displacements describe `out` exactly (checked
         // by GathervLayout::new and the assertions above); local has counts[rank] elements.
         let done = complete(
@@ -401,10 +329,7 @@ impl Comm {
         recv_counts: &[u64],
     ) -> Result<()> {
         let to_counts = |counts: &[u64]| -> Result<Vec<c_int>> {
-            counts
-                .iter()
-                .map(|&c| to_count(c, "alltoallv part"))
-                .collect()
+            counts.iter().map(|&c| to_count(c, "alltoallv part")).collect()
         };
         let (scounts, rcounts) = (to_counts(send_counts)?, to_counts(recv_counts)?);
         let sdispls = displacements(&scounts, "alltoallv send total")?;
@@ -412,12 +337,7 @@ impl Comm {
         assert_eq!(send_counts.iter().sum::<u64>(), send.len() as u64);
         assert_eq!(recv_counts.iter().sum::<u64>(), recv.len() as u64);
         let (sp, rp, ty) = (send_ptr(send), recv_ptr(recv), T::mpi_type());
-        let (sc, sd, rc, rd) = (
-            scounts.as_ptr(),
-            sdispls.as_ptr(),
-            rcounts.as_ptr(),
-            rdispls.as_ptr(),
-        );
+        let (sc, sd, rc, rd) = (scounts.as_ptr(), sdispls.as_ptr(), rcounts.as_ptr(), rdispls.as_ptr());
         // SAFETY (both closures): counts and displacements were checked to lie within
         // both buffers.
         let done = complete(
@@ -437,11 +357,7 @@ impl Comm {
     /// What a collective sends from: the caller's values, or, when a wait may time out,
     /// a copy that can outlive the call (MPI reads it when the late peers arrive).
     fn sendable<'a, T: Clone>(&self, values: &'a [T]) -> Cow<'a, [T]> {
-        if self.policy.timeout_seconds > 0.0 {
-            Cow::Owned(values.to_vec())
-        } else {
-            Cow::Borrowed(values)
-        }
+        if self.policy.timeout_seconds > 0.0 { Cow::Owned(values.to_vec()) } else { Cow::Borrowed(values) }
     }
 
     /// Collective: free the communicator. Skipped when MPI is already finalised.
@@ -450,10 +366,7 @@ impl Comm {
             return Ok(());
         }
         // SAFETY: raw is the communicator this value owns; it is not used afterwards.
-        check(
-            unsafe { ffi::MPI_Comm_free(&mut self.raw) },
-            "MPI_Comm_free",
-        )
+        check(unsafe { ffi::MPI_Comm_free(&mut self.raw) }, "MPI_Comm_free")
     }
 }
 
@@ -465,20 +378,12 @@ impl Comm {
 /// ranks' collectives stop matching (tests/c/repro/ialltoallv_aliased_empty_buffers.c).
 fn send_ptr<T>(buf: &[T]) -> *const c_void {
     static EMPTY_SEND: u64 = 0;
-    if buf.is_empty() {
-        &EMPTY_SEND as *const u64 as *const c_void
-    } else {
-        buf.as_ptr() as *const c_void
-    }
+    if buf.is_empty() { &EMPTY_SEND as *const u64 as *const c_void } else { buf.as_ptr() as *const c_void }
 }
 
 fn recv_ptr<T>(buf: &mut [T]) -> *mut c_void {
     static EMPTY_RECV: u64 = u64::MAX; // a different value: never merged with EMPTY_SEND
-    if buf.is_empty() {
-        &EMPTY_RECV as *const u64 as *mut c_void
-    } else {
-        buf.as_mut_ptr() as *mut c_void
-    }
+    if buf.is_empty() { &EMPTY_RECV as *const u64 as *mut c_void } else { buf.as_mut_ptr() as *mut c_void }
 }
 
 /// Counts and displacements of an `MPI_Allgatherv`, checked against MPI's `int`
@@ -491,17 +396,10 @@ pub struct GathervLayout {
 
 impl GathervLayout {
     pub fn new(counts: &[u64]) -> Result<GathervLayout> {
-        let counts = counts
-            .iter()
-            .map(|&c| to_count(c, "allgatherv part"))
-            .collect::<Result<Vec<_>>>()?;
+        let counts = counts.iter().map(|&c| to_count(c, "allgatherv part")).collect::<Result<Vec<_>>>()?;
         let displs = displacements(&counts, "allgatherv total")?;
         let total = counts.iter().map(|&c| c as u64).sum();
-        Ok(GathervLayout {
-            counts,
-            displs,
-            total,
-        })
+        Ok(GathervLayout { counts, displs, total })
     }
 }
 
@@ -509,11 +407,7 @@ impl GathervLayout {
 /// write into `out` and read `sent` when the late peers arrive, so both are leaked
 /// instead of freed (`sent` is owned whenever a timeout is possible, see
 /// [`Comm::sendable`]).
-fn keep_alive_on_timeout<T: Clone>(
-    done: Result<()>,
-    out: Vec<T>,
-    sent: Cow<[T]>,
-) -> Result<Vec<T>> {
+fn keep_alive_on_timeout<T: Clone>(done: Result<()>, out: Vec<T>, sent: Cow<[T]>) -> Result<Vec<T>> {
     match done {
         Ok(()) => Ok(out),
         Err(err) => {
@@ -528,9 +422,7 @@ fn keep_alive_on_timeout<T: Clone>(
 /// Whether a wait gave up with its request still pending (`MDL_TIMEOUT`): then MPI may
 /// still use every buffer of the call, which must be leaked, never freed.
 pub fn timed_out<T>(result: &Result<T>) -> bool {
-    result
-        .as_ref()
-        .is_err_and(|err| err.status == mdl_status::MDL_ERR_TIMEOUT)
+    result.as_ref().is_err_and(|err| err.status == mdl_status::MDL_ERR_TIMEOUT)
 }
 
 /// Check that `host` is a valid communicator without letting an invalid one reach the
@@ -546,10 +438,7 @@ fn check_handle(host: ffi::MPI_Comm) -> Result<()> {
         let predefined = [ffi::RSMPI_COMM_WORLD, ffi::RSMPI_COMM_SELF];
         let mut saved: [ffi::MPI_Errhandler; 2] = std::mem::zeroed();
         for (comm, handler) in predefined.iter().zip(saved.iter_mut()) {
-            check(
-                ffi::MPI_Comm_get_errhandler(*comm, handler),
-                "MPI_Comm_get_errhandler",
-            )?;
+            check(ffi::MPI_Comm_get_errhandler(*comm, handler), "MPI_Comm_get_errhandler")?;
             ffi::MPI_Comm_set_errhandler(*comm, ffi::RSMPI_ERRORS_RETURN);
         }
         let mut size: c_int = 0;
@@ -559,18 +448,12 @@ fn check_handle(host: ffi::MPI_Comm) -> Result<()> {
             ffi::MPI_Errhandler_free(handler);
         }
         check(rc, "MPI_Comm_size").map_err(|err| {
-            Error::invalid(format!(
-                "the communicator is not a valid handle ({})",
-                err.message
-            ))
+            Error::invalid(format!("the communicator is not a valid handle ({})", err.message))
         })?;
         // An intercommunicator passes every call above and then crashes or hangs the
         // node split (Open MPI segfaults in MPI_Comm_split_type, MPICH waits in MPI_Bcast).
         let mut inter: c_int = 0;
-        check(
-            ffi::MPI_Comm_test_inter(host, &mut inter),
-            "MPI_Comm_test_inter",
-        )?;
+        check(ffi::MPI_Comm_test_inter(host, &mut inter), "MPI_Comm_test_inter")?;
         if inter != 0 {
             return Err(Error::invalid(
                 "the communicator is an intercommunicator; MDLoader needs an intracommunicator (MPI_Intercomm_merge makes one)",

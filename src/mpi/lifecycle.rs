@@ -23,23 +23,12 @@ pub fn at_finalize(hook: fn()) -> Result<()> {
     // MPI; COMM_SELF is valid while MPI is initialised (checked by the caller).
     unsafe {
         check(
-            ffi::MPI_Comm_create_keyval(
-                Some(never_copy),
-                Some(on_delete),
-                &mut keyval,
-                std::ptr::null_mut(),
-            ),
+            ffi::MPI_Comm_create_keyval(Some(never_copy), Some(on_delete), &mut keyval, std::ptr::null_mut()),
             "MPI_Comm_create_keyval",
         )?;
-        check(
-            ffi::MPI_Comm_set_attr(ffi::RSMPI_COMM_SELF, keyval, std::ptr::null_mut()),
-            "MPI_Comm_set_attr",
-        )?;
+        check(ffi::MPI_Comm_set_attr(ffi::RSMPI_COMM_SELF, keyval, std::ptr::null_mut()), "MPI_Comm_set_attr")?;
         // The attribute keeps the key alive; the handle is no longer needed.
-        check(
-            ffi::MPI_Comm_free_keyval(&mut keyval),
-            "MPI_Comm_free_keyval",
-        )?;
+        check(ffi::MPI_Comm_free_keyval(&mut keyval), "MPI_Comm_free_keyval")?;
     }
     let _ = AT_FINALIZE.set(hook);
     Ok(())
@@ -61,12 +50,7 @@ unsafe extern "C" fn never_copy(
 
 /// Runs inside `MPI_Finalize` (or if the host frees the attribute itself). No panic may
 /// unwind into MPI.
-unsafe extern "C" fn on_delete(
-    _comm: ffi::MPI_Comm,
-    _keyval: c_int,
-    _value: *mut c_void,
-    _extra: *mut c_void,
-) -> c_int {
+unsafe extern "C" fn on_delete(_comm: ffi::MPI_Comm, _keyval: c_int, _value: *mut c_void, _extra: *mut c_void) -> c_int {
     if let Some(hook) = AT_FINALIZE.get() {
         if std::panic::catch_unwind(hook).is_err() {
             log::error!("the library's MPI_Finalize hook panicked; loaders may be left open");

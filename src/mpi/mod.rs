@@ -34,10 +34,7 @@ fn check(rc: c_int, call: &str) -> Result<()> {
     if rc == ffi::MPI_SUCCESS as c_int {
         return Ok(());
     }
-    Err(Error::new(
-        mdl_status::MDL_ERR_MPI,
-        format!("{call} failed: {}", error_string(rc)),
-    ))
+    Err(Error::new(mdl_status::MDL_ERR_MPI, format!("{call} failed: {}", error_string(rc))))
 }
 
 fn error_string(code: c_int) -> String {
@@ -48,10 +45,7 @@ fn error_string(code: c_int) -> String {
     if rc != ffi::MPI_SUCCESS as c_int {
         return format!("MPI error code {code}");
     }
-    let bytes: Vec<u8> = buf[..len.max(0) as usize]
-        .iter()
-        .map(|&c| c as u8)
-        .collect();
+    let bytes: Vec<u8> = buf[..len.max(0) as usize].iter().map(|&c| c as u8).collect();
     String::from_utf8_lossy(&bytes).into_owned()
 }
 
@@ -92,15 +86,10 @@ pub fn is_mpich() -> bool {
     let mut buf = vec![0 as c_char; ffi::MPI_MAX_LIBRARY_VERSION_STRING as usize + 1];
     let mut len: c_int = 0;
     // SAFETY: buf holds MPI_MAX_LIBRARY_VERSION_STRING characters as the standard requires.
-    if unsafe { ffi::MPI_Get_library_version(buf.as_mut_ptr(), &mut len) }
-        != ffi::MPI_SUCCESS as c_int
-    {
+    if unsafe { ffi::MPI_Get_library_version(buf.as_mut_ptr(), &mut len) } != ffi::MPI_SUCCESS as c_int {
         return false;
     }
-    let bytes: Vec<u8> = buf[..len.max(0) as usize]
-        .iter()
-        .map(|&c| c as u8)
-        .collect();
+    let bytes: Vec<u8> = buf[..len.max(0) as usize].iter().map(|&c| c as u8).collect();
     String::from_utf8_lossy(&bytes).contains("MPICH")
 }
 
@@ -114,8 +103,6 @@ pub fn wtime() -> f64 {
 /// truncating.
 pub fn to_count(n: u64, what: &str) -> Result<c_int> {
     c_int::try_from(n).map_err(|_| {
-        Error::invalid(format!(
-            "{what} ({n}) exceeds the MPI count limit of {MAX_COUNT}"
-        ))
+        Error::invalid(format!("{what} ({n}) exceeds the MPI count limit of {MAX_COUNT}"))
     })
 }

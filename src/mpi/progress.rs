@@ -69,22 +69,13 @@ impl ProgressThread {
                         return;
                     }
                     let may = MAY_CALL_MPI.read().unwrap_or_else(|e| e.into_inner());
-                    if !*may || !is_usable() || (0..POKES_PER_TURN).any(|_| poke(&handle).is_err())
-                    {
+                    if !*may || !is_usable() || (0..POKES_PER_TURN).any(|_| poke(&handle).is_err()) {
                         return;
                     }
                 }
             })
-            .map_err(|e| {
-                Error::new(
-                    mdl_status::MDL_ERR_NO_MEMORY,
-                    format!("starting the progress thread: {e}"),
-                )
-            })?;
-        Ok(ProgressThread {
-            stop,
-            worker: Some(worker),
-        })
+            .map_err(|e| Error::new(mdl_status::MDL_ERR_NO_MEMORY, format!("starting the progress thread: {e}")))?;
+        Ok(ProgressThread { stop, worker: Some(worker) })
     }
 }
 
@@ -105,13 +96,7 @@ fn poke(comm: &Handle) -> Result<()> {
     // while the thread runs; flag and the ignored status are locals.
     check(
         unsafe {
-            ffi::MPI_Iprobe(
-                ffi::RSMPI_ANY_SOURCE,
-                ffi::RSMPI_ANY_TAG,
-                comm.0,
-                &mut flag,
-                ffi::RSMPI_STATUS_IGNORE,
-            )
+            ffi::MPI_Iprobe(ffi::RSMPI_ANY_SOURCE, ffi::RSMPI_ANY_TAG, comm.0, &mut flag, ffi::RSMPI_STATUS_IGNORE)
         },
         "MPI_Iprobe",
     )

@@ -45,12 +45,7 @@ impl Comm {
             )
         };
         check(rc, "MPI_Iallreduce")?;
-        let mut reduction = Reduction {
-            request,
-            send,
-            received,
-            policy: *self.wait_policy(),
-        };
+        let mut reduction = Reduction { request, send, received, policy: *self.wait_policy() };
         reduction.poke()?;
         Ok(reduction)
     }
@@ -64,10 +59,7 @@ impl Reduction {
     fn poke(&mut self) -> Result<()> {
         let mut done = 0;
         // SAFETY: the request is valid (or null); the status is ignored.
-        check(
-            unsafe { ffi::MPI_Test(&mut self.request, &mut done, ffi::RSMPI_STATUS_IGNORE) },
-            "MPI_Test",
-        )
+        check(unsafe { ffi::MPI_Test(&mut self.request, &mut done, ffi::RSMPI_STATUS_IGNORE) }, "MPI_Test")
     }
 
     /// Wait for the result (usually there already: it was started steps ago).

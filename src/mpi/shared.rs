@@ -27,11 +27,8 @@ impl SharedArray {
     /// zero-filled. Every rank of the node passes the same `len`.
     pub fn allocate(node: &Comm, len: usize) -> Result<SharedArray> {
         let mine = if node.rank() == 0 { len } else { 0 };
-        let bytes = ffi::MPI_Aint::try_from(
-            mine.checked_mul(8)
-                .ok_or_else(|| Error::no_memory(u64::MAX))?,
-        )
-        .map_err(|_| Error::no_memory(mine as u64 * 8))?;
+        let bytes = ffi::MPI_Aint::try_from(mine.checked_mul(8).ok_or_else(|| Error::no_memory(u64::MAX))?)
+            .map_err(|_| Error::no_memory(mine as u64 * 8))?;
         let mut own_base: *mut c_void = std::ptr::null_mut();
         // SAFETY: mem::zeroed is a valid placeholder for the handle MPI writes.
         let mut raw: ffi::MPI_Win = unsafe { std::mem::zeroed() };
@@ -49,44 +46,22 @@ impl SharedArray {
             },
             "MPI_Win_allocate_shared",
         )?;
-        let (mut size, mut unit, mut base): (ffi::MPI_Aint, c_int, *mut c_void) =
-            (0, 0, std::ptr::null_mut());
+        let (mut size, mut unit, mut base): (ffi::MPI_Aint, c_int, *mut c_void) = (0, 0, std::ptr::null_mut());
         // SAFETY: raw is the window just created; the out-pointers are locals.
         let setup = unsafe {
-            check(
-                ffi::MPI_Win_set_errhandler(raw, ffi::RSMPI_ERRORS_RETURN),
-                "MPI_Win_set_errhandler",
-            )
-            .and_then(|()| {
-                check(
-                    ffi::MPI_Win_shared_query(
-                        raw,
-                        0,
-                        &mut size,
-                        &mut unit,
-                        &mut base as *mut *mut c_void as *mut c_void,
-                    ),
-                    "MPI_Win_shared_query",
-                )
-            })
-            .and_then(|()| {
-                check(
-                    ffi::MPI_Win_lock_all(ffi::MPI_MODE_NOCHECK as c_int, raw),
-                    "MPI_Win_lock_all",
-                )
-            })
+            check(ffi::MPI_Win_set_errhandler(raw, ffi::RSMPI_ERRORS_RETURN), "MPI_Win_set_errhandler")
+                .and_then(|()| {
+                    check(
+                        ffi::MPI_Win_shared_query(raw, 0, &mut size, &mut unit, &mut base as *mut *mut c_void as *mut c_void),
+                        "MPI_Win_shared_query",
+                    )
+                })
+                .and_then(|()| check(ffi::MPI_Win_lock_all(ffi::MPI_MODE_NOCHECK as c_int, raw), "MPI_Win_lock_all"))
         };
-        let array = SharedArray {
-            raw,
-            base: base as *mut u64,
-            len,
-        };
+        let array = SharedArray { raw, base: base as *mut u64, len };
         setup?;
         if (size as usize) < len * 8 {
-            return Err(Error::new(
-                crate::error::mdl_status::MDL_ERR_MPI,
-                "MPI_Win_shared_query: the leader's segment is too small",
-            ));
+            return Err(Error::new(crate::error::mdl_status::MDL_ERR_MPI, "MPI_Win_shared_query: the leader's segment is too small"));
         }
         if node.rank() == 0 && len > 0 {
             // SAFETY: the leader's segment holds len u64 (checked above); nothing reads it yet.

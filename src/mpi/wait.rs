@@ -37,11 +37,7 @@ impl WaitPolicy {
     /// Before the ranks have agreed on a policy: nonblocking calls completed by testing
     /// and yielding, the one kind of call that every rank can make without knowing the
     /// others' settings.
-    pub(crate) const UNAGREED: WaitPolicy = WaitPolicy {
-        yield_between_tests: true,
-        trust_flush: false,
-        timeout_seconds: 0.0,
-    };
+    pub(crate) const UNAGREED: WaitPolicy = WaitPolicy { yield_between_tests: true, trust_flush: false, timeout_seconds: 0.0 };
 
     fn yields(&self) -> bool {
         self.yield_between_tests || BACKGROUND.with(Cell::get)
@@ -84,10 +80,8 @@ pub fn complete(
     // SAFETY: reading an extern constant that mpi-sys exports.
     let mut request = unsafe { ffi::RSMPI_REQUEST_NULL };
     check(nonblocking(&mut request), name)?;
-    wait_all(policy, std::slice::from_mut(&mut request)).map_err(|err| Error {
-        message: format!("{name}: {}", err.message),
-        ..err
-    })
+    wait_all(policy, std::slice::from_mut(&mut request))
+        .map_err(|err| Error { message: format!("{name}: {}", err.message), ..err })
 }
 
 /// Wait until every request completes. Completed requests become `MPI_REQUEST_NULL`.
@@ -105,12 +99,7 @@ pub fn wait_all(policy: &WaitPolicy, requests: &mut [ffi::MPI_Request]) -> Resul
         let mut done: c_int = 0;
         // SAFETY: requests is a valid array of `count` requests; statuses are ignored.
         let rc = unsafe {
-            ffi::MPI_Testall(
-                count,
-                requests.as_mut_ptr(),
-                &mut done,
-                ffi::RSMPI_STATUSES_IGNORE,
-            )
+            ffi::MPI_Testall(count, requests.as_mut_ptr(), &mut done, ffi::RSMPI_STATUSES_IGNORE)
         };
         check(rc, "MPI_Testall")?;
         if done != 0 {

@@ -6,9 +6,7 @@
 //! epoch (`MPI_Win_lock_all`) is opened at creation and held until the window is freed:
 //! a fetch pays for gets and their completion only, never for locks.
 
-use super::{
-    Comm, MAX_COUNT, WaitPolicy, check, comm::null_request, ffi, to_count, wait::wait_all,
-};
+use super::{Comm, MAX_COUNT, WaitPolicy, check, comm::null_request, ffi, to_count, wait::wait_all};
 use crate::error::{Error, Result};
 use std::os::raw::{c_int, c_void};
 
@@ -142,39 +140,12 @@ impl Window {
         // SAFETY: baseptr receives the address of `size` bytes owned by the window.
         let rc = unsafe {
             match flavor {
-                Flavor::Private => ffi::MPI_Win_allocate(
-                    size,
-                    1,
-                    ffi::RSMPI_INFO_NULL,
-                    comm.raw(),
-                    baseptr,
-                    &mut raw,
-                ),
-                Flavor::Shared => ffi::MPI_Win_allocate_shared(
-                    size,
-                    1,
-                    ffi::RSMPI_INFO_NULL,
-                    comm.raw(),
-                    baseptr,
-                    &mut raw,
-                ),
+                Flavor::Private => ffi::MPI_Win_allocate(size, 1, ffi::RSMPI_INFO_NULL, comm.raw(), baseptr, &mut raw),
+                Flavor::Shared => ffi::MPI_Win_allocate_shared(size, 1, ffi::RSMPI_INFO_NULL, comm.raw(), baseptr, &mut raw),
             }
         };
-        check(
-            rc,
-            if flavor == Flavor::Shared {
-                "MPI_Win_allocate_shared"
-            } else {
-                "MPI_Win_allocate"
-            },
-        )?;
-        let window = Window {
-            raw,
-            base,
-            len: data.len(),
-            policy: *comm.wait_policy(),
-            private: None,
-        };
+        check(rc, if flavor == Flavor::Shared { "MPI_Win_allocate_shared" } else { "MPI_Win_allocate" })?;
+        let window = Window { raw, base, len: data.len(), policy: *comm.wait_policy(), private: None };
         if !data.is_empty() {
             // SAFETY: the window owns `len` bytes at base; data does not overlap them.
             unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), base, data.len()) };
@@ -195,25 +166,10 @@ impl Window {
         // SAFETY: shared.base holds `size` bytes (the rounded size it was allocated with)
         // for as long as `shared` lives, which the caller keeps longer than this window.
         check(
-            unsafe {
-                ffi::MPI_Win_create(
-                    shared.base as *mut c_void,
-                    size,
-                    1,
-                    ffi::RSMPI_INFO_NULL,
-                    comm.raw(),
-                    &mut raw,
-                )
-            },
+            unsafe { ffi::MPI_Win_create(shared.base as *mut c_void, size, 1, ffi::RSMPI_INFO_NULL, comm.raw(), &mut raw) },
             "MPI_Win_create",
         )?;
-        let window = Window {
-            raw,
-            base: shared.base,
-            len: shared.len,
-            policy: *comm.wait_policy(),
-            private: None,
-        };
+        let window = Window { raw, base: shared.base, len: shared.len, policy: *comm.wait_policy(), private: None };
         window.open()?;
         Ok(window)
     }
@@ -226,12 +182,8 @@ impl Window {
     /// caller agrees on that before any rank enters `MPI_Win_create`. `memory` holds
     /// at least `data.len()` bytes.
     pub fn create_private(comm: &Comm, memory: PrivateMemory, data: &[u8]) -> Result<Window> {
-        assert!(
-            memory.layout.size() >= data.len(),
-            "private window memory smaller than its shard"
-        );
-        let size = ffi::MPI_Aint::try_from(data.len())
-            .map_err(|_| Error::invalid("shard larger than MPI_Aint"))?;
+        assert!(memory.layout.size() >= data.len(), "private window memory smaller than its shard");
+        let size = ffi::MPI_Aint::try_from(data.len()).map_err(|_| Error::invalid("shard larger than MPI_Aint"))?;
         // SAFETY: memory holds data.len() bytes that data does not overlap.
         unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), memory.base, data.len()) };
         // SAFETY: mem::zeroed is a valid placeholder for the handle MPI writes.
@@ -239,29 +191,14 @@ impl Window {
         // SAFETY: memory.base holds `size` bytes, owned by the window from here on and
         // released only after MPI_Win_free.
         let created = check(
-            unsafe {
-                ffi::MPI_Win_create(
-                    memory.base as *mut c_void,
-                    size,
-                    1,
-                    ffi::RSMPI_INFO_NULL,
-                    comm.raw(),
-                    &mut raw,
-                )
-            },
+            unsafe { ffi::MPI_Win_create(memory.base as *mut c_void, size, 1, ffi::RSMPI_INFO_NULL, comm.raw(), &mut raw) },
             "MPI_Win_create",
         );
         if let Err(err) = created {
             memory.release();
             return Err(err);
         }
-        let window = Window {
-            raw,
-            base: memory.base,
-            len: data.len(),
-            policy: *comm.wait_policy(),
-            private: Some(memory),
-        };
+        let window = Window { raw, base: memory.base, len: data.len(), policy: *comm.wait_policy(), private: Some(memory) };
         window.open()?;
         Ok(window)
     }
@@ -269,16 +206,10 @@ impl Window {
     /// Set the error handler and open the access epoch the window keeps for life.
     fn open(&self) -> Result<()> {
         // SAFETY: raw is the window just created.
-        check(
-            unsafe { ffi::MPI_Win_set_errhandler(self.raw, ffi::RSMPI_ERRORS_RETURN) },
-            "MPI_Win_set_errhandler",
-        )?;
+        check(unsafe { ffi::MPI_Win_set_errhandler(self.raw, ffi::RSMPI_ERRORS_RETURN) }, "MPI_Win_set_errhandler")?;
         // SAFETY: raw is valid; MPI_MODE_NOCHECK because no rank ever takes an
         // exclusive lock on this window.
-        check(
-            unsafe { ffi::MPI_Win_lock_all(ffi::MPI_MODE_NOCHECK as _, self.raw) },
-            "MPI_Win_lock_all",
-        )?;
+        check(unsafe { ffi::MPI_Win_lock_all(ffi::MPI_MODE_NOCHECK as _, self.raw) }, "MPI_Win_lock_all")?;
         // Make the local stores above visible to RMA in the separate memory model.
         // SAFETY: called inside the passive-target epoch just opened.
         check(unsafe { ffi::MPI_Win_sync(self.raw) }, "MPI_Win_sync")
@@ -303,14 +234,11 @@ impl Window {
     /// [`Window::allocate_shared`] (`MPI_Win_shared_query`), readable with loads on
     /// this rank after [`Window::publish_to_node`].
     pub fn segment(&self, rank: usize) -> Result<Segment> {
-        let (mut size, mut unit, mut base): (ffi::MPI_Aint, c_int, *mut c_void) =
-            (0, 0, std::ptr::null_mut());
+        let (mut size, mut unit, mut base): (ffi::MPI_Aint, c_int, *mut c_void) = (0, 0, std::ptr::null_mut());
         let baseptr = &mut base as *mut *mut c_void as *mut c_void;
         // SAFETY: raw is a shared window; the out-pointers are locals.
         check(
-            unsafe {
-                ffi::MPI_Win_shared_query(self.raw, rank as c_int, &mut size, &mut unit, baseptr)
-            },
+            unsafe { ffi::MPI_Win_shared_query(self.raw, rank as c_int, &mut size, &mut unit, baseptr) },
             "MPI_Win_shared_query",
         )?;
         let len = usize::try_from(size).unwrap_or(0);
@@ -318,10 +246,7 @@ impl Window {
             let message = format!("MPI_Win_shared_query: rank {rank}'s segment is not mapped");
             return Err(Error::new(crate::error::mdl_status::MDL_ERR_MPI, message));
         }
-        Ok(Segment {
-            base: base as *const u8,
-            len,
-        })
+        Ok(Segment { base: base as *const u8, len })
     }
 
     /// This rank's own shard bytes.
@@ -349,10 +274,7 @@ impl Window {
         let issued = (|| {
             for g in gets {
                 let end = g.dest_offset.checked_add(g.len);
-                assert!(
-                    end.is_some_and(|e| e <= dest.len() as u64),
-                    "get outside its buffer"
-                );
+                assert!(end.is_some_and(|e| e <= dest.len() as u64), "get outside its buffer");
                 let mut done = 0;
                 while done < g.len {
                     let len = (g.len - done).min(chunk);
@@ -360,15 +282,8 @@ impl Window {
                         .map_err(|_| Error::invalid("window offset exceeds MPI_Aint"))?;
                     let count = to_count(len, "get length")?;
                     // SAFETY: the destination range lies inside `dest` (asserted above).
-                    let origin = unsafe { dest.as_mut_ptr().add((g.dest_offset + done) as usize) }
-                        as *mut c_void;
-                    self.get(
-                        origin,
-                        count,
-                        g.target as c_int,
-                        disp,
-                        (!flush).then_some(&mut requests),
-                    )?;
+                    let origin = unsafe { dest.as_mut_ptr().add((g.dest_offset + done) as usize) } as *mut c_void;
+                    self.get(origin, count, g.target as c_int, disp, (!flush).then_some(&mut requests))?;
                     done += len;
                     outstanding += 1;
                     if outstanding == group {
@@ -401,25 +316,10 @@ impl Window {
         // (get_all completes every get before returning); inside the epoch opened at
         // creation.
         match requests {
-            None => check(
-                unsafe { ffi::MPI_Get(origin, count, ty, target, disp, count, ty, self.raw) },
-                "MPI_Get",
-            ),
+            None => check(unsafe { ffi::MPI_Get(origin, count, ty, target, disp, count, ty, self.raw) }, "MPI_Get"),
             Some(requests) => {
                 let mut request = null_request();
-                let rc = unsafe {
-                    ffi::MPI_Rget(
-                        origin,
-                        count,
-                        ty,
-                        target,
-                        disp,
-                        count,
-                        ty,
-                        self.raw,
-                        &mut request,
-                    )
-                };
+                let rc = unsafe { ffi::MPI_Rget(origin, count, ty, target, disp, count, ty, self.raw, &mut request) };
                 requests.push(request);
                 check(rc, "MPI_Rget")
             }
@@ -435,10 +335,7 @@ impl Window {
             return waited;
         }
         // SAFETY: inside the epoch opened at creation.
-        check(
-            unsafe { ffi::MPI_Win_flush_all(self.raw) },
-            "MPI_Win_flush_all",
-        )
+        check(unsafe { ffi::MPI_Win_flush_all(self.raw) }, "MPI_Win_flush_all")
     }
 
     /// Collective: close the epoch and free the window. Skipped when MPI is finalised.

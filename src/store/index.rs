@@ -74,38 +74,16 @@ impl GlobalIndex {
     /// (`starts[0] = 0`, N + 1 entries).
     pub fn from_starts(per_rank: &[u64], starts: Starts) -> GlobalIndex {
         let first_id = first_ids(per_rank);
-        assert_eq!(
-            first_id[per_rank.len()] + 1,
-            starts.as_slice().len() as u64,
-            "per-rank counts must cover all samples"
-        );
-        let shard_start = first_id[..per_rank.len()]
-            .iter()
-            .map(|&first| starts.as_slice()[first as usize])
-            .collect();
-        GlobalIndex {
-            first_id,
-            shard_start,
-            uniform: false,
-            uniform_len: 0,
-            starts,
-        }
+        assert_eq!(first_id[per_rank.len()] + 1, starts.as_slice().len() as u64, "per-rank counts must cover all samples");
+        let shard_start = first_id[..per_rank.len()].iter().map(|&first| starts.as_slice()[first as usize]).collect();
+        GlobalIndex { first_id, shard_start, uniform: false, uniform_len: 0, starts }
     }
 
     /// The index of a job whose samples all take `len` bytes.
     pub fn uniform(per_rank: &[u64], len: u64) -> GlobalIndex {
         let first_id = first_ids(per_rank);
-        let shard_start = first_id[..per_rank.len()]
-            .iter()
-            .map(|&first| first * len)
-            .collect();
-        GlobalIndex {
-            first_id,
-            shard_start,
-            uniform: true,
-            uniform_len: len,
-            starts: Starts::Private(Vec::new()),
-        }
+        let shard_start = first_id[..per_rank.len()].iter().map(|&first| first * len).collect();
+        GlobalIndex { first_id, shard_start, uniform: true, uniform_len: len, starts: Starts::Private(Vec::new()) }
     }
 
     /// The index from every sample's length (tests and the step-cost benchmark).
@@ -144,10 +122,7 @@ impl GlobalIndex {
     /// effect on results, nothing to ask for without a table).
     #[inline]
     pub fn prefetch(&self, id: u64) {
-        if let Some(entry) = usize::try_from(id)
-            .ok()
-            .and_then(|i| self.starts.as_slice().get(i))
-        {
+        if let Some(entry) = usize::try_from(id).ok().and_then(|i| self.starts.as_slice().get(i)) {
             crate::prefetch::lines(std::slice::from_ref(entry), 1);
         }
     }
@@ -175,10 +150,7 @@ impl GlobalIndex {
     /// What the index keeps, for the registration's log line.
     pub fn describe(&self) -> String {
         match &self.starts {
-            _ if self.uniform => format!(
-                "no index table (every sample takes {} bytes)",
-                self.uniform_len
-            ),
+            _ if self.uniform => format!("no index table (every sample takes {} bytes)", self.uniform_len),
             Starts::Node(_) => "an index table of 8 bytes per sample, one per node".into(),
             Starts::Private(_) => "an index table of 8 bytes per sample on each rank".into(),
         }
@@ -191,6 +163,7 @@ impl GlobalIndex {
     }
 }
 
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -200,38 +173,10 @@ mod tests {
         // rank 0: lengths 3, 0, 2; rank 1: empty; rank 2: lengths 5.
         let index = GlobalIndex::from_lengths(&[3, 0, 2, 5], &[3, 0, 1]);
         assert_eq!(index.num_samples(), 4);
-        assert_eq!(
-            index.locate(0),
-            Some(Location {
-                owner: 0,
-                offset: 0,
-                len: 3
-            })
-        );
-        assert_eq!(
-            index.locate(1),
-            Some(Location {
-                owner: 0,
-                offset: 3,
-                len: 0
-            })
-        );
-        assert_eq!(
-            index.locate(2),
-            Some(Location {
-                owner: 0,
-                offset: 3,
-                len: 2
-            })
-        );
-        assert_eq!(
-            index.locate(3),
-            Some(Location {
-                owner: 2,
-                offset: 0,
-                len: 5
-            })
-        );
+        assert_eq!(index.locate(0), Some(Location { owner: 0, offset: 0, len: 3 }));
+        assert_eq!(index.locate(1), Some(Location { owner: 0, offset: 3, len: 0 }));
+        assert_eq!(index.locate(2), Some(Location { owner: 0, offset: 3, len: 2 }));
+        assert_eq!(index.locate(3), Some(Location { owner: 2, offset: 0, len: 5 }));
         assert_eq!(index.locate(4), None);
         assert_eq!(index.locate(u64::MAX), None);
     }

@@ -21,8 +21,8 @@ use index::Starts;
 
 use crate::agree::agree_on_checks;
 use crate::error::{Error, Result};
-use crate::mpi::{Comm, Get, GetLimits, PrivateMemory, Window};
 use crate::rng::mix;
+use crate::mpi::{Comm, Get, GetLimits, PrivateMemory, Window};
 use node_shard::NodeShards;
 use std::sync::Arc;
 
@@ -44,10 +44,7 @@ impl<'a> ShardView<'a> {
     /// describe is looked at, so that a bad offset is named as such).
     pub fn check_offsets(offsets: &[u64]) -> Result<()> {
         if offsets.first().is_some_and(|&first| first != 0) {
-            return Err(Error::invalid(format!(
-                "offsets[0] is {}, must be 0",
-                offsets[0]
-            )));
+            return Err(Error::invalid(format!("offsets[0] is {}, must be 0", offsets[0])));
         }
         if let Some(i) = offsets.windows(2).position(|w| w[1] < w[0]) {
             return Err(Error::invalid(format!(
@@ -72,21 +69,16 @@ impl<'a> ShardView<'a> {
     /// of one hash per sample, so that the sums over any split of the same dataset
     /// agree (replica groups compare their copies with it).
     pub fn lengths_checksum(&self, first_id: u64) -> u64 {
-        self.offsets
-            .windows(2)
-            .zip(first_id..)
-            .fold(0u64, |sum, (w, id)| {
-                sum.wrapping_add(mix(mix(id) ^ (w[1] - w[0])))
-            })
+        self.offsets.windows(2).zip(first_id..).fold(0u64, |sum, (w, id)| {
+            sum.wrapping_add(mix(mix(id) ^ (w[1] - w[0])))
+        })
     }
 }
 
 /// Collective: the length every sample of the job has, if they all have one (one
 /// all-reduce of each rank's shortest and longest); None for an empty job.
 fn uniform_length(comm: &Comm, shard: &ShardView) -> Result<Option<u64>> {
-    let (shortest, longest) = shard.offsets.windows(2).fold((u64::MAX, 0), |(lo, hi), w| {
-        (lo.min(w[1] - w[0]), hi.max(w[1] - w[0]))
-    });
+    let (shortest, longest) = shard.offsets.windows(2).fold((u64::MAX, 0), |(lo, hi), w| (lo.min(w[1] - w[0]), hi.max(w[1] - w[0])));
     // The shortest as a maximum: u64::MAX - shortest.
     let job = comm.allreduce_max(&[u64::MAX - shortest, longest])?;
     let (shortest, longest) = (u64::MAX - job[0], job[1]);
@@ -98,9 +90,7 @@ fn uniform_length(comm: &Comm, shard: &ShardView) -> Result<Option<u64>> {
 /// waiting in it. The memory is released at once, untouched.
 pub(crate) fn check_allocatable(bytes: usize) -> Result<()> {
     let mut probe: Vec<u8> = Vec::new();
-    probe
-        .try_reserve_exact(bytes)
-        .map_err(|_| Error::no_memory(bytes as u64))
+    probe.try_reserve_exact(bytes).map_err(|_| Error::no_memory(bytes as u64))
 }
 
 /// How a store is built and read (from the agreed configuration).
@@ -147,22 +137,12 @@ impl Store {
         agree_on_checks(comm, check_allocatable(shard.data.len()))?;
         let uniform = uniform_length(comm, shard)?;
         // A uniform index has no table to place.
-        let entries = if uniform.is_some() {
-            0
-        } else {
-            per_rank.iter().fold(1u64, |sum, &n| sum.saturating_add(n))
-        };
+        let entries = if uniform.is_some() { 0 } else { per_rank.iter().fold(1u64, |sum, &n| sum.saturating_add(n)) };
         let shared = shm_budget::decide(comm, shard.data.len(), entries, settings)?;
         let index = match uniform {
             Some(len) => GlobalIndex::uniform(&per_rank, len),
-            None if shared.index => GlobalIndex::from_starts(
-                &per_rank,
-                node_index::build(comm, shard, &per_rank, settings.limits.max_message)?,
-            ),
-            None => GlobalIndex::from_starts(
-                &per_rank,
-                Starts::Private(node_index::gather_private(comm, shard, &per_rank)?),
-            ),
+            None if shared.index => GlobalIndex::from_starts(&per_rank, node_index::build(comm, shard, &per_rank, settings.limits.max_message)?),
+            None => GlobalIndex::from_starts(&per_rank, Starts::Private(node_index::gather_private(comm, shard, &per_rank)?)),
         };
         let (window, node, topology) = if !shared.shards {
             (private_window(comm, shard.data)?, None, Topology::default())
@@ -170,19 +150,9 @@ impl Store {
             let placed = node_shard::place(comm, shard.data, settings.node_key)?;
             (placed.window, placed.node, placed.topology)
         } else {
-            (
-                Window::allocate(comm, shard.data)?,
-                None,
-                Topology::default(),
-            )
+            (Window::allocate(comm, shard.data)?, None, Topology::default())
         };
-        let store = Store {
-            window,
-            node,
-            topology,
-            index: Arc::new(index),
-            placement: shared,
-        };
+        let store = Store { window, node, topology, index: Arc::new(index), placement: shared };
         let warmed = warm_up(&store, comm.rank(), settings.limits, settings.warm_up_gets);
         // Every rank stays inside MPI until all have warmed up (over transports where a
         // get needs its target's progress, no rank waits for one that has left), and a
@@ -191,10 +161,7 @@ impl Store {
             Ok(()) => Ok(store),
             Err(err) => {
                 store.free()?;
-                Err(Error {
-                    message: format!("warming the window up: {}", err.message),
-                    ..err
-                })
+                Err(Error { message: format!("warming the window up: {}", err.message), ..err })
             }
         }
     }
@@ -203,17 +170,12 @@ impl Store {
     /// the node's ranks). Nothing else may hold the index any more.
     pub fn free(self) -> Result<()> {
         // The RMA window first: it may expose the node-shared window's memory.
-        let freed_window = self
-            .window
-            .free()
-            .and(self.node.map_or(Ok(()), NodeShards::free));
+        let freed_window = self.window.free().and(self.node.map_or(Ok(()), NodeShards::free));
         let freed_index = match Arc::try_unwrap(self.index).map(GlobalIndex::into_starts) {
             Ok(Starts::Node(shared)) => shared.free(),
             Ok(Starts::Private(_)) => Ok(()),
             Err(_) => {
-                log::warn!(
-                    "the index is still in use at finalize: its shared memory is left to the end of the job"
-                );
+                log::warn!("the index is still in use at finalize: its shared memory is left to the end of the job");
                 Ok(())
             }
         };
@@ -238,11 +200,7 @@ fn private_window(comm: &Comm, data: &[u8]) -> Result<Window> {
         memory.map(PrivateMemory::release).ok();
         return Err(err);
     }
-    Window::create_private(
-        comm,
-        memory.expect("agreed that every rank has its memory"),
-        data,
-    )
+    Window::create_private(comm, memory.expect("agreed that every rank has its memory"), data)
 }
 
 /// Read a few bytes of `gets` samples spread over the other ranks' shards. Open MPI's
@@ -257,24 +215,12 @@ fn warm_up(store: &Store, me: usize, limits: GetLimits, gets: u64) -> Result<()>
     let mut scratch = [0u8; BYTES as usize * PER_FLUSH];
     let mut pending = Vec::with_capacity(PER_FLUSH);
     // Samples at a golden-ratio stride cover every shard evenly, the same way each time.
-    let spread = (0..gets)
-        .map(|k| (((k as f64 + 0.5) * 0.618_033_988_749_895).fract() * total as f64) as u64);
+    let spread = (0..gets).map(|k| (((k as f64 + 0.5) * 0.618_033_988_749_895).fract() * total as f64) as u64);
     for id in spread {
         // Only other nodes' shards are ever read with gets.
-        let Some(loc) = store
-            .index
-            .locate(id)
-            .filter(|l| !store.topology.shares(me, l.owner) && l.len > 0)
-        else {
-            continue;
-        };
+        let Some(loc) = store.index.locate(id).filter(|l| !store.topology.shares(me, l.owner) && l.len > 0) else { continue };
         let dest_offset = pending.len() as u64 * BYTES;
-        pending.push(Get {
-            target: loc.owner,
-            target_offset: loc.offset,
-            dest_offset,
-            len: loc.len.min(BYTES),
-        });
+        pending.push(Get { target: loc.owner, target_offset: loc.offset, dest_offset, len: loc.len.min(BYTES) });
         if pending.len() == PER_FLUSH {
             store.window.get_all(&pending, &mut scratch, limits)?;
             pending.clear();
@@ -298,25 +244,15 @@ mod tests {
             ShardView::new(&data, &[1, 4]).err().map(|e| e.status),
             Some(mdl_status::MDL_ERR_INVALID_ARG)
         );
-        let err = ShardView::new(&data, &[0, 5, 4])
-            .err()
-            .expect("decreasing offsets");
-        assert!(
-            err.message.contains("decrease at sample 1"),
-            "{}",
-            err.message
-        );
+        let err = ShardView::new(&data, &[0, 5, 4]).err().expect("decreasing offsets");
+        assert!(err.message.contains("decrease at sample 1"), "{}", err.message);
     }
 }
 
 /// Free node-shared memory (a shared array or window) that not every node got, where
 /// the whole node has it (freeing is collective over the node); otherwise leave it to
 /// the end of the job.
-fn release_where_whole_node<T>(
-    node: &Comm,
-    shared: Result<T>,
-    free: impl FnOnce(T) -> Result<()>,
-) -> Result<()> {
+fn release_where_whole_node<T>(node: &Comm, shared: Result<T>, free: impl FnOnce(T) -> Result<()>) -> Result<()> {
     let whole_node = agree_on_checks(node, shared.as_ref().map(|_| ()).map_err(Clone::clone));
     match (whole_node, shared) {
         (Ok(()), Ok(shared)) => free(shared),

@@ -42,41 +42,19 @@ pub fn build(comm: &Comm, shard: &ShardView, per_rank: &[u64], max_message: u64)
     };
     // The leaders' scratch buffers for the exchange, with the index's own room: agreed
     // before any window exists.
-    let scratch = if leader && layout.segments.nodes() > 1 {
-        layout.plan.allocate()
-    } else {
-        Ok(Default::default())
-    };
-    let checks = entries.clone().and_then(|n| {
-        if leader {
-            super::check_allocatable(n.saturating_mul(8))
-        } else {
-            Ok(())
-        }
-    });
-    if let Err(err) = agree_on_checks(
-        comm,
-        checks.and(scratch.as_ref().map(|_| ()).map_err(Clone::clone)),
-    ) {
+    let scratch = if leader && layout.segments.nodes() > 1 { layout.plan.allocate() } else { Ok(Default::default()) };
+    let checks = entries.clone().and_then(|n| if leader { super::check_allocatable(n.saturating_mul(8)) } else { Ok(()) });
+    if let Err(err) = agree_on_checks(comm, checks.and(scratch.as_ref().map(|_| ()).map_err(Clone::clone))) {
         node.free()?;
         return Err(err);
     }
-    let (entries, scratch) = (
-        entries.expect("agreed that the index fits"),
-        scratch.expect("agreed that every leader allocated"),
-    );
+    let (entries, scratch) = (entries.expect("agreed that the index fits"), scratch.expect("agreed that every leader allocated"));
     let shared = SharedArray::allocate(&node, entries);
-    let shared_everywhere =
-        agree_on_checks(comm, shared.as_ref().map(|_| ()).map_err(Clone::clone));
+    let shared_everywhere = agree_on_checks(comm, shared.as_ref().map(|_| ()).map_err(Clone::clone));
     let starts = match (shared_everywhere, shared) {
-        (Ok(()), Ok(shared)) => {
-            fill(comm, &node, shard, &layout, scratch, &shared).map(|()| Starts::Node(shared))
-        }
+        (Ok(()), Ok(shared)) => fill(comm, &node, shard, &layout, scratch, &shared).map(|()| Starts::Node(shared)),
         (Err(err), shared) => {
-            log::warn!(
-                "the index cannot be shared within nodes ({}); every rank keeps its own copy",
-                err.message
-            );
+            log::warn!("the index cannot be shared within nodes ({}); every rank keeps its own copy", err.message);
             super::release_where_whole_node(&node, shared, SharedArray::free)?;
             gather_private(comm, shard, per_rank).map(Starts::Private)
         }
@@ -91,13 +69,10 @@ pub fn build(comm: &Comm, shard: &ShardView, per_rank: &[u64], max_message: u64)
 /// N + 1, checked to fit in memory.
 fn total_entries(per_rank: &[u64]) -> Result<usize> {
     let total = per_rank.iter().try_fold(0u64, |sum, &n| sum.checked_add(n));
-    let entries = total
-        .and_then(|n| n.checked_add(1))
-        .filter(|&n| n <= isize::MAX as u64 / 8);
-    entries
-        .map(|n| n as usize)
-        .ok_or_else(|| Error::invalid("the shards hold too many samples for an index in memory"))
+    let entries = total.and_then(|n| n.checked_add(1)).filter(|&n| n <= isize::MAX as u64 / 8);
+    entries.map(|n| n as usize).ok_or_else(|| Error::invalid("the shards hold too many samples for an index in memory"))
 }
+
 
 /// Bytes a round of the leaders' exchange moves in all (at most): the scratch
 /// buffer's size, and a message size at which a network runs at full bandwidth.
@@ -116,10 +91,7 @@ struct NodeLayout {
 impl NodeLayout {
     /// Collective: each rank's node leader, and from it the exchange's plan.
     fn of(comm: &Comm, node: &Comm, per_rank: &[u64], max_message: u64) -> Result<NodeLayout> {
-        let first: Vec<usize> = per_rank
-            .iter()
-            .scan(0u64, |at, &n| Some(std::mem::replace(at, *at + n) as usize))
-            .collect();
+        let first: Vec<usize> = per_rank.iter().scan(0u64, |at, &n| Some(std::mem::replace(at, *at + n) as usize)).collect();
         // Each rank's node leader, as its rank in `comm` (the node's lowest rank).
         let mut my_leader = [comm.rank() as u64];
         node.bcast_into(0, &mut my_leader)?;
@@ -127,27 +99,13 @@ impl NodeLayout {
         let segments = NodeSegments::of(&leader_of, &first, per_rank);
         // MDL_MAX_MESSAGE_BYTES bounds the rounds, down to a floor: at a few bytes a
         // round, a million samples would take a million rounds.
-        let plan = ExchangePlan::new(
-            &segments,
-            EXCHANGE_BYTES.min(max_message.max(MIN_EXCHANGE_BYTES)),
-        );
-        Ok(NodeLayout {
-            first,
-            segments,
-            plan,
-        })
+        let plan = ExchangePlan::new(&segments, EXCHANGE_BYTES.min(max_message.max(MIN_EXCHANGE_BYTES)));
+        Ok(NodeLayout { first, segments, plan })
     }
 }
 
 /// Fill the node's copy: own lengths, the other nodes' lengths, prefix sums.
-fn fill(
-    comm: &Comm,
-    node: &Comm,
-    shard: &ShardView,
-    layout: &NodeLayout,
-    mut scratch: ExchangeScratch,
-    shared: &SharedArray,
-) -> Result<()> {
+fn fill(comm: &Comm, node: &Comm, shard: &ShardView, layout: &NodeLayout, mut scratch: ExchangeScratch, shared: &SharedArray) -> Result<()> {
     let (first, me) = (&layout.first, comm.rank());
     {
         // SAFETY: each rank writes only its own samples' entries until the publish.
@@ -195,9 +153,7 @@ impl NodeSegments {
         leaders.dedup();
         let mut ranges = vec![Vec::new(); leaders.len()];
         for (r, &n) in per_rank.iter().enumerate().filter(|&(_, &n)| n > 0) {
-            let node = leaders
-                .binary_search(&leader_of[r])
-                .expect("every leader is listed");
+            let node = leaders.binary_search(&leader_of[r]).expect("every leader is listed");
             // Entry 0 is the prefix sums' leading zero.
             ranges[node].push(first[r] + 1..first[r] + 1 + n as usize);
         }
@@ -213,13 +169,7 @@ impl NodeSegments {
     }
 
     /// `visit` each piece of node `node`'s entries `skip .. skip + len`, in order.
-    fn pieces(
-        &self,
-        node: usize,
-        mut skip: usize,
-        mut len: usize,
-        mut visit: impl FnMut(std::ops::Range<usize>),
-    ) {
+    fn pieces(&self, node: usize, mut skip: usize, mut len: usize, mut visit: impl FnMut(std::ops::Range<usize>)) {
         for range in &self.ranges[node] {
             if len == 0 {
                 return;
@@ -256,14 +206,9 @@ impl ExchangePlan {
         let totals: Vec<usize> = (0..segments.nodes()).map(|n| segments.total(n)).collect();
         let largest = totals.iter().copied().max().unwrap_or(0);
         // No scratch beyond what the largest node holds.
-        let per_node =
-            (round_bytes as usize / 8 / segments.nodes().max(1)).clamp(1, largest.max(1));
+        let per_node = (round_bytes as usize / 8 / segments.nodes().max(1)).clamp(1, largest.max(1));
         let rounds = largest.div_ceil(per_node);
-        ExchangePlan {
-            per_node,
-            rounds,
-            totals,
-        }
+        ExchangePlan { per_node, rounds, totals }
     }
 
     fn allocate(&self) -> Result<ExchangeScratch> {
@@ -276,21 +221,11 @@ impl ExchangePlan {
     }
 
     /// Collective over the leaders: every node's lengths into `starts`.
-    fn exchange(
-        &self,
-        leaders: &Comm,
-        segments: &NodeSegments,
-        scratch: &mut ExchangeScratch,
-        starts: &mut [u64],
-    ) -> Result<()> {
+    fn exchange(&self, leaders: &Comm, segments: &NodeSegments, scratch: &mut ExchangeScratch, starts: &mut [u64]) -> Result<()> {
         let me = leaders.rank();
         for round in 0..self.rounds {
             let skip = round * self.per_node;
-            let counts: Vec<u64> = self
-                .totals
-                .iter()
-                .map(|&t| t.saturating_sub(skip).min(self.per_node) as u64)
-                .collect();
+            let counts: Vec<u64> = self.totals.iter().map(|&t| t.saturating_sub(skip).min(self.per_node) as u64).collect();
             let layout = GathervLayout::new(&counts)?;
             let mut sent = 0;
             segments.pieces(me, skip, counts[me] as usize, |range| {
@@ -304,8 +239,7 @@ impl ExchangePlan {
                 if node != me {
                     let mut taken = at;
                     segments.pieces(node, skip, count as usize, |range| {
-                        starts[range.clone()]
-                            .copy_from_slice(&received[taken..taken + range.len()]);
+                        starts[range.clone()].copy_from_slice(&received[taken..taken + range.len()]);
                         taken += range.len();
                     });
                 }
@@ -322,10 +256,7 @@ pub fn gather_private(comm: &Comm, shard: &ShardView, per_rank: &[u64]) -> Resul
     let prepared = (|| {
         let entries = total_entries(per_rank)?;
         let layout = GathervLayout::new(per_rank).map_err(|err| {
-            Error::invalid(format!(
-                "{} (without a shared index the lengths are gathered with one MPI_Allgatherv)",
-                err.message
-            ))
+            Error::invalid(format!("{} (without a shared index the lengths are gathered with one MPI_Allgatherv)", err.message))
         })?;
         let mut local_lengths = fallible_vec(shard.num_samples() as usize)?;
         local_lengths.extend(shard.offsets.windows(2).map(|w| w[1] - w[0]));
@@ -334,8 +265,7 @@ pub fn gather_private(comm: &Comm, shard: &ShardView, per_rank: &[u64]) -> Resul
         Ok((layout, local_lengths, starts))
     })();
     agree_on_checks(comm, prepared.as_ref().map(|_| ()).map_err(Clone::clone))?;
-    let (layout, local_lengths, mut starts) =
-        prepared.expect("agreed that every rank prepared its copy");
+    let (layout, local_lengths, mut starts) = prepared.expect("agreed that every rank prepared its copy");
     // Gathered into starts[1..]: the prefix sum in place then leaves starts[0] = 0.
     let gathered = comm.allgatherv_into(&local_lengths, &layout, &mut starts[1..]);
     if let Err(err) = gathered {
@@ -353,8 +283,7 @@ pub fn gather_private(comm: &Comm, shard: &ShardView, per_rank: &[u64]) -> Resul
 /// An empty vector with room for `len` elements, or `MDL_ERR_NO_MEMORY`.
 fn fallible_vec(len: usize) -> Result<Vec<u64>> {
     let mut v = Vec::new();
-    v.try_reserve_exact(len)
-        .map_err(|_| Error::no_memory(len as u64 * 8))?;
+    v.try_reserve_exact(len).map_err(|_| Error::no_memory(len as u64 * 8))?;
     Ok(v)
 }
 
@@ -366,10 +295,7 @@ mod tests {
     /// round-robin (0, 2, 4 on the first; 1, 3 on the second).
     fn round_robin() -> NodeSegments {
         let per_rank = [3u64, 0, 4, 2, 5];
-        let first: Vec<usize> = per_rank
-            .iter()
-            .scan(0u64, |at, &n| Some(std::mem::replace(at, *at + n) as usize))
-            .collect();
+        let first: Vec<usize> = per_rank.iter().scan(0u64, |at, &n| Some(std::mem::replace(at, *at + n) as usize)).collect();
         NodeSegments::of(&[0, 1, 0, 1, 0], &first, &per_rank)
     }
 
@@ -402,9 +328,6 @@ mod tests {
         let plan = ExchangePlan::new(&s, 8 << 20);
         assert_eq!((plan.per_node, plan.rounds), (12, 1));
         let scratch = plan.allocate().unwrap();
-        assert_eq!(
-            (scratch.send.len(), scratch.received.len()),
-            (plan.per_node, 2 * plan.per_node)
-        );
+        assert_eq!((scratch.send.len(), scratch.received.len()), (plan.per_node, 2 * plan.per_node));
     }
 }

@@ -37,10 +37,7 @@ pub struct NodeShards {
 impl NodeShards {
     /// The shard of `rank`, which must be on this node.
     pub fn shard_of(&self, rank: usize) -> &[u8] {
-        let i = self
-            .members
-            .binary_search(&rank)
-            .expect("a rank of this node");
+        let i = self.members.binary_search(&rank).expect("a rank of this node");
         self.segments[i].bytes()
     }
 
@@ -66,11 +63,7 @@ pub fn place(comm: &Comm, data: &[u8], node_key: u32) -> Result<Placed> {
     hardware.free()?;
     let node = node?;
     let largest = comm.allreduce_max(&[node.size() as u64])?[0];
-    let placed = if largest > 1 {
-        place_shared(comm, &node, data, node_key)
-    } else {
-        plain(comm, data)
-    };
+    let placed = if largest > 1 { place_shared(comm, &node, data, node_key) } else { plain(comm, data) };
     let freed = node.free();
     let placed = placed?;
     freed?;
@@ -78,76 +71,39 @@ pub fn place(comm: &Comm, data: &[u8], node_key: u32) -> Result<Placed> {
 }
 
 fn plain(comm: &Comm, data: &[u8]) -> Result<Placed> {
-    Ok(Placed {
-        window: Window::allocate(comm, data)?,
-        node: None,
-        topology: Topology::default(),
-    })
+    Ok(Placed { window: Window::allocate(comm, data)?, node: None, topology: Topology::default() })
 }
 
 fn place_shared(comm: &Comm, node: &Comm, data: &[u8], node_key: u32) -> Result<Placed> {
     // Emulated nodes of one machine would otherwise create their windows at once.
-    let shared = comm
-        .one_part_per_node_at_a_time(u64::from(node_key), || Window::allocate_shared(node, data))?;
+    let shared = comm.one_part_per_node_at_a_time(u64::from(node_key), || Window::allocate_shared(node, data))?;
     if let Err(err) = agree_on_checks(comm, shared.as_ref().map(|_| ()).map_err(Clone::clone)) {
-        log::warn!(
-            "the shards cannot be shared within nodes ({}): node-local samples go through the engines",
-            err.message
-        );
+        log::warn!("the shards cannot be shared within nodes ({}): node-local samples go through the engines", err.message);
         super::release_where_whole_node(node, shared, Window::free)?;
         return plain(comm, data);
     }
     let shared = shared.expect("agreed that every node shares memory");
     let rma = (node.size() < comm.size()).then(|| Window::create_over(comm, &shared));
-    let mapped = shared.publish_to_node(node).and_then(|()| {
-        (0..node.size())
-            .map(|r| shared.segment(r))
-            .collect::<Result<Vec<_>>>()
-    });
-    let checks = rma
-        .as_ref()
-        .map_or(Ok(()), |w| w.as_ref().map(|_| ()).map_err(Clone::clone));
-    if let Err(err) = agree_on_checks(
-        comm,
-        checks.and(mapped.as_ref().map(|_| ()).map_err(Clone::clone)),
-    ) {
+    let mapped = shared
+        .publish_to_node(node)
+        .and_then(|()| (0..node.size()).map(|r| shared.segment(r)).collect::<Result<Vec<_>>>());
+    let checks = rma.as_ref().map_or(Ok(()), |w| w.as_ref().map(|_| ()).map_err(Clone::clone));
+    if let Err(err) = agree_on_checks(comm, checks.and(mapped.as_ref().map(|_| ()).map_err(Clone::clone))) {
         // A window that some rank failed to create cannot be freed collectively: left
         // to the end of the job, as MPI may still refer to it.
         std::mem::forget((rma, shared));
-        return Err(Error {
-            message: format!("mapping the node's shards: {}", err.message),
-            ..err
-        });
+        return Err(Error { message: format!("mapping the node's shards: {}", err.message), ..err });
     }
-    let members: Vec<usize> = node
-        .allgather(comm.rank() as u64)?
-        .into_iter()
-        .map(|r| r as usize)
-        .collect();
-    let node_of = comm
-        .allgather(members[0] as u64)?
-        .into_iter()
-        .map(|r| r as usize)
-        .collect();
+    let members: Vec<usize> = node.allgather(comm.rank() as u64)?.into_iter().map(|r| r as usize).collect();
+    let node_of = comm.allgather(members[0] as u64)?.into_iter().map(|r| r as usize).collect();
     // The other ranks' segments are mapped but not touched here: each page costs this
     // process a page fault (and a page-table entry) at its first read, during the
     // steps, so a rank pays for what it reads and not for the whole node's data (8
     // ranks of 16 GB would otherwise touch 128 GB per rank at registration).
     let segments = mapped.expect("agreed that every rank mapped its node");
     let (window, shared) = match rma {
-        Some(rma) => (
-            rma.expect("agreed that every rank created its window"),
-            Some(shared),
-        ),
+        Some(rma) => (rma.expect("agreed that every rank created its window"), Some(shared)),
         None => (shared, None),
     };
-    Ok(Placed {
-        window,
-        node: Some(NodeShards {
-            members,
-            segments,
-            shared,
-        }),
-        topology: Topology::from_leaders(node_of),
-    })
+    Ok(Placed { window, node: Some(NodeShards { members, segments, shared }), topology: Topology::from_leaders(node_of) })
 }

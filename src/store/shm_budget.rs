@@ -65,22 +65,11 @@ fn segment_bytes(shard_len: usize) -> u64 {
 /// is the index's length (N + 1). A store made in the shadow of another (calibration's
 /// scratch store) takes that store's placement instead (`settings.placement`): no
 /// second check, no second warning, and it measures the windows the steps will use.
-pub fn decide(
-    comm: &Comm,
-    shard_len: usize,
-    entries: u64,
-    settings: &StoreSettings,
-) -> Result<SharedPlacement> {
+pub fn decide(comm: &Comm, shard_len: usize, entries: u64, settings: &StoreSettings) -> Result<SharedPlacement> {
     if let Some(placement) = settings.placement {
-        return Ok(SharedPlacement {
-            index: placement.index && settings.shared_index,
-            ..placement
-        });
+        return Ok(SharedPlacement { index: placement.index && settings.shared_index, ..placement });
     }
-    let wanted = SharedPlacement {
-        index: settings.shared_index,
-        shards: true,
-    };
+    let wanted = SharedPlacement { index: settings.shared_index, shards: true };
     // A directory that cannot be examined tells nothing (the default /dev/shm missing:
     // the MPI keeps its segments elsewhere, and its own limits apply). A directory the
     // user names is checked to exist at mdl_init.
@@ -89,13 +78,8 @@ pub fn decide(
     let node = comm.split_shared()?;
     let lone = node.size() == 1;
     let node_shards = node.allreduce_sum(&[if lone { 0 } else { segment_bytes(shard_len) }]);
-    let demand = node_shards.map(|sum| Demand {
-        index: entries.saturating_mul(8),
-        shards: sum[0],
-    });
-    let here = demand
-        .as_ref()
-        .map_or(wanted, |d| d.placement(available, settings.shared_index));
+    let demand = node_shards.map(|sum| Demand { index: entries.saturating_mul(8), shards: sum[0] });
+    let here = demand.as_ref().map_or(wanted, |d| d.placement(available, settings.shared_index));
     // The node's lowest rank that found it short, counted from the top so that the
     // maximum names it.
     let short_here = demand.is_ok() && here != wanted;
@@ -105,26 +89,14 @@ pub fn decide(
     // This rank's failures ride the job's one agreement, so that no rank goes on to the
     // windows while another returns.
     let local = (|| Ok((demand?, first_short?[0], freed?)))();
-    let votes = [
-        u64::from(!here.index),
-        u64::from(!here.shards),
-        u64::from(local.is_err()),
-    ];
+    let votes = [u64::from(!here.index), u64::from(!here.shards), u64::from(local.is_err())];
     let short = comm.allreduce_max(&votes)?;
     let (demand, first_short, ()) = match (local, short[2]) {
         (Err(err), _) => return Err(err),
-        (Ok(_), 1..) => {
-            return Err(Error::new(
-                mdl_status::MDL_ERR_REMOTE,
-                "another rank could not size its node's shared memory",
-            ));
-        }
+        (Ok(_), 1..) => return Err(Error::new(mdl_status::MDL_ERR_REMOTE, "another rank could not size its node's shared memory")),
         (Ok(local), 0) => local,
     };
-    let agreed = SharedPlacement {
-        index: settings.shared_index && short[0] == 0,
-        shards: short[1] == 0,
-    };
+    let agreed = SharedPlacement { index: settings.shared_index && short[0] == 0, shards: short[1] == 0 };
     if short_here && first_short == from_top {
         log::warn!(
             "shared memory: {} has {} bytes free on this node ({} after MDL_SHM_RESERVE), where the store needs {} \
@@ -134,22 +106,10 @@ pub fn decide(
             settings.shm_dir.display(),
             free.unwrap_or(0),
             available,
-            if settings.shared_index {
-                demand.index
-            } else {
-                0
-            },
+            if settings.shared_index { demand.index } else { 0 },
             demand.shards,
-            if agreed.index || !settings.shared_index {
-                "the shards are"
-            } else {
-                "the shards and the index are"
-            },
-            if settings.node_local {
-                ", no node-local copies"
-            } else {
-                ""
-            },
+            if agreed.index || !settings.shared_index { "the shards are" } else { "the shards and the index are" },
+            if settings.node_local { ", no node-local copies" } else { "" },
             settings.shm_dir.display(),
         );
     }
@@ -162,37 +122,13 @@ mod tests {
 
     #[test]
     fn the_shards_fall_back_first_and_the_index_when_it_alone_does_not_fit() {
-        let demand = Demand {
-            index: 800,
-            shards: 8192,
-        };
-        let both = SharedPlacement {
-            index: true,
-            shards: true,
-        };
+        let demand = Demand { index: 800, shards: 8192 };
+        let both = SharedPlacement { index: true, shards: true };
         assert_eq!(demand.placement(8992, true), both);
-        assert_eq!(
-            demand.placement(8991, true),
-            SharedPlacement {
-                index: true,
-                shards: false
-            }
-        );
-        assert_eq!(
-            demand.placement(799, true),
-            SharedPlacement {
-                index: false,
-                shards: false
-            }
-        );
+        assert_eq!(demand.placement(8991, true), SharedPlacement { index: true, shards: false });
+        assert_eq!(demand.placement(799, true), SharedPlacement { index: false, shards: false });
         // Without a shared index its bytes do not count.
-        assert_eq!(
-            demand.placement(8192, false),
-            SharedPlacement {
-                index: false,
-                shards: true
-            }
-        );
+        assert_eq!(demand.placement(8192, false), SharedPlacement { index: false, shards: true });
         assert_eq!(demand.placement(u64::MAX, true), both);
     }
 
