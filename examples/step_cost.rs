@@ -3,14 +3,20 @@
 //!
 //!   cargo run --release --example step_cost > benches/scale/step_cost.csv
 //!   cargo run --release --example step_cost -- 4096 256     # one point (P, B)
+//!   cargo run --release --example step_cost -- replica 1000000000 4096 8 256   # N P G B
 //!
 //! CSV on stdout (ranks, batch, sampler_us, plan_us, served_us, agreement_us, asked_of_me_us,
 //! total_us, inversion_per_epoch_us, replan_all_us); a readable table on stderr.
 
-use mdloader::step_cost::measure;
+use mdloader::step_cost::{measure, replica_inversion};
 
 fn main() {
-    let args: Vec<u64> = std::env::args().skip(1).map(|a| a.parse().expect("usage: step_cost [P B]")).collect();
+    let mut args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("replica") {
+        args.remove(0);
+        return replica(&args);
+    }
+    let args: Vec<u64> = args.iter().map(|a| a.parse().expect("usage: step_cost [P B]")).collect();
     let (ranks, batches) = match args[..] {
         [p, b] => (vec![p as usize], vec![b]),
         _ => (vec![2usize, 8, 32, 128, 512, 2048, 4096, 16384], vec![1u64, 16, 256, 1024]),
@@ -35,4 +41,17 @@ fn main() {
             );
         }
     }
+}
+
+/// The epoch's inversion of one owner with replica groups (N samples, P ranks, groups of
+/// G, batch B): its own group's positions scanned (the loader) against every owned id
+/// walked (the way before).
+fn replica(args: &[String]) {
+    let usage = "usage: step_cost replica N P G B";
+    let v: Vec<u64> = args.iter().map(|a| a.parse().expect(usage)).collect();
+    let [n, p, g, b] = v[..] else { panic!("{usage}") };
+    eprintln!("inverting an owner of {} samples (N = {n}, P = {p}, groups of {g}, B = {b}) ...", n / g);
+    let [group, every_id] = replica_inversion(n, p as usize, g as usize, b);
+    println!("n,ranks,group,batch,group_scan_s,group_positions,every_id_walk_s,every_id_positions");
+    println!("{n},{p},{g},{b},{:.4},{},{:.4},{}", group.0, group.1, every_id.0, every_id.1);
 }

@@ -105,6 +105,29 @@ pub fn measure(ranks: usize, rank: usize, batch: u64, per_rank: u64, max_steps: 
     StepCost { sampler, plan, served, agreement, asked_of_me, inversion_per_epoch, replan_all }
 }
 
+/// The epoch's inversion on an owner with replica groups: `ranks` ranks in groups of
+/// `group`, `n` samples, each group holding all of them (the owner `n / group`).
+/// Returns (seconds, positions kept) for the owner's own group asking it (what the
+/// loader does), and the same with every rank asking, which walks every owned id as
+/// the inversion did for groups before it scanned the group's positions.
+pub fn replica_inversion(n: u64, ranks: usize, group: usize, batch: u64) -> [(f64, u64); 2] {
+    let owned = 0..n / group as u64;
+    let len_of = |_: u64| 1;
+    let time = |asks: &dyn Fn(usize) -> bool| {
+        let fresh = Epoch::new(n, ranks, 7, 0, batch, true, false).expect("a valid epoch");
+        let started = Instant::now();
+        fresh.prepare_owned(owned.clone(), asks, &|q| asks(q) && q != 0, &len_of).expect("memory for the inversion");
+        let seconds = started.elapsed().as_secs_f64();
+        let kept = (0..fresh.steps()).map(|s| {
+            let mut count = 0;
+            fresh.for_each_request(s, owned.clone(), |_, _| count += 1);
+            count
+        });
+        (seconds, kept.sum())
+    };
+    [time(&|q| q < group), time(&|_| true)]
+}
+
 fn median(mut values: Vec<f64>) -> f64 {
     values.sort_by(f64::total_cmp);
     values.get(values.len() / 2).copied().unwrap_or(0.0)
