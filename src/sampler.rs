@@ -35,7 +35,9 @@
 //! at a step. Rebuilding every rank's batch costs O(P x B) per step and rank (12 ms at
 //! P = 256, B = 256); instead the permutation is inverted once per epoch for the
 //! owner's own samples (O(local shard), 8 bytes per local sample), and a step then
-//! costs O(samples asked of this rank).
+//! costs O(samples asked of this rank). With replica groups of g ranks only the
+//! owner's group asks it: the inversion then scans the group's g x N / P places in the
+//! order instead of walking the owner's N / g samples.
 
 use crate::error::{Error, Result};
 use crate::rng::mix;
