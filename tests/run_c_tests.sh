@@ -255,6 +255,9 @@ for mpi in "${MPIS[@]}"; do
     for g in 1 2 4; do
         run_case "$mpi" 4 "replica_test-np4-group$g" -- "$bin/replica_test" $g --seed "$SEED"
     done
+    # Groups of 2 among 8 ranks: owners scan their group's places in the epoch instead
+    # of walking their samples (fewer when P > g^2), and must find the same requests.
+    run_case "$mpi" 8 "replica_test-np8-group2" -- "$bin/replica_test" 2 --seed "$SEED"
     run_case "$mpi" 4 "replica_test-np4-2hosts-per-node" MDL_TEST_RANKS_PER_HOST=2 -- \
         tests/node_key.sh "$bin/replica_test" 0 --seed "$SEED"
     run_case "$mpi" 4 "replica_test-np4-2hosts-per-node-node-local" MDL_NODE_LOCAL=on MDL_TEST_RANKS_PER_HOST=2 -- \
