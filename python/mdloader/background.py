@@ -12,7 +12,7 @@ import threading
 import time
 from typing import Iterable, Iterator, Optional
 
-__all__ = ["in_background", "InBackground"]
+__all__ = ["in_background", "InBackground", "every_rank_allows_threads"]
 
 #: The longest the thread sleeps before it looks again for room to take an item, while
 #: the consumer is slow (it spends far longer on each item than the thread takes to make
@@ -25,6 +25,16 @@ __all__ = ["in_background", "InBackground"]
 #: consumer's interval, within [MIN, MAX] here.
 POLL_MAX_SECONDS = 0.05
 POLL_MIN_SECONDS = 0.0005
+
+
+def every_rank_allows_threads(comm) -> bool:
+    """Collective (one all-reduce on the mpi4py communicator ``comm``): whether MPI runs
+    at MPI_THREAD_MULTIPLE on every rank, which a thread that calls MPI needs. Agreed,
+    because a rank that took items on a thread while another did not would ask for
+    collective steps its peers never make."""
+    from mpi4py import MPI
+
+    return bool(comm.allreduce(int(MPI.Query_thread() >= MPI.THREAD_MULTIPLE), op=MPI.MIN))
 
 
 def in_background(iterable: Iterable, depth: int) -> "InBackground":

@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import ctypes
 import math
+import warnings
 from typing import Any, Callable, Iterator, Optional, Union
 
 import numpy as np
 
 from . import _lib
-from .background import in_background
+from .background import every_rank_allows_threads, in_background
 from .loader import Batch, Loader, _check, _id_array, _integer, _uint
 
 __all__ = ["DistributedSampler", "DataLoader", "BatchIterator", "epoch_ids"]
@@ -128,7 +129,9 @@ class DataLoader:
     num_workers: 0 (default) fetches and collates on the calling thread; 1 or more runs
     both on one background thread (threads, not processes: the fetch is an MPI call),
     ``prefetch_factor`` batches ahead (default 2), overlapped with the caller's step;
-    that thread makes every collective call of the iteration. persistent_workers is
+    that thread makes every collective call of the iteration; it needs
+    MPI_THREAD_MULTIPLE on every rank (agreed at the first ``iter``; below it every rank
+    warns and runs on the calling thread). persistent_workers is
     accepted with num_workers > 0, as in torch (the thread lives for one epoch; there is
     no state to keep). pin_memory=True is refused: numpy batches cannot be pinned (torch's
     DataLoader over ``mdloader.torch`` pins). For PyTorch, prefer ``mdloader.torch``.
@@ -162,6 +165,7 @@ class DataLoader:
         batch_size = _uint(batch_size, "batch_size", lo=1)
         prefetch = _uint(prefetch, "prefetch", hi=2**32 - 1)
         self.num_workers = _uint(num_workers, "num_workers")
+        self._threads_allowed: Optional[bool] = None  # agreed at the first iter
         # torch's own rules for these two
         if prefetch_factor is not None and not self.num_workers:
             raise ValueError("prefetch_factor needs num_workers > 0 (as in torch's DataLoader)")
@@ -216,7 +220,13 @@ class DataLoader:
         return n // self.batch_size if self.drop_last else math.ceil(n / self.batch_size)
 
     def __iter__(self) -> Iterator[Any]:
-        if self.num_workers:
+        if self.num_workers and self._threads_allowed is None:
+            self._threads_allowed = every_rank_allows_threads(self.loader.comm)
+            if not self._threads_allowed:
+                warnings.warn("mdloader.DataLoader: num_workers runs on the calling thread: MPI was initialised "
+                              "without MPI_THREAD_MULTIPLE on some rank, and the worker thread calls MPI",
+                              RuntimeWarning, stacklevel=2)
+        if self.num_workers and self._threads_allowed:
             return in_background(self._batches(), self.ahead)
         return self._batches()
 
