@@ -372,8 +372,12 @@ for mpi in $MPIS; do
                 say "DONE $tag: $rows points in ${secs}s"
                 record "$mpi" "$transport" "$np" ok "$secs" "$rows" "CPU busy before/after: ${busy_before}%/${busy_after}%"
             elif [ "$rows" = "$npoints" ] && grep -q "grid_bench: done" "$log"; then
-                say "DONE $tag: $rows points in ${secs}s (exit status $rc after the last point: MPI_Finalize)"
-                record "$mpi" "$transport" "$np" ok "$secs" "$rows" "CPU busy before/after: ${busy_before}%/${busy_after}%; exit status $rc after all points (MPI_Finalize hang)"
+                # Every point was measured (the rows are kept), but the job did not end:
+                # MPICH over UCX/TCP can stay in MPI_Finalize for ever, pure MPI too
+                # (tests/c/repro/mpich_tcp_finalize_hang.c). A failure of the run all the same.
+                say "FAILED $tag: $rows points in ${secs}s, then exit status $rc: MPI_Finalize did not return"
+                record "$mpi" "$transport" "$np" failed "$secs" "$rows" "CPU busy before/after: ${busy_before}%/${busy_after}%; all points measured, then MPI_Finalize did not return (exit status $rc)"
+                status=1
             else
                 say "FAILED $tag: exit status $rc, $rows of $npoints points (log: $log)"
                 tail -n 15 "$log" | sed 's/^/    | /'
