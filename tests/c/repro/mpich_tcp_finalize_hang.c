@@ -18,7 +18,7 @@
  *            MPICH's PMI read (the finalize barrier), the other in ucp_worker_progress.
  *
  * MDLoader's tests/c/fetch_test over the same transport shows the same two stacks after
- * "all checks passed" (2 of 50 runs here). The library leaves nothing behind at that
+ * "all checks passed" (2 of 56 runs here). The library leaves nothing behind at that
  * point: every loader is finalized (windows and communicators freed), its progress
  * thread joined; the hung processes hold only their main thread and UCX's own "async"
  * thread.
