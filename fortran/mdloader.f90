@@ -735,9 +735,16 @@ contains
       integer(c_size_t) :: full
       integer :: i
 
-      full = c_mdl_stats_json(loader%handle, c_null_ptr, 0_c_size_t)
-      allocate (buf(full + 1))
-      full = c_mdl_stats_json(loader%handle, c_loc(buf(1)), int(size(buf), c_size_t))
+      ! Asked again until the text fits: it may grow between two calls while the
+      ! library's prefetch thread counts a step.
+      full = 4095
+      do
+         if (allocated(buf)) deallocate (buf)
+         allocate (buf(full + 1))
+         full = c_mdl_stats_json(loader%handle, c_loc(buf(1)), int(size(buf), c_size_t))
+         if (full < size(buf)) exit
+         full = full + 1024
+      end do
       allocate (character(len=int(full)) :: json)
       do i = 1, int(full)
          json(i:i) = buf(i)

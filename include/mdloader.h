@@ -374,6 +374,8 @@ enum mdl_status mdl_finalize(struct mdl_loader **h);
  * see README). The "calibration" object, saved to a file, can be loaded with
  * MDL_CALIBRATION=<file> to skip measuring. Never waits on other ranks, even while a
  * prefetch thread is inside a step (mdl_num_samples and mdl_sample_size neither).
+ * While that thread runs, the text may grow between two calls: size the buffer with
+ * room to spare and call again while the return value is >= len.
  */
 size_t mdl_stats_json(const struct mdl_loader *h,
                       char *buf,

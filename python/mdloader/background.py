@@ -7,9 +7,11 @@ one more than another would leave the other waiting in it.
 from __future__ import annotations
 
 import queue
+import statistics
 import sys
 import threading
 import time
+from collections import deque
 from typing import Iterable, Iterator, Optional
 
 __all__ = ["in_background", "InBackground", "every_rank_allows_threads"]
@@ -25,6 +27,16 @@ __all__ = ["in_background", "InBackground", "every_rank_allows_threads"]
 #: consumer's interval, within [MIN, MAX] here.
 POLL_MAX_SECONDS = 0.05
 POLL_MIN_SECONDS = 0.0005
+
+#: The consumer's interval is the median of its last takes' intervals: one long pause
+#: (a validation pass, a checkpoint) must not become the step the thread paces itself
+#: by, or it sleeps up to POLL_MAX_SECONDS with room to work once the loop resumes.
+INTERVALS_KEPT = 5
+
+#: A consumer that has not taken an item for this many intervals is paused (validating,
+#: checkpointing): the thread then sleeps until the consumer's next take wakes it,
+#: instead of looking every quarter interval for as long as the pause lasts.
+PAUSED_AFTER_INTERVALS = 2
 
 
 def every_rank_allows_threads(comm) -> bool:
@@ -70,6 +82,11 @@ class InBackground:
     def __iter__(self) -> "InBackground":
         return self
 
+    @property
+    def thread(self) -> threading.Thread:
+        """The thread that takes the items."""
+        return self._thread
+
     def __next__(self):
         shared = self._shared
         if self._done:
@@ -77,6 +94,11 @@ class InBackground:
         if self._previous is not None:
             shared.retired.append(self._previous)
             self._previous = None
+        if shared.ready.empty():
+            # The consumer waits anyway: wake a thread that sleeps with room to work
+            # (it paced itself by a slower consumer), so that it makes the item now.
+            with shared.room:
+                shared.room.notify()
         item = shared.ready.get()
         if item is _END:
             self._done = True
@@ -88,7 +110,7 @@ class InBackground:
         with shared.room:
             shared.consumed += 1
             if shared.consumed > 1:
-                shared.interval = now - shared.last_take
+                shared.intervals.append(now - shared.last_take)
             shared.last_take = now
             if shared.notify_me:
                 shared.room.notify()
@@ -122,7 +144,7 @@ class _Shared:
         self.consumed = 0  # items the consumer took
         self.limit: Optional[int] = None  # items the thread takes in all, once the consumer stopped
         self.notify_me = False  # the thread sleeps until notified
-        self.interval = 0.0  # seconds between the consumer's last two takes
+        self.intervals: deque = deque(maxlen=INTERVALS_KEPT)  # seconds between the consumer's last takes
         self.last_take = 0.0  # time.perf_counter() of the consumer's last take
         self.retired: list = []  # taken items, dropped by the thread (list.append is atomic)
 
@@ -135,25 +157,26 @@ class _Shared:
                     return False
                 if taken < self.consumed + self.depth:
                     return True
-                if self.interval > 4 * (making + POLL_MIN_SECONDS):
-                    self.room.wait(self._poll_seconds())
-                else:  # a fast consumer: it wakes the thread at once
+                interval = statistics.median(self.intervals) if self.intervals else 0.0
+                paused = time.perf_counter() > self.last_take + PAUSED_AFTER_INTERVALS * interval
+                if interval > 4 * (making + POLL_MIN_SECONDS) and not paused:
+                    self.room.wait(self._poll_seconds(interval))
+                else:  # a fast or a paused consumer: its next take wakes the thread
                     self.notify_me = True
                     self.room.wait()
                     self.notify_me = False
 
-
-    def _poll_seconds(self) -> float:
+    def _poll_seconds(self, interval: float) -> float:
         """How long the thread sleeps before it looks for room again. Its wake takes the
         GIL from the consumer at the consumer's next release of it, or by force after
         Python's switch interval (a consumer running pure Python): either way in the
         middle of the consumer's step, far from its ``next``, when it wakes a switch
         interval before the middle. Once the middle is past (a consumer late for its
         take), a quarter step."""
-        middle = self.last_take + self.interval / 2 - sys.getswitchinterval()
+        middle = self.last_take + interval / 2 - sys.getswitchinterval()
         wait = middle - time.perf_counter()
         if wait <= 0:
-            wait = self.interval / 4 if time.perf_counter() > self.last_take + self.interval / 2 else 0
+            wait = interval / 4 if time.perf_counter() > self.last_take + interval / 2 else 0
         return min(max(wait, POLL_MIN_SECONDS), POLL_MAX_SECONDS)
 
 

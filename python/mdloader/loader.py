@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import ctypes
 import enum
+import functools
 import json
 import operator
 import sys
+import threading
 import warnings
 from collections.abc import Sequence
 from typing import Any, Iterable, Iterator, NamedTuple, Union
@@ -397,6 +399,24 @@ def _shard_arrays(data: Any, offsets: Any, align: int = 1) -> tuple[np.ndarray, 
     return buf, offs
 
 
+
+def _collective(method):
+    """Marks a collective method of :class:`Loader`: an epoch that a thread of this
+    package runs on the loader (see :meth:`Loader.epoch_on_thread`) is stopped first when
+    another thread makes the call. The call is collective, so every rank stops it at the
+    same point; left running, that thread's collective calls (its epoch's steps, the next
+    epoch's mdl_epoch_begin) and this one would reach the library in one order on one
+    rank and in the other order on another, a mismatch that aborts the job
+    (MPI_ERR_TRUNCATE) or hangs it."""
+
+    @functools.wraps(method)
+    def call(self, *args, **kwargs):
+        self._stop_epoch_thread()
+        return method(self, *args, **kwargs)
+
+    return call
+
+
 class Loader:
     """An MDLoader instance over an MPI communicator (collective creation).
 
@@ -451,6 +471,7 @@ class Loader:
         self._max_size = 0  # the largest sample on any rank (sizes fetch buffers; see fetch)
         self._epoch_steps: int | None = None  # steps of the built-in epoch in progress
         self._epoch_owner: object | None = None  # the generator of Loader.epoch whose epoch it is
+        self._epoch_thread: tuple | None = None  # (thread, stop) of epoch_on_thread
         self._align = 1  # register_shard's align: every sample's size is a multiple of it
         self.schema = None  # typed samples' schema (mdloader.typed), agreed at registration
         try:
@@ -471,6 +492,20 @@ class Loader:
             _check(self._lib.mdl_set_backend(self._h, int(initial)))
 
     # -- life cycle ---------------------------------------------------------------------
+    def epoch_on_thread(self, thread: threading.Thread | None, stop: Any = None) -> None:
+        """Local. Says that ``thread`` runs this loader's epochs (the collate thread of
+        ``mdloader.pyg.DataLoader``) and that ``stop()`` stops it and ends its epoch, on
+        every rank alike; a collective method called from any other thread calls
+        ``stop()`` first. ``None``: no thread does any more."""
+        self._epoch_thread = None if thread is None else (thread, stop)
+
+    def _stop_epoch_thread(self) -> None:
+        held = self._epoch_thread
+        if held is not None and held[0] is not threading.current_thread():
+            self._epoch_thread = None
+            held[1]()
+
+    @_collective
     def close(self) -> None:
         """Collective. Frees the loader (idempotent)."""
         if getattr(self, "_h", None) is not None and self._h.value:
@@ -504,6 +539,7 @@ class Loader:
         return self._h
 
     # -- data -------------------------------------------------------------------------
+    @_collective
     def register_shard(self, data: Any, offsets: Any = None, *, align: int = 1, cat_dims: Any = None) -> None:
         """Collective. Registers this rank's shard (once per loader); the data is copied.
 
@@ -702,6 +738,7 @@ class Loader:
                 total += out.value
         return total
 
+    @_collective
     def fetch(self, ids: Iterable[int] | np.ndarray, out: np.ndarray | bytearray | None = None) -> Batch:
         """Collective. Fetches the samples ``ids`` (global, 0-based; may repeat, may be
         empty, differ per rank) and returns a :class:`Batch` of zero-copy views.
@@ -767,11 +804,17 @@ class Loader:
         fn = getattr(self._lib, "mdl_stats_json", None)
         if fn is None:
             return {}
-        n = fn(self._handle(), None, 0)
-        buf = ctypes.create_string_buffer(n + 1)
-        fn(self._handle(), buf, n + 1)
-        return json.loads(buf.value.decode()) if n else {}
+        # The statistics may grow between two calls (the prefetch thread counts a step):
+        # asked again until they fit, not sized by a first call and then cut short.
+        size = 4096
+        while True:
+            buf = ctypes.create_string_buffer(size)
+            n = fn(self._handle(), buf, size)
+            if n < size:
+                return json.loads(buf.value.decode()) if n else {}
+            size = n + 1024
 
+    @_collective
     def job_stats(self) -> dict:
         """Collective: the whole job's statistics (mdl_stats_json_job) as a dict, the same
         on every rank: bytes, samples and seconds over all ranks. Raises MDLError on every
@@ -797,6 +840,7 @@ class Loader:
             raise MDLError(Status.ERR_STATE, f"{_lib.library_path()} has no built-in sampler ({name})")
         return getattr(self._lib, name)
 
+    @_collective
     def epoch(
         self,
         batch_size: int,
@@ -847,6 +891,7 @@ class Loader:
         yield from self._run_epoch(self._library_steps(args[2], bool(args[4])),
                                    self.epoch_steps(args[2], bool(args[4])), start_step)
 
+    @_collective
     def epoch_of_batches(self, batches: Iterable[Iterable[int]], *, start_step: int = 0) -> Iterator[Batch]:
         """Collective. An epoch of this rank's own batches (mdl_epoch_begin_ids): any
         sampler's order (torch's ``BatchSampler`` over a ``DistributedSampler``, a
@@ -925,6 +970,7 @@ class Loader:
             # Typed batches are decoded before the library reuses the memory.
             yield self._typed(Batch(ids, data, offs), decoded=True)
 
+    @_collective
     def end_epoch(self) -> None:
         """Collective. Ends the built-in sampler's epoch in progress (after stopping
         early), so that :meth:`fetch` may be used again. No-op when none is open."""
@@ -965,6 +1011,7 @@ class Loader:
         per_rank = total // ranks if drop_last else -(-total // ranks)
         return -(-per_rank // batch_size)
 
+    @_collective
     def seek(self, step: int) -> None:
         """Collective. The next batch of the current built-in epoch is step ``step``
         (0-based), exactly as an uninterrupted run (resuming from a checkpoint).

@@ -40,7 +40,7 @@ import torch
 from torch_geometric.data import Batch, Data
 
 from .background import in_background
-from .loader import Loader
+from .loader import EpochTakenOver, Loader
 from .typed import agree_schema, decode, encode
 
 __all__ = ["DistDataset", "DataLoader", "collate"]
@@ -269,6 +269,7 @@ class DistDataset(torch.utils.data.Dataset):
 
     def _close_open_epoch(self) -> None:
         """End the epoch a DataLoader left open (its thread, then the library's epoch)."""
+        self.loader.epoch_on_thread(None)
         if self._open_epoch is not None:
             self._open_epoch.close()
             self._open_epoch = None
@@ -314,9 +315,14 @@ class DataLoader:
     the next loop's first ``next``). The next epoch is taken to be ``e + 1`` where the
     script calls ``set_epoch``, else ``e`` again (torch's sampler repeats its order
     without ``set_epoch``). Any other next use of the dataset (a different epoch or
-    setting, another loader, ``dataset[i]``) ends the epoch started ahead first, on
-    every rank alike: a wrong guess costs the batches taken ahead, nothing else.
-    Default True.
+    setting, another loader, ``dataset[i]``, a collective call on ``dataset.loader``
+    such as ``job_stats()``) ends the epoch started ahead first, on every rank alike: a
+    wrong guess costs the batches taken ahead, nothing else. Default True.
+
+    Such a use in the middle of a loop ends that loop's epoch too (the loader's thread
+    makes collective calls, which must not meet the script's in a different order on
+    another rank); the loop then raises :class:`mdloader.EpochTakenOver` at its next
+    batch instead of ending as if the epoch were complete.
     """
 
     def __init__(self, dataset: DistDataset, batch_size: int = 1, shuffle: bool = False, *, seed: int = 0,
@@ -408,6 +414,10 @@ class DataLoader:
         else:
             batches = self._batches(epoch)
         self.dataset._open_epoch = batches
+        if self.collate_ahead:
+            # A collective call on dataset.loader from the script (job_stats between
+            # epochs, a fetch) stops this thread first (Loader.epoch_on_thread).
+            self.dataset.loader.epoch_on_thread(batches.thread, self.dataset._close_open_epoch)
         return batches
 
     def _epochs(self, epoch: int, advancing: bool) -> Iterator:
@@ -432,6 +442,10 @@ class DataLoader:
                     self._ahead = (self._settings(next_epoch), batches, advancing)
                 return
             yield batch
+        if self.dataset._open_epoch is not batches:
+            # Another use of the dataset ended this epoch (its thread stopped): the
+            # epoch did not run to its end, which a loop must not take for one.
+            raise EpochTakenOver()
 
     def _users_batches(self) -> Iterable:
         if self.batch_sampler is not None:

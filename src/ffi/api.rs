@@ -441,6 +441,8 @@ pub extern "C" fn mdl_finalize(h: *mut *mut mdl_loader) -> mdl_status {
 /// see README). The "calibration" object, saved to a file, can be loaded with
 /// MDL_CALIBRATION=<file> to skip measuring. Never waits on other ranks, even while a
 /// prefetch thread is inside a step (mdl_num_samples and mdl_sample_size neither).
+/// While that thread runs, the text may grow between two calls: size the buffer with
+/// room to spare and call again while the return value is >= len.
 #[unsafe(no_mangle)]
 pub extern "C" fn mdl_stats_json(h: *const mdl_loader, buf: *mut c_char, len: usize) -> usize {
     let mut full = 0;

@@ -4,11 +4,21 @@ thread takes exactly ``depth`` items past the last one consumed (the same count 
 rank: the items may be collective calls)."""
 
 import random
+import statistics
 import time
 
 import pytest
 
 from mdloader.background import in_background
+
+
+def eventually(condition, seconds: float = 5.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.001)
+    return True
 
 
 class Counted:
@@ -78,3 +88,21 @@ def test_the_thread_starts_before_the_first_take():
     it.close()
     assert source.taken == 2
 
+
+
+def test_a_paused_consumer_is_waited_for_and_its_pause_is_not_its_step():
+    """A consumer that stops taking for many of its steps (a validation pass) leaves the
+    thread asleep until the consumer's next take wakes it (no polling for as long as
+    the pause lasts); afterwards the thread paces itself by the consumer's usual step,
+    not by the pause (which left it asleep with room to work while the loop waited)."""
+    it = in_background(Counted(100), 2)
+    shared = it._shared
+    for _ in range(8):
+        next(it)
+        time.sleep(0.005)
+    next(it)
+    assert eventually(lambda: shared.notify_me)  # paused: sleeps until the next take
+    time.sleep(0.3)
+    next(it)
+    assert statistics.median(shared.intervals) < 0.1
+    it.close()

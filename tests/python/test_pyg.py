@@ -13,6 +13,7 @@ pytest.importorskip("torch_geometric", reason="torch_geometric is not installed:
 
 from torch_geometric.data import Batch, Data  # noqa: E402
 
+from mdloader import EpochTakenOver  # noqa: E402
 from mdloader.pyg import DataLoader, DistDataset, collate  # noqa: E402
 
 
@@ -117,6 +118,34 @@ def test_an_epoch_started_ahead_gives_the_batches_of_the_epoch_asked_for(comm, d
             break
     assert ahead._ahead is None
     assert ids_of(ahead) == want[7]
+
+
+def test_a_collective_call_on_dataset_loader_stops_the_loaders_thread_first(comm, dataset):
+    """job_stats, fetch and end_epoch through dataset.loader, between epochs (the next
+    one started ahead on the loader's thread) and in a loop: the thread's epoch ends
+    first on every rank (left running, its mdl_epoch_begin met job_stats in different
+    orders on different ranks: MPI_ERR_TRUNCATE); a loop whose epoch was ended so
+    raises at its next batch instead of ending as if complete."""
+
+    def ids_of(loader):
+        return [b.idx.tolist() for b in loader]
+
+    want = ids_of(DataLoader(dataset, batch_size=4, shuffle=True, seed=3, start_ahead=False))
+    loader = DataLoader(dataset, batch_size=4, shuffle=True, seed=3)
+    calls = {"job_stats": lambda: dataset.loader.job_stats(), "fetch": lambda: dataset.loader.fetch([0, 1]),
+             "end_epoch": lambda: dataset.loader.end_epoch()}
+    for name, call in calls.items():
+        for _ in range(3):
+            assert ids_of(loader) == want, name
+            assert dataset._open_epoch is not None  # the next epoch started ahead
+            call()
+            assert dataset._open_epoch is None, name
+        batches = iter(loader)
+        next(batches)
+        call()
+        with pytest.raises(EpochTakenOver):
+            next(batches)
+    assert ids_of(loader) == want
 
 
 def test_leaving_early_and_a_second_loader(comm, dataset):
