@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import enum
 import functools
+import inspect
 import json
 import operator
 import sys
@@ -88,14 +89,16 @@ class MDLError(RuntimeError):
 
 
 class EpochTakenOver(MDLError):
-    """The epoch this iterator ran was ended by another begun on the same Loader (a
-    second sampler or iterator, a plain fetch, :meth:`Loader.end_epoch`): its batches
-    belong to that one. Raised on every rank at the same step (epochs begin and end
+    """The epoch this iterator ran was ended before its end by another use of the same
+    Loader (a second sampler or iterator, a plain fetch, :meth:`Loader.end_epoch`, or,
+    while ``mdloader.pyg``'s thread runs the epoch, any call that every rank makes, such
+    as :meth:`Loader.job_stats`). Raised on every rank at the same step (epochs begin and end
     collectively), before any MPI call, so a caller may begin its epoch again there."""
 
     def __init__(self):
-        super().__init__(Status.ERR_STATE, "this epoch was ended by another one begun on the same Loader (a second "
-                         "sampler or iterator, a plain fetch, or end_epoch): its batches belong to that one",
+        super().__init__(Status.ERR_STATE, "this epoch was ended before its end by another use of the same Loader (a "
+                         "second sampler or iterator, a plain fetch or dataset[i], job_stats, end_epoch); "
+                         "begin it again (a new iter) to go on",
                          "Loader.epoch")
 
 
@@ -400,14 +403,25 @@ def _shard_arrays(data: Any, offsets: Any, align: int = 1) -> tuple[np.ndarray, 
 
 
 
-def _collective(method):
-    """Marks a collective method of :class:`Loader`: an epoch that a thread of this
-    package runs on the loader (see :meth:`Loader.epoch_on_thread`) is stopped first when
-    another thread makes the call. The call is collective, so every rank stops it at the
-    same point; left running, that thread's collective calls (its epoch's steps, the next
+def _called_by_every_rank(method):
+    """Marks a method of :class:`Loader` that every rank calls at the same point (a
+    collective call, or a setting that must be the same on every rank): an epoch that a
+    thread of this package runs on the loader (see :meth:`Loader.epoch_on_thread`) is
+    stopped first when another thread makes the call. Every rank stops it at the same
+    point; left running, that thread's collective calls (its epoch's steps, the next
     epoch's mdl_epoch_begin) and this one would reach the library in one order on one
     rank and in the other order on another, a mismatch that aborts the job
     (MPI_ERR_TRUNCATE) or hangs it."""
+
+    if inspect.isgeneratorfunction(method):
+        # An epoch begins at the generator's first ``next``, not at the call: the thread
+        # is stopped there, or it could begin an epoch of its own in between.
+        @functools.wraps(method)
+        def generator(self, *args, **kwargs):
+            self._stop_epoch_thread()
+            return (yield from method(self, *args, **kwargs))
+
+        return generator
 
     @functools.wraps(method)
     def call(self, *args, **kwargs):
@@ -505,7 +519,7 @@ class Loader:
             self._epoch_thread = None
             held[1]()
 
-    @_collective
+    @_called_by_every_rank
     def close(self) -> None:
         """Collective. Frees the loader (idempotent)."""
         if getattr(self, "_h", None) is not None and self._h.value:
@@ -539,7 +553,7 @@ class Loader:
         return self._h
 
     # -- data -------------------------------------------------------------------------
-    @_collective
+    @_called_by_every_rank
     def register_shard(self, data: Any, offsets: Any = None, *, align: int = 1, cat_dims: Any = None) -> None:
         """Collective. Registers this rank's shard (once per loader); the data is copied.
 
@@ -738,7 +752,7 @@ class Loader:
                 total += out.value
         return total
 
-    @_collective
+    @_called_by_every_rank
     def fetch(self, ids: Iterable[int] | np.ndarray, out: np.ndarray | bytearray | None = None) -> Batch:
         """Collective. Fetches the samples ``ids`` (global, 0-based; may repeat, may be
         empty, differ per rank) and returns a :class:`Batch` of zero-copy views.
@@ -790,6 +804,7 @@ class Loader:
 
         return typed_batch(self.schema, batch, decoded)
 
+    @_called_by_every_rank
     def set_backend(self, backend: Union[str, int, Backend]) -> None:
         """Forces "onesided" or "collective", or returns to "auto". Local; takes effect at
         the next fetch and must be the same on every rank."""
@@ -814,7 +829,7 @@ class Loader:
                 return json.loads(buf.value.decode()) if n else {}
             size = n + 1024
 
-    @_collective
+    @_called_by_every_rank
     def job_stats(self) -> dict:
         """Collective: the whole job's statistics (mdl_stats_json_job) as a dict, the same
         on every rank: bytes, samples and seconds over all ranks. Raises MDLError on every
@@ -840,7 +855,7 @@ class Loader:
             raise MDLError(Status.ERR_STATE, f"{_lib.library_path()} has no built-in sampler ({name})")
         return getattr(self._lib, name)
 
-    @_collective
+    @_called_by_every_rank
     def epoch(
         self,
         batch_size: int,
@@ -891,7 +906,7 @@ class Loader:
         yield from self._run_epoch(self._library_steps(args[2], bool(args[4])),
                                    self.epoch_steps(args[2], bool(args[4])), start_step)
 
-    @_collective
+    @_called_by_every_rank
     def epoch_of_batches(self, batches: Iterable[Iterable[int]], *, start_step: int = 0) -> Iterator[Batch]:
         """Collective. An epoch of this rank's own batches (mdl_epoch_begin_ids): any
         sampler's order (torch's ``BatchSampler`` over a ``DistributedSampler``, a
@@ -970,7 +985,7 @@ class Loader:
             # Typed batches are decoded before the library reuses the memory.
             yield self._typed(Batch(ids, data, offs), decoded=True)
 
-    @_collective
+    @_called_by_every_rank
     def end_epoch(self) -> None:
         """Collective. Ends the built-in sampler's epoch in progress (after stopping
         early), so that :meth:`fetch` may be used again. No-op when none is open."""
@@ -1011,7 +1026,7 @@ class Loader:
         per_rank = total // ranks if drop_last else -(-total // ranks)
         return -(-per_rank // batch_size)
 
-    @_collective
+    @_called_by_every_rank
     def seek(self, step: int) -> None:
         """Collective. The next batch of the current built-in epoch is step ``step``
         (0-based), exactly as an uninterrupted run (resuming from a checkpoint).
@@ -1029,6 +1044,7 @@ class Loader:
             raise
         _check(seek(h, step))
 
+    @_called_by_every_rank
     def set_prefetch(self, depth: int) -> None:
         """Batches the built-in sampler fetches ahead on a library thread (0: none).
         Local, the same on every rank; needs MPI_THREAD_MULTIPLE (mpi4py's default).

@@ -433,6 +433,7 @@ class DataLoader:
             epoch = epoch + 1 if advancing else epoch
 
     def _one_epoch(self, batches: Iterator, next_epoch: int, advancing: bool) -> Iterator[Batch]:
+        taken = 0
         for batch in batches:
             if batch is _EPOCH_END:
                 # The epoch ran to its end, on every rank alike (every rank has the same
@@ -441,11 +442,19 @@ class DataLoader:
                 if self.dataset._open_epoch is batches:
                     self._ahead = (self._settings(next_epoch), batches, advancing)
                 return
+            taken += 1
             yield batch
-        if self.dataset._open_epoch is not batches:
-            # Another use of the dataset ended this epoch (its thread stopped): the
-            # epoch did not run to its end, which a loop must not take for one.
+        if self.dataset._open_epoch is not batches and taken < self._batches_per_epoch():
+            # Another use of the dataset ended this epoch (its thread stopped) before
+            # its end, which a loop must not take for one. (Stopped after its last
+            # batch, the thread may have dropped only the end's marker.)
             raise EpochTakenOver()
+
+    def _batches_per_epoch(self) -> float:
+        try:
+            return len(self)
+        except TypeError:  # a batch sampler without a length
+            return float("inf")
 
     def _users_batches(self) -> Iterable:
         if self.batch_sampler is not None:

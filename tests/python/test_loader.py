@@ -244,7 +244,7 @@ def test_a_second_epoch_on_one_loader_stops_the_first(comm, loader):
     next(first)
     second = loader.epoch(4, seed=1)
     b = next(second)
-    with pytest.raises(MDLError, match="ended by another one") as info:
+    with pytest.raises(MDLError, match="ended before its end by another use") as info:
         next(first)
     assert info.value.status == Status.ERR_STATE
     assert len(next(second)) == 4 and len(b) == 4  # the newer one goes on

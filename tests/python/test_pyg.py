@@ -133,7 +133,8 @@ def test_a_collective_call_on_dataset_loader_stops_the_loaders_thread_first(comm
     want = ids_of(DataLoader(dataset, batch_size=4, shuffle=True, seed=3, start_ahead=False))
     loader = DataLoader(dataset, batch_size=4, shuffle=True, seed=3)
     calls = {"job_stats": lambda: dataset.loader.job_stats(), "fetch": lambda: dataset.loader.fetch([0, 1]),
-             "end_epoch": lambda: dataset.loader.end_epoch()}
+             "end_epoch": lambda: dataset.loader.end_epoch(), "set_prefetch": lambda: dataset.loader.set_prefetch(2),
+             "set_backend": lambda: dataset.loader.set_backend("auto")}
     for name, call in calls.items():
         for _ in range(3):
             assert ids_of(loader) == want, name
@@ -145,6 +146,22 @@ def test_a_collective_call_on_dataset_loader_stops_the_loaders_thread_first(comm
         call()
         with pytest.raises(EpochTakenOver):
             next(batches)
+    assert ids_of(loader) == want
+    # A call in the body of the loop's last batch: the epoch ran to its end.
+    taken = 0
+    for taken, _ in enumerate(loader, 1):
+        if taken == len(loader):
+            dataset.loader.job_stats()
+    assert taken == len(loader)
+    # An epoch of the Loader's own begins at its generator's first next: the thread of
+    # an epoch begun after the call (but before that next) is stopped there.
+    theirs = dataset.loader.epoch(4, seed=9)
+    batches = iter(loader)
+    next(batches)
+    got = [b.ids.tolist() for b in theirs]
+    with pytest.raises(EpochTakenOver):
+        next(batches)
+    assert got == [b.ids.tolist() for b in dataset.loader.epoch(4, seed=9)]
     assert ids_of(loader) == want
 
 
