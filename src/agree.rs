@@ -7,6 +7,7 @@
 //! All fields are combined with MAX over `f64` (exact for integers below 2^53), and
 //! minima are taken as the maximum of negated values.
 
+use crate::memory;
 use crate::config::Backend;
 use crate::error::{Error, Result, mdl_status};
 use crate::mpi::{Comm, Reduction};
@@ -40,7 +41,20 @@ const HEADER: usize = 5;
 /// failing rank, and its status comes along in the same value.
 const STATUS_SLOTS: u64 = 16;
 
+/// Proposals of up to this many values are encoded on the stack: the agreement that
+/// carries a rank's failure (an allocation that failed, say) must not need an
+/// allocation of its own, which could fail on that rank alone and leave the others
+/// waiting in the reduction. (A nonblocking agreement's buffer must outlive the call:
+/// it stays on the heap.)
+const ON_STACK: usize = 128;
+
 pub fn agree(comm: &Comm, proposal: &Proposal) -> Result<Agreed> {
+    let len = HEADER + proposal.maxima.len();
+    if len <= ON_STACK {
+        let mut values = [0.0f64; ON_STACK];
+        encode_into(comm, proposal, &mut values[..len]);
+        return decode(&comm.allreduce_max(&values[..len])?);
+    }
     decode(&comm.allreduce_max(&encode(comm, proposal)?)?)
 }
 
@@ -60,19 +74,23 @@ impl AgreementUnderWay {
 }
 
 fn encode(comm: &Comm, proposal: &Proposal) -> Result<Vec<f64>> {
-    let mut values = Vec::new();
-    values.try_reserve_exact(HEADER + proposal.maxima.len()).map_err(|_| Error::no_memory(8 * proposal.maxima.len() as u64))?;
-    values.push(match &proposal.error {
+    let mut values = memory::filled((HEADER + proposal.maxima.len()) as u64, 0.0)?;
+    encode_into(comm, proposal, &mut values);
+    Ok(values)
+}
+
+/// The proposal as the reduction's values: `values` holds HEADER + maxima.len().
+fn encode_into(comm: &Comm, proposal: &Proposal, values: &mut [f64]) {
+    values[0] = match &proposal.error {
         Some(err) => -((comm.rank() as u64 * STATUS_SLOTS + err.status as u64) as f64),
         None => f64::NEG_INFINITY,
-    });
-    values.push(proposal.backend as i64 as f64);
-    values.push(-(proposal.backend as i64 as f64));
+    };
+    values[1] = proposal.backend as i64 as f64;
+    values[2] = -(proposal.backend as i64 as f64);
     debug_assert!(proposal.same < 1 << 53, "exact in a double");
-    values.push(proposal.same as f64);
-    values.push(-(proposal.same as f64));
-    values.extend_from_slice(&proposal.maxima);
-    Ok(values)
+    values[3] = proposal.same as f64;
+    values[4] = -(proposal.same as f64);
+    values[HEADER..].copy_from_slice(&proposal.maxima);
 }
 
 fn decode(combined: &[f64]) -> Result<Agreed> {

@@ -15,6 +15,7 @@ mod error;
 mod estimator;
 pub mod ffi;
 mod loader;
+mod memory;
 mod mpi;
 mod node;
 mod plan;

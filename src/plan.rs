@@ -3,6 +3,7 @@
 //! Both engines and the estimator work from the same plan, so the cost the estimator
 //! predicts is the cost of exactly what the engine will do.
 
+use crate::memory;
 use crate::error::{Error, Result, mdl_status};
 use crate::mpi::Get;
 use crate::store::{GlobalIndex, Topology};
@@ -65,7 +66,7 @@ impl BatchPlan {
     pub fn on_node(index: &GlobalIndex, my_rank: usize, ids: &[u64], topology: &Topology) -> Result<BatchPlan> {
         let ranks = index.num_ranks();
         let (mut node_bytes, mut node_samples) = (0u64, 0u64);
-        let mut out_offsets = with_room(ids.len() + 1)?;
+        let mut out_offsets = memory::with_room(ids.len() + 1)?;
         let mut local = Vec::new();
         let mut in_request_order = Vec::new();
         // No per-owner array: an O(P) array per step is what grows with the ranks.
@@ -142,24 +143,18 @@ impl BatchPlan {
     }
 }
 
-/// An empty vector with room for `len` elements, or `MDL_ERR_NO_MEMORY`.
-fn with_room<T>(len: usize) -> Result<Vec<T>> {
-    let mut v = Vec::new();
-    v.try_reserve_exact(len).map_err(|_| Error::no_memory((len * size_of::<T>()) as u64))?;
-    Ok(v)
-}
 
 /// Make room for one more element, reserving for up to `at_most` at the first call.
 fn grow<T>(v: &mut Vec<T>, at_most: usize) -> Result<()> {
     if v.len() == v.capacity() {
         let more = if v.is_empty() { at_most.max(1) } else { v.len() };
-        v.try_reserve(more).map_err(|_| Error::no_memory((more * size_of::<T>()) as u64))?;
+        memory::reserve(v, more)?;
     }
     Ok(())
 }
 
 fn coalesce(in_request_order: &[RemoteSample]) -> Result<Vec<Get>> {
-    let mut gets: Vec<Get> = with_room(in_request_order.len())?;
+    let mut gets: Vec<Get> = memory::with_room(in_request_order.len())?;
     for s in in_request_order {
         if let Some(last) = gets.last_mut() {
             let adjacent = last.target == s.owner

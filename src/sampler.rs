@@ -39,6 +39,7 @@
 //! owner's group asks it: the inversion then scans the group's g x N / P places in the
 //! order instead of walking the owner's N / g samples.
 
+use crate::memory;
 use crate::error::{Error, Result};
 use crate::rng::mix;
 use std::ops::Range;
@@ -187,7 +188,7 @@ fn unpack(request: u64) -> (usize, u64) {
 fn push_growing(v: &mut Vec<u64>, x: u64) -> Result<()> {
     if v.len() == v.capacity() {
         let more = v.len().max(64);
-        v.try_reserve(more).map_err(|_| Error::no_memory(8 * more as u64))?;
+        memory::reserve(v, more)?;
     }
     v.push(x);
     Ok(())
@@ -328,11 +329,9 @@ impl Epoch {
         let expected = (bound as u128 * asking_ranks.len() as u128 / self.ranks.max(1) as u128) as u64;
         let mut positions = Vec::new();
         let first_room = expected.saturating_add(expected / 16 + 64).min(bound);
-        positions.try_reserve_exact(first_room as usize).map_err(|_| Error::no_memory(first_room * 8))?;
+        memory::reserve_exact(&mut positions, first_room as usize)?;
         let steps = self.steps() as usize;
-        let mut served = Vec::new();
-        served.try_reserve_exact(steps).map_err(|_| Error::no_memory(8 * steps as u64))?;
-        served.resize(steps, 0u64);
+        let mut served = memory::filled(steps as u64, 0u64)?;
         // Two ways to the same positions: walk the owned ids to their positions, or scan
         // the asking ranks' positions for owned ids, whichever sees fewer (with replica
         // groups the asking ranks are the group's: g x N / P positions against N / g
@@ -355,8 +354,7 @@ impl Epoch {
             *entry = ((k / batch) * ranks + rank) * batch + k % batch;
         }
         positions.sort_unstable();
-        let mut step_starts = Vec::new();
-        step_starts.try_reserve_exact(steps + 1).map_err(|_| Error::no_memory(8 * (steps as u64 + 1)))?;
+        let mut step_starts = memory::with_room(steps + 1)?;
         for s in 0..=steps as u64 {
             step_starts.push(positions.partition_point(|&key| key / steps_key < s));
         }

@@ -23,6 +23,7 @@
 //! pieces of at most L bytes) in the same step, so every batch can be moved.
 
 use super::{Engine, KnownBatches, StepContext};
+use crate::memory;
 use crate::error::{Error, Result};
 use crate::mpi::{Comm, Get};
 use crate::plan::RemoteSample;
@@ -209,7 +210,7 @@ fn exchange(step: &StepContext, requests: &[RemoteSample], asked: Requests, out:
 /// by requester, and `ids_from`.
 fn send_ids(comm: &Comm, requests: &[RemoteSample], ids_to: &[u64], ids_from: Vec<u64>) -> Result<(Vec<u64>, Vec<u64>)> {
     let wanted: Vec<u64> = requests.iter().map(|r| r.id).collect();
-    let mut asked = zeroed(ids_from.iter().sum::<u64>())?;
+    let mut asked = memory::filled(ids_from.iter().sum::<u64>(), 0u64)?;
     let sent = comm.alltoallv(&wanted, ids_to, &mut asked, &ids_from);
     if crate::mpi::timed_out(&sent) {
         std::mem::forget((wanted, asked)); // MPI may still read and write them
@@ -241,7 +242,7 @@ impl ExchangeBuffers {
     pub fn reserve_packed(&mut self, bytes: u64) -> Result<()> {
         let len = usize::try_from(bytes).map_err(|_| Error::no_memory(bytes))?;
         self.packed.clear(); // each round packs from empty
-        self.packed.try_reserve_exact(len).map_err(|_| Error::no_memory(bytes))
+        memory::reserve_exact(&mut self.packed, len)
     }
 }
 
@@ -249,7 +250,7 @@ impl ExchangeBuffers {
 fn grown(buffer: &mut Vec<u8>, len: u64) -> Result<&mut [u8]> {
     let len = usize::try_from(len).map_err(|_| Error::no_memory(len))?;
     if buffer.len() < len {
-        buffer.try_reserve_exact(len - buffer.len()).map_err(|_| Error::no_memory(len as u64))?;
+        memory::reserve_exact(buffer, len - buffer.len())?;
         buffer.resize(len, 0);
     }
     Ok(&mut buffer[..len])
@@ -290,15 +291,6 @@ fn pack(step: &StepContext, asked: &[u64], ids_from: &[u64], packed: &mut Vec<u8
     Ok(bytes_to)
 }
 
-/// A zero-filled buffer, or `MDL_ERR_NO_MEMORY` instead of aborting the job.
-fn zeroed<T: Copy + Default>(len: u64) -> Result<Vec<T>> {
-    let bytes = len.saturating_mul(size_of::<T>() as u64);
-    let mut v = Vec::new();
-    let len = usize::try_from(len).map_err(|_| Error::no_memory(bytes))?;
-    v.try_reserve_exact(len).map_err(|_| Error::no_memory(bytes))?;
-    v.resize(len, T::default());
-    Ok(v)
-}
 
 #[cfg(test)]
 mod tests {

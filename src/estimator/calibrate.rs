@@ -18,6 +18,7 @@
 //! memory are not a term of the engines' model: they are timed apart in each step.
 
 use super::features;
+use crate::agree::agree_on_checks;
 use super::model::{CostParams, StepFeatures, features_of, fit_nonnegative};
 use crate::config::Backend;
 use crate::engine::{ExchangeBuffers, StepContext, exchange_shape, execute};
@@ -147,7 +148,11 @@ fn run_probes(comm: &Comm, store: &Store, settings: &CalibrationSettings, starte
     let targets = Targets::of(rank, ranks, &settings.topology);
     for probe in PROBES.iter().filter(|p| !p.hot_target || ranks >= 3) {
         let ids = probe_ids(probe, &targets, &store.index.first_ids(), &mut rng);
-        let plan = BatchPlan::new(&store.index, rank, &ids)?;
+        // A plan this rank cannot make (no memory) fails the probe on every rank,
+        // before any rank waits for this one in the probe's collectives.
+        let plan = BatchPlan::new(&store.index, rank, &ids);
+        agree_on_checks(comm, plan.as_ref().map(|_| ()).map_err(Error::clone))?;
+        let plan = plan?;
         let shape = exchange_shape(&plan.remote, ranks, settings.store.limits.max_message);
         let mine = features::encode(&plan, &shape, rank, settings.matrix_max_ranks);
         let agreed = comm.allreduce_max(&mine)?;

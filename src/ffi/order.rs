@@ -4,6 +4,7 @@
 
 use super::args;
 use super::boundary;
+use crate::memory;
 use crate::error::{Error, mdl_status};
 use crate::sampler::Epoch;
 use std::os::raw::c_int;
@@ -49,7 +50,7 @@ pub extern "C" fn mdl_epoch_ids(
                 format!("step {step} has {count} ids, cap is {cap} (*n holds the count needed)"),
             ));
         }
-        ids.try_reserve_exact(*count_out).map_err(|_| Error::no_memory(count.saturating_mul(8)))?;
+        memory::reserve_exact(&mut ids, *count_out)?;
         order.batch_into(step, rank as usize, &mut ids);
         // SAFETY: the caller passes cap >= count writable u64 at out (checked just above).
         let out = unsafe { args::slice_mut(out, ids.len(), "out") }?;

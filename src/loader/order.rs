@@ -7,6 +7,7 @@
 //! `mdl_fetch_batch`.
 
 use super::epoch::SamplerStep;
+use crate::memory;
 use crate::agree::Setting;
 use crate::error::{Error, Result};
 use crate::sampler::Epoch;
@@ -34,7 +35,7 @@ impl EpochOrder {
             EpochOrder::Given(given) => given.batch_len(step),
         };
         let room = usize::try_from(len).map_err(|_| Error::no_memory(len.saturating_mul(8)))?;
-        ids.try_reserve_exact(room).map_err(|_| Error::no_memory(len.saturating_mul(8)))?;
+        memory::reserve_exact(ids, room)?;
         match self {
             EpochOrder::Sampler(epoch) => epoch.batch_into(step, rank, ids),
             EpochOrder::Given(given) => given.batch_into(step, ids),
@@ -126,8 +127,7 @@ impl GivenOrder {
 }
 
 fn copied(values: &[u64]) -> Result<Vec<u64>> {
-    let mut copy = Vec::new();
-    copy.try_reserve_exact(values.len()).map_err(|_| Error::no_memory(8 * values.len() as u64))?;
+    let mut copy = memory::with_room(values.len())?;
     copy.extend_from_slice(values);
     Ok(copy)
 }

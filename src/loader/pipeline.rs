@@ -22,6 +22,7 @@
 use super::core::{Core, StepAhead};
 use super::epoch::Batch;
 use super::order::EpochOrder;
+use crate::memory;
 use crate::engine::KnownBatches;
 use crate::error::{Error, Result, mdl_status};
 use std::collections::VecDeque;
@@ -133,12 +134,12 @@ impl Pipeline {
 fn size_buffers(data: &mut Vec<u8>, offsets: &mut Vec<u64>, bytes: u64, samples: usize) -> Result<usize> {
     let needed = usize::try_from(bytes).map_err(|_| Error::no_memory(bytes))?;
     if data.len() < needed {
-        data.try_reserve(needed - data.len()).map_err(|_| Error::no_memory(bytes))?;
+        memory::reserve(data, needed - data.len())?;
         data.resize(needed, 0);
     }
     let count = samples + 1;
     if offsets.len() < count {
-        offsets.try_reserve(count - offsets.len()).map_err(|_| Error::no_memory(8 * count as u64))?;
+        memory::reserve(offsets, count - offsets.len())?;
     }
     offsets.resize(count, 0);
     Ok(needed)

@@ -19,6 +19,7 @@ pub use topology::Topology;
 
 use index::Starts;
 
+use crate::memory;
 use crate::agree::agree_on_checks;
 use crate::error::{Error, Result};
 use crate::rng::mix;
@@ -89,8 +90,7 @@ fn uniform_length(comm: &Comm, shard: &ShardView) -> Result<Option<u64>> {
 /// the collective `MPI_Win_allocate`, whose failure on one rank leaves the others
 /// waiting in it. The memory is released at once, untouched.
 pub(crate) fn check_allocatable(bytes: usize) -> Result<()> {
-    let mut probe: Vec<u8> = Vec::new();
-    probe.try_reserve_exact(bytes).map_err(|_| Error::no_memory(bytes as u64))
+    memory::with_room::<u8>(bytes).map(drop)
 }
 
 /// How a store is built and read (from the agreed configuration).

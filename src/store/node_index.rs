@@ -21,6 +21,7 @@
 
 use super::ShardView;
 use super::index::Starts;
+use crate::memory;
 use crate::agree::agree_on_checks;
 use crate::error::{Error, Result};
 use crate::mpi::{Comm, GathervLayout, SharedArray};
@@ -212,10 +213,10 @@ impl ExchangePlan {
     }
 
     fn allocate(&self) -> Result<ExchangeScratch> {
-        let mut send = fallible_vec(self.per_node)?;
+        let mut send = memory::with_room(self.per_node)?;
         send.resize(self.per_node, 0);
         let all = self.per_node * self.totals.len();
-        let mut received = fallible_vec(all)?;
+        let mut received = memory::with_room(all)?;
         received.resize(all, 0);
         Ok(ExchangeScratch { send, received })
     }
@@ -258,9 +259,9 @@ pub fn gather_private(comm: &Comm, shard: &ShardView, per_rank: &[u64]) -> Resul
         let layout = GathervLayout::new(per_rank).map_err(|err| {
             Error::invalid(format!("{} (without a shared index the lengths are gathered with one MPI_Allgatherv)", err.message))
         })?;
-        let mut local_lengths = fallible_vec(shard.num_samples() as usize)?;
+        let mut local_lengths = memory::with_room(shard.num_samples() as usize)?;
         local_lengths.extend(shard.offsets.windows(2).map(|w| w[1] - w[0]));
-        let mut starts = fallible_vec(entries)?;
+        let mut starts = memory::with_room(entries)?;
         starts.resize(entries, 0);
         Ok((layout, local_lengths, starts))
     })();
@@ -280,12 +281,6 @@ pub fn gather_private(comm: &Comm, shard: &ShardView, per_rank: &[u64]) -> Resul
     Ok(starts)
 }
 
-/// An empty vector with room for `len` elements, or `MDL_ERR_NO_MEMORY`.
-fn fallible_vec(len: usize) -> Result<Vec<u64>> {
-    let mut v = Vec::new();
-    v.try_reserve_exact(len).map_err(|_| Error::no_memory(len as u64 * 8))?;
-    Ok(v)
-}
 
 #[cfg(test)]
 mod tests {

@@ -1,0 +1,72 @@
+//! Fallible allocation: every allocation whose size comes from a caller's argument or
+//! from the job's figures (shards, batches, plans, exchange buffers, the agreement's
+//! buffers) goes through here, so that running out of memory is `MDL_ERR_NO_MEMORY`,
+//! which the caller can agree with the other ranks, instead of an abort of the job.
+//!
+//! Built with the `fault-injection` feature (tests only), the k-th allocation made here
+//! fails on a process started with `MDL_FAULT_ALLOC_AT=k`: the fault tests
+//! (`tests/run_fault_tests.sh`) walk k along a job and report each failure that does
+//! not end as an error on every rank (a hang, a rank left waiting in a collective).
+
+use crate::error::{Error, Result};
+
+/// Room for `additional` more elements (exactly), or `MDL_ERR_NO_MEMORY`.
+pub fn reserve_exact<T>(v: &mut Vec<T>, additional: usize) -> Result<()> {
+    if v.capacity() - v.len() >= additional {
+        return Ok(()); // no allocation: nothing to fail
+    }
+    refuse_if_injected(additional, size_of::<T>())?;
+    v.try_reserve_exact(additional).map_err(|_| no_memory(additional, size_of::<T>()))
+}
+
+/// Room for `additional` more elements (the vector may round up), or `MDL_ERR_NO_MEMORY`.
+pub fn reserve<T>(v: &mut Vec<T>, additional: usize) -> Result<()> {
+    if v.capacity() - v.len() >= additional {
+        return Ok(());
+    }
+    refuse_if_injected(additional, size_of::<T>())?;
+    v.try_reserve(additional).map_err(|_| no_memory(additional, size_of::<T>()))
+}
+
+/// An empty vector with room for `len` elements.
+pub fn with_room<T>(len: usize) -> Result<Vec<T>> {
+    let mut v = Vec::new();
+    reserve_exact(&mut v, len)?;
+    Ok(v)
+}
+
+/// `len` copies of `value`.
+pub fn filled<T: Clone>(len: u64, value: T) -> Result<Vec<T>> {
+    let len = usize::try_from(len).map_err(|_| Error::no_memory(len.saturating_mul(size_of::<T>() as u64)))?;
+    let mut v = with_room(len)?;
+    v.resize(len, value);
+    Ok(v)
+}
+
+fn no_memory(count: usize, size: usize) -> Error {
+    Error::no_memory((count as u64).saturating_mul(size as u64))
+}
+
+#[cfg(not(feature = "fault-injection"))]
+#[inline(always)]
+fn refuse_if_injected(_count: usize, _size: usize) -> Result<()> {
+    Ok(())
+}
+
+#[cfg(feature = "fault-injection")]
+fn refuse_if_injected(count: usize, size: usize) -> Result<()> {
+    use std::sync::OnceLock;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static AT: OnceLock<Option<u64>> = OnceLock::new();
+    static MADE: AtomicU64 = AtomicU64::new(0);
+    let at = *AT.get_or_init(|| std::env::var("MDL_FAULT_ALLOC_AT").ok().and_then(|k| k.parse().ok()));
+    let made = MADE.fetch_add(1, Ordering::Relaxed) + 1;
+    if at == Some(made) {
+        // Where it failed, for the runner's log: the library's own frames.
+        let trace = std::backtrace::Backtrace::force_capture().to_string();
+        let ours: Vec<&str> = trace.lines().filter(|l| l.contains("mdloader::") && !l.contains("memory::")).collect();
+        eprintln!("MDL_FAULT_INJECTED {made} ({count} x {size} bytes) in {}", ours.join(" <- "));
+        return Err(no_memory(count, size));
+    }
+    Ok(())
+}

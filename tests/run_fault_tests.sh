@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# Fault injection (issue 19): a job of 3 ranks (tests/c/fault_test.c: init, register,
+# fetches, a sampler epoch with prefetch, finalize) against the library built with the
+# `fault-injection` feature, where the last rank's k-th fallible allocation fails
+# (MDL_FAULT_ALLOC_AT=k, src/memory.rs), for every k from 1 until the job makes fewer
+# allocations than k. Each run must end, within the timeout, with every rank reporting
+# the same thing: every byte right, or the same call failed.
+#
+#   tests/run_fault_tests.sh openmpi|mpich|all
+#
+# Cases: both engines forced with MDL_NODE_LOCAL=off (calibration and every step
+# through the engine), and the library's defaults (the node-local path).
+# Knobs: MDL_FAULT_TIMEOUT seconds per run (default 30; a run that ends takes about a
+# second), MDL_FAULT_MAX_K (default 2000).
+#
+# Not yet part of scripts/test.sh: it still finds runs that hang (docs/hardening.md,
+# section 1, has the figures and what is left to do). Per-run output, k by k, is in
+# target/test-logs/fault-<mpi>-<case>.log.
+set -u
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+source "$ROOT/tests/lib.sh"
+mdl_select_mpis "${1:-all}"
+RUN_TIMEOUT=${MDL_FAULT_TIMEOUT:-30}
+MAX_K=${MDL_FAULT_MAX_K:-2000}
+LOGDIR=${MDL_TEST_LOGDIR:-$ROOT/target/test-logs}
+mkdir -p "$LOGDIR"
+
+# build <mpi>: the library with fault injection (its own target directory) and the test.
+build() {
+    local mpi=$1 dir=$ROOT/target/$1-fault
+    (cd "$ROOT" && MPICC=mpicc.$mpi CARGO_TARGET_DIR=$dir cargo build --release --quiet --features fault-injection) &&
+        ln -sf libmdloader.so "$dir/release/libmdloader.so.0" &&
+        "mpicc.$mpi" -std=c11 -O2 -Wall -Wextra -Werror -I"$ROOT/include" -I"$ROOT/tests/c" \
+            "$ROOT/tests/c/fault_test.c" -o "$dir/fault_test" -L"$dir/release" -lmdloader \
+            -Wl,-rpath,"$dir/release"
+}
+
+# one_run <mpi> <k> <log> <VAR=value...> -- <args>: 2 ranks plain, the last one injected.
+one_run() {
+    local mpi=$1 k=$2 log=$3 bin=$ROOT/target/$1-fault/fault_test
+    shift 3
+    local envs=() e
+    while [ "$1" != "--" ]; do envs+=("$1"); shift; done
+    shift
+    local launcher
+    if [ "$mpi" = openmpi ]; then
+        launcher=(mpirun.openmpi --oversubscribe)
+        for e in "${envs[@]}"; do launcher+=(-x "${e%%=*}"); done
+    else
+        launcher=(mpiexec.mpich)
+        for e in "${envs[@]}"; do launcher+=(-genv "${e%%=*}" "${e#*=}"); done
+    fi
+    env "${envs[@]}" OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+        timeout -k 5 "$RUN_TIMEOUT" "${launcher[@]}" -n 2 "$bin" "$@" : -n 1 env MDL_FAULT_ALLOC_AT="$k" "$bin" "$@" \
+        >"$log" 2>&1 </dev/null
+}
+
+# sweep <mpi> <name> <VAR=value...> -- <args>: every k; one PASS or FAIL line.
+sweep() {
+    local mpi=$1 name=$2 k rc log=$LOGDIR/fault-$1-$2.log results errors=0 oks=0 bad=()
+    shift 2
+    : >"$log"
+    for ((k = 1; k <= MAX_K; k++)); do
+        one_run "$mpi" "$k" "$log.run" "$@"
+        rc=$?
+        { echo "=== k=$k exit $rc"; cat "$log.run"; } >>"$log"
+        results=$(grep -o '^RESULT .*' "$log.run" | sed 's/^RESULT \(error [0-9]*\).*/\1/' | sort | uniq -c)
+        if [ $rc -ne 0 ]; then
+            bad+=("k=$k: exit $rc$([ $rc -ge 124 ] && echo ' (hang)')")
+        elif [ "$(grep -c '^RESULT ' "$log.run")" -ne 3 ] || [ "$(echo "$results" | wc -l)" -ne 1 ] ||
+            echo "$results" | grep -q wrong; then
+            bad+=("k=$k: $(echo $results)")
+        elif ! grep -q "MDL_FAULT_INJECTED $k" "$log.run"; then
+            break # the job made fewer than k fallible allocations on that rank: all walked
+        elif echo "$results" | grep -q ok; then
+            oks=$((oks + 1))
+        else
+            errors=$((errors + 1))
+        fi
+    done
+    rm -f "$log.run"
+    local summary="k = 1..$((k - 1)): $errors failed on every rank, $oks recovered with every byte right"
+    if [ ${#bad[@]} -eq 0 ]; then
+        pass "$mpi/fault-$name ($summary)"
+    else
+        echo "bad runs: ${bad[*]}" >>"$log"
+        MDL_FAIL_LOG_LINES=5 fail "$mpi/fault-$name ($summary; ${#bad[@]} bad: ${bad[*]:0:8})" "$log"
+    fi
+}
+
+for mpi in "${MPIS[@]}"; do
+    if ! build "$mpi" >"$LOGDIR/fault-$mpi-build.log" 2>&1; then
+        fail "$mpi/fault-build" "$LOGDIR/fault-$mpi-build.log"
+        continue
+    fi
+    sweep "$mpi" onesided MDL_NODE_LOCAL=off -- onesided
+    sweep "$mpi" collective MDL_NODE_LOCAL=off -- collective
+    sweep "$mpi" defaults MDL_NODE_LOCAL=on -- auto
+done
+mdl_summary
