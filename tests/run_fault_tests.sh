@@ -52,7 +52,7 @@ one_run() {
     fi
     env "${envs[@]}" OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
         timeout -k 5 "$RUN_TIMEOUT" "${launcher[@]}" -n 2 "$bin" "$@" : -n 1 env MDL_FAULT_ALLOC_AT="$k" "$bin" "$@" \
-        >"$log" 2>&1 </dev/null
+        >"$log" 2>"$log.err" </dev/null
 }
 
 # sweep <mpi> <name> <VAR=value...> -- <args>: every k; one PASS or FAIL line.
@@ -63,14 +63,16 @@ sweep() {
     for ((k = 1; k <= MAX_K; k++)); do
         one_run "$mpi" "$k" "$log.run" "$@"
         rc=$?
-        { echo "=== k=$k exit $rc"; cat "$log.run"; } >>"$log"
+        # The RESULT lines are the programs' standard output, kept apart from their
+        # standard error, whose lines could otherwise cut into them.
+        { echo "=== k=$k exit $rc"; cat "$log.run" "$log.run.err"; } >>"$log"
         results=$(grep -o '^RESULT .*' "$log.run" | sed 's/^RESULT \(error [0-9]*\).*/\1/' | sort | uniq -c)
         if [ $rc -ne 0 ]; then
             bad+=("k=$k: exit $rc$([ $rc -ge 124 ] && echo ' (hang)')")
         elif [ "$(grep -c '^RESULT ' "$log.run")" -ne 3 ] || [ "$(echo "$results" | wc -l)" -ne 1 ] ||
             echo "$results" | grep -q wrong; then
             bad+=("k=$k: $(echo $results)")
-        elif ! grep -q "MDL_FAULT_INJECTED $k" "$log.run"; then
+        elif ! grep -q "MDL_FAULT_INJECTED $k" "$log.run.err"; then
             break # the job made fewer than k fallible allocations on that rank: all walked
         elif echo "$results" | grep -q ok; then
             oks=$((oks + 1))
@@ -78,7 +80,7 @@ sweep() {
             errors=$((errors + 1))
         fi
     done
-    rm -f "$log.run"
+    rm -f "$log.run" "$log.run.err"
     local summary="k = 1..$((k - 1)): $errors failed on every rank, $oks recovered with every byte right"
     if [ ${#bad[@]} -eq 0 ]; then
         pass "$mpi/fault-$name ($summary)"
