@@ -65,7 +65,11 @@ fn refuse_if_injected(count: usize, size: usize) -> Result<()> {
         // Where it failed, for the runner's log: the library's own frames.
         let trace = std::backtrace::Backtrace::force_capture().to_string();
         let ours: Vec<&str> = trace.lines().filter(|l| l.contains("mdloader::") && !l.contains("memory::")).collect();
-        eprintln!("MDL_FAULT_INJECTED {made} ({count} x {size} bytes) in {}", ours.join(" <- "));
+        // One write, so that the launcher's merged output of other ranks cannot cut
+        // into the line the runner looks for.
+        let frames = ours.iter().take(8).copied().collect::<Vec<_>>().join(" <- ");
+        let line = format!("MDL_FAULT_INJECTED {made} ({count} x {size} bytes) in {frames}\n");
+        let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), line.as_bytes());
         return Err(no_memory(count, size));
     }
     Ok(())
