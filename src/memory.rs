@@ -12,20 +12,24 @@ use crate::error::{Error, Result};
 
 /// Room for `additional` more elements (exactly), or `MDL_ERR_NO_MEMORY`.
 pub fn reserve_exact<T>(v: &mut Vec<T>, additional: usize) -> Result<()> {
-    if v.capacity() - v.len() >= additional {
-        return Ok(()); // no allocation: nothing to fail
-    }
-    refuse_if_injected(additional, size_of::<T>())?;
-    v.try_reserve_exact(additional).map_err(|_| no_memory(additional, size_of::<T>()))
+    grow(v, additional, Vec::try_reserve_exact)
 }
 
 /// Room for `additional` more elements (the vector may round up), or `MDL_ERR_NO_MEMORY`.
 pub fn reserve<T>(v: &mut Vec<T>, additional: usize) -> Result<()> {
+    grow(v, additional, Vec::try_reserve)
+}
+
+type TryReserve<T> = fn(&mut Vec<T>, usize) -> std::result::Result<(), std::collections::TryReserveError>;
+
+/// `try_reserve` where the vector must grow (only a real allocation can fail, or be
+/// made to fail by fault injection).
+fn grow<T>(v: &mut Vec<T>, additional: usize, try_reserve: TryReserve<T>) -> Result<()> {
     if v.capacity() - v.len() >= additional {
         return Ok(());
     }
     refuse_if_injected(additional, size_of::<T>())?;
-    v.try_reserve(additional).map_err(|_| no_memory(additional, size_of::<T>()))
+    try_reserve(v, additional).map_err(|_| no_memory(additional, size_of::<T>()))
 }
 
 /// An empty vector with room for `len` elements.

@@ -807,7 +807,9 @@ class Loader:
     @_called_by_every_rank
     def set_backend(self, backend: Union[str, int, Backend]) -> None:
         """Forces "onesided" or "collective", or returns to "auto". Local; takes effect at
-        the next fetch and must be the same on every rank."""
+        the next fetch and must be the same on every rank: call it on every rank. (Where
+        ``mdloader.pyg``'s thread runs an epoch on this loader, the call first stops that
+        epoch, which every rank must then do alike.)"""
         try:
             b = Backend.parse(backend)
         except ValueError as err:
@@ -1047,7 +1049,9 @@ class Loader:
     @_called_by_every_rank
     def set_prefetch(self, depth: int) -> None:
         """Batches the built-in sampler fetches ahead on a library thread (0: none).
-        Local, the same on every rank; needs MPI_THREAD_MULTIPLE (mpi4py's default).
+        Local, the same on every rank (call it on every rank: where ``mdloader.pyg``'s
+        thread runs an epoch on this loader, the call first stops that epoch); needs
+        MPI_THREAD_MULTIPLE (mpi4py's default).
 
         TypeError for a non-integer, ValueError for a negative depth (before calling the
         library); a depth beyond the library's limit (MDL_MAX_PREFETCH, 64) is
