@@ -44,8 +44,8 @@ const STATUS_SLOTS: u64 = 16;
 /// Proposals of up to this many values are encoded on the stack: the agreement that
 /// carries a rank's failure (an allocation that failed, say) must not need an
 /// allocation of its own, which could fail on that rank alone and leave the others
-/// waiting in the reduction. (A nonblocking agreement's buffer must outlive the call:
-/// it stays on the heap.)
+/// waiting in the reduction. Longer ones (a step's request matrix) go through
+/// [`AgreementBuffers`] reserved ahead.
 const ON_STACK: usize = 128;
 
 pub fn agree(comm: &Comm, proposal: &Proposal) -> Result<Agreed> {
@@ -58,18 +58,60 @@ pub fn agree(comm: &Comm, proposal: &Proposal) -> Result<Agreed> {
     decode(&comm.allreduce_max(&encode(comm, proposal)?)?)
 }
 
+/// The buffers of an agreement, reserved ahead where a failure to reserve them can
+/// still be agreed (registration, an epoch's start) and used again from agreement to
+/// agreement: a rank that could not allocate an agreement's buffers could not take
+/// part in it, and the other ranks would wait in theirs for ever.
+#[derive(Default)]
+pub struct AgreementBuffers {
+    send: Vec<f64>,
+    received: Vec<f64>,
+}
+
+impl AgreementBuffers {
+    /// Buffers for proposals of up to `maxima` values.
+    pub fn reserve(maxima: usize) -> Result<AgreementBuffers> {
+        let len = HEADER + maxima;
+        Ok(AgreementBuffers { send: memory::with_room(len)?, received: memory::with_room(len)? })
+    }
+
+    /// `proposal` encoded into the send buffer, which holds it without growing when the
+    /// buffers were reserved for it; the receive buffer sized alike. (Unreserved ones,
+    /// in a call that fails on every rank anyway, say a fetch before registration, grow
+    /// here.)
+    fn encode(&mut self, comm: &Comm, proposal: &Proposal) {
+        let len = HEADER + proposal.maxima.len();
+        self.send.clear();
+        self.send.resize(len, 0.0);
+        self.received.clear();
+        self.received.resize(len, 0.0);
+        encode_into(comm, proposal, &mut self.send);
+    }
+}
+
+/// [`agree`] for a proposal of any length, encoded into `buffers`.
+pub fn agree_in(comm: &Comm, proposal: &Proposal, buffers: &mut AgreementBuffers) -> Result<Agreed> {
+    buffers.encode(comm, proposal);
+    decode(&comm.allreduce_max(&buffers.send)?)
+}
+
 /// An agreement started ahead of its use: the ranks go on while it completes.
 pub struct AgreementUnderWay(Reduction);
 
 /// Start an agreement without waiting for it (collective: every rank starts its
-/// agreements, and its other collectives on `comm`, in the same order).
-pub fn start_agreement(comm: &Comm, proposal: &Proposal) -> Result<AgreementUnderWay> {
-    Ok(AgreementUnderWay(comm.start_allreduce_max(encode(comm, proposal)?)?))
+/// agreements, and its other collectives on `comm`, in the same order). `buffers` stay
+/// with it until it is finished.
+pub fn start_agreement(comm: &Comm, proposal: &Proposal, mut buffers: AgreementBuffers) -> Result<AgreementUnderWay> {
+    buffers.encode(comm, proposal);
+    Ok(AgreementUnderWay(comm.start_allreduce_max(buffers.send, buffers.received)?))
 }
 
 impl AgreementUnderWay {
-    pub fn finish(self) -> Result<Agreed> {
-        decode(&self.0.finish()?)
+    /// The agreement, and its buffers for the next.
+    pub fn finish(self) -> Result<(Agreed, AgreementBuffers)> {
+        let (received, send) = self.0.finish()?;
+        let agreed = decode(&received)?;
+        Ok((agreed, AgreementBuffers { send, received }))
     }
 }
 

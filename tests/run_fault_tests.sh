@@ -61,15 +61,18 @@ sweep() {
     shift 2
     : >"$log"
     for ((k = 1; k <= MAX_K; k++)); do
-        one_run "$mpi" "$k" "$log.run" "$@"
+        rm -f "$log.result".*
+        one_run "$mpi" "$k" "$log.run" MDL_FAULT_RESULTS="$log.result" "$@"
         rc=$?
-        # The RESULT lines are the programs' standard output, kept apart from their
-        # standard error, whose lines could otherwise cut into them.
-        { echo "=== k=$k exit $rc"; cat "$log.run" "$log.run.err"; } >>"$log"
-        results=$(grep -o '^RESULT .*' "$log.run" | sed 's/^RESULT \(error [0-9]*\).*/\1/' | sort | uniq -c)
+        # Each rank's RESULT line comes from a file of its own: the launcher merges the
+        # ranks' standard output, and MPICH's cut one rank's line into another's.
+        local lines
+        lines=$(cat "$log.result".* 2>/dev/null)
+        { echo "=== k=$k exit $rc"; echo "$lines"; cat "$log.run" "$log.run.err"; } >>"$log"
+        results=$(echo "$lines" | grep -o '^RESULT .*' | sed 's/^RESULT \(error [0-9]*\).*/\1/' | sort | uniq -c)
         if [ $rc -ne 0 ]; then
             bad+=("k=$k: exit $rc$([ $rc -ge 124 ] && echo ' (hang)')")
-        elif [ "$(grep -c '^RESULT ' "$log.run")" -ne 3 ] || [ "$(echo "$results" | wc -l)" -ne 1 ] ||
+        elif [ "$(echo "$lines" | grep -c '^RESULT ')" -ne 3 ] || [ "$(echo "$results" | wc -l)" -ne 1 ] ||
             echo "$results" | grep -q wrong; then
             bad+=("k=$k: $(echo $results)")
         elif ! grep -q "MDL_FAULT_INJECTED $k" "$log.run.err"; then
@@ -80,7 +83,7 @@ sweep() {
             errors=$((errors + 1))
         fi
     done
-    rm -f "$log.run" "$log.run.err"
+    rm -f "$log.run" "$log.run.err" "$log.result".*
     local summary="k = 1..$((k - 1)): $errors failed on every rank, $oks recovered with every byte right"
     if [ ${#bad[@]} -eq 0 ]; then
         pass "$mpi/fault-$name ($summary)"

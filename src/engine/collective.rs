@@ -23,8 +23,9 @@
 //! pieces of at most L bytes) in the same step, so every batch can be moved.
 
 use super::{Engine, KnownBatches, StepContext};
-use crate::memory;
+use crate::agree::agree_on_checks;
 use crate::error::{Error, Result};
+use crate::memory;
 use crate::mpi::{Comm, Get};
 use crate::plan::RemoteSample;
 use std::ops::Range;
@@ -117,12 +118,12 @@ impl Engine for Collective {
             Some(known) if step.collective_rounds <= 1 => Some(asked_in_one_round(step, known)),
             _ => None,
         };
-        let counts = step.requests_to_me.filter(|_| step.collective_rounds == 1);
+        let told = step.requests_to_me.filter(|_| step.collective_rounds == 1);
         for round in 0..step.collective_rounds as usize {
             let range = mine.rounds.get(round).cloned().unwrap_or(0..0);
             let asked = match asked_in_the_round.take() {
-                Some(asked) => Requests::Ids(asked),
-                None => counts.map_or(Requests::Unknown, Requests::Counts),
+                Some(counts) => Requests::Known(counts),
+                None => told.map_or(Requests::Unknown, Requests::Told),
             };
             exchange(step, &mine.exchanged[range], asked, out)?;
         }
@@ -135,17 +136,43 @@ impl Engine for Collective {
     }
 }
 
+/// How many ids and bytes an owner's exchange buffers hold without growing.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct ServeRoom {
+    pub ids: u64,
+    pub bytes: u64,
+}
+
+/// What the other ranks will ask one owner for in a single-round exchange, read from
+/// the agreed request matrix (`estimator::features::requests_to`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct RequestsToOwner {
+    /// How many ids each rank asks it for.
+    pub counts: Vec<u64>,
+    /// What it serves in all: ids, and bytes (at most: samples that go by gets count).
+    pub serves: ServeRoom,
+    /// Whether some owner serves more than the least room any rank's buffers held when
+    /// the step was agreed: then every owner makes room, and the ranks agree that all
+    /// could, before any id travels. Once the buffers have grown to a job's steps, no
+    /// step allocates after its agreement, and none pays that extra agreement.
+    pub some_owner_lacks_room: bool,
+}
+
 /// What every other rank will ask this rank for in a single-round step, when every
 /// rank's batch is known (the built-in sampler): in one round each requester asks for
 /// all its remote samples that fit a round, in batch order, so this rank's part of
 /// each batch is all it needs, found without looking at the rest of the batches. One
 /// pass over those samples, with no list per rank.
-fn asked_in_one_round(step: &StepContext, known: &dyn KnownBatches) -> AskedOfMe {
+/// Returns how many ids each rank asks; the ids, grouped by requester, are left in the
+/// exchange buffers.
+fn asked_in_one_round(step: &StepContext, known: &dyn KnownBatches) -> Vec<u64> {
     let (me, ranks) = (step.comm.rank(), step.comm.size());
     let index = &step.store.index;
     let first = index.first_ids();
     let budget = step.limits.max_message / ranks as u64;
-    let mut asked = AskedOfMe { ids: Vec::new(), counts: vec![0; ranks] };
+    let mut counts = vec![0; ranks];
+    let asked = &mut step.buffers.borrow_mut().asked;
+    asked.clear();
     let topology = &step.store.topology;
     known.for_each_request(first[me]..first[me + 1], &mut |requester, id| {
         // This rank's own samples, and those the ranks of its node read (node-local
@@ -153,33 +180,31 @@ fn asked_in_one_round(step: &StepContext, known: &dyn KnownBatches) -> AskedOfMe
         // not travel in the exchange.
         let travels = index.len_of(id).is_some_and(|len| len > 0 && len <= budget);
         if !topology.shares(requester, me) && travels {
-            asked.ids.push(id);
-            asked.counts[requester] += 1;
+            asked.push(id);
+            counts[requester] += 1;
         }
     });
-    asked
-}
-
-/// The ids the other ranks ask of this one in a round, grouped by requester, and how
-/// many each asks.
-#[derive(Default)]
-struct AskedOfMe {
-    ids: Vec<u64>,
-    counts: Vec<u64>,
+    counts
 }
 
 /// What this rank knows, before a round, of what the other ranks will ask of it.
 enum Requests<'a> {
     /// Nothing: the counts travel in an `MPI_Alltoall`, then the ids.
     Unknown,
-    /// How many ids each rank asks for (agreed with the step): only the ids travel.
-    Counts(&'a [u64]),
-    /// The ids each rank asks for (the built-in sampler): nothing travels.
-    Ids(AskedOfMe),
+    /// What each rank asks for, agreed with the step: only the ids travel.
+    Told(&'a RequestsToOwner),
+    /// The ids each rank asks for (the built-in sampler), already in the exchange
+    /// buffers, and how many each asks: nothing travels.
+    Known(Vec<u64>),
 }
 
 /// One round: `requests` (grouped by owner) is what this rank wants in it; `asked` is
 /// what this rank knows of what the others want of it.
+///
+/// Nothing here allocates between the round's first message and its last where a
+/// failure would leave the others waiting: an owner makes room for what it serves
+/// before any id travels, and where that takes memory the ranks agree first that
+/// every owner could.
 fn exchange(step: &StepContext, requests: &[RemoteSample], asked: Requests, out: &mut [u8]) -> Result<()> {
     let comm = step.comm;
     let ranks = comm.size();
@@ -189,14 +214,26 @@ fn exchange(step: &StepContext, requests: &[RemoteSample], asked: Requests, out:
         ids_to[r.owner] += 1;
         bytes_from[r.owner] += r.len;
     }
-    let (asked, ids_from) = match asked {
-        Requests::Ids(AskedOfMe { ids, counts }) => (ids, counts),
-        Requests::Counts(counts) => send_ids(comm, requests, &ids_to, counts.to_vec())?,
-        Requests::Unknown => send_ids(comm, requests, &ids_to, comm.alltoall(&ids_to)?)?,
+    let mut buffers = step.buffers.borrow_mut();
+    let ids_from = match asked {
+        Requests::Known(counts) => counts,
+        Requests::Told(told) => {
+            if told.some_owner_lacks_room {
+                agree_on_checks(comm, buffers.make_room_to_serve(told.serves))?;
+            }
+            receive_ids(comm, requests, &ids_to, &told.counts, &mut buffers.asked)?;
+            told.counts.clone()
+        }
+        Requests::Unknown => {
+            let (ids_from, serves) = exchange_counts(comm, &ids_to, &bytes_from)?;
+            agree_on_checks(comm, buffers.make_room_to_serve(serves))?;
+            receive_ids(comm, requests, &ids_to, &ids_from, &mut buffers.asked)?;
+            ids_from
+        }
     };
 
-    let ExchangeBuffers { packed, received } = &mut *step.buffers.borrow_mut();
-    let bytes_to = pack(step, &asked, &ids_from, packed)?;
+    let ExchangeBuffers { packed, received, asked } = &mut *buffers;
+    let bytes_to = pack(step, asked, &ids_from, packed)?;
     let received = grown(received, bytes_from.iter().sum::<u64>())?;
     // After a timeout the buffers stay with the loader, which is then poisoned and
     // leaked, never freed (calibration leaks its own).
@@ -205,18 +242,29 @@ fn exchange(step: &StepContext, requests: &[RemoteSample], asked: Requests, out:
     Ok(())
 }
 
-/// Send each owner the ids this rank wants of it (`ids_to` per owner), knowing that
-/// each rank asks `ids_from` of this one; returns the ids asked of this rank, grouped
-/// by requester, and `ids_from`.
-fn send_ids(comm: &Comm, requests: &[RemoteSample], ids_to: &[u64], ids_from: Vec<u64>) -> Result<(Vec<u64>, Vec<u64>)> {
+/// Tell each owner how many ids this rank will ask of it and how many bytes they
+/// hold, in one `MPI_Alltoall` of pairs; returns how many ids each rank asks of this
+/// one, and what this rank serves in the round.
+fn exchange_counts(comm: &Comm, ids_to: &[u64], bytes_from: &[u64]) -> Result<(Vec<u64>, ServeRoom)> {
+    let pairs: Vec<u64> = ids_to.iter().zip(bytes_from).flat_map(|(&ids, &bytes)| [ids, bytes]).collect();
+    let received = comm.alltoall(&pairs)?;
+    let ids_from: Vec<u64> = received.chunks_exact(2).map(|pair| pair[0]).collect();
+    let serves = ServeRoom { ids: ids_from.iter().sum(), bytes: received.chunks_exact(2).map(|pair| pair[1]).sum() };
+    Ok((ids_from, serves))
+}
+
+/// Send each owner the ids this rank wants of it (`ids_to` per owner), and receive into
+/// `asked` the ids each rank asks of this one (`ids_from` per requester), grouped by
+/// requester. `asked` has room for them (made before the round).
+fn receive_ids(comm: &Comm, requests: &[RemoteSample], ids_to: &[u64], ids_from: &[u64], asked: &mut Vec<u64>) -> Result<()> {
     let wanted: Vec<u64> = requests.iter().map(|r| r.id).collect();
-    let mut asked = memory::filled(ids_from.iter().sum::<u64>(), 0u64)?;
-    let sent = comm.alltoallv(&wanted, ids_to, &mut asked, &ids_from);
+    asked.clear();
+    asked.resize(ids_from.iter().sum::<u64>() as usize, 0);
+    let sent = comm.alltoallv(&wanted, ids_to, asked, ids_from);
     if crate::mpi::timed_out(&sent) {
-        std::mem::forget((wanted, asked)); // MPI may still read and write them
-        return Err(sent.unwrap_err());
+        std::mem::forget(wanted); // MPI may still read it (`asked` stays with the loader)
     }
-    sent.map(|()| (asked, ids_from))
+    sent
 }
 
 /// The exchange's send and receive buffers, kept by the loader from step to step: they
@@ -227,6 +275,8 @@ fn send_ids(comm: &Comm, requests: &[RemoteSample], ids_to: &[u64], ids_from: Ve
 pub struct ExchangeBuffers {
     packed: Vec<u8>,
     received: Vec<u8>,
+    /// The ids the other ranks ask of this one in a round, grouped by requester.
+    asked: Vec<u64>,
 }
 
 impl ExchangeBuffers {
@@ -243,6 +293,21 @@ impl ExchangeBuffers {
         let len = usize::try_from(bytes).map_err(|_| Error::no_memory(bytes))?;
         self.packed.clear(); // each round packs from empty
         memory::reserve_exact(&mut self.packed, len)
+    }
+
+    /// What an owner's side holds without growing: it goes into the step's agreement
+    /// (see [`RequestsToOwner::some_owner_lacks_room`]). Capacities only grow, so what
+    /// a step agreed ahead reports holds when it runs.
+    pub fn room(&self) -> ServeRoom {
+        ServeRoom { ids: self.asked.capacity() as u64, bytes: self.packed.capacity() as u64 }
+    }
+
+    /// Make room for serving `serves` in one round.
+    fn make_room_to_serve(&mut self, serves: ServeRoom) -> Result<()> {
+        let ids = usize::try_from(serves.ids).map_err(|_| Error::no_memory(serves.ids.saturating_mul(8)))?;
+        self.asked.clear();
+        memory::reserve_exact(&mut self.asked, ids)?;
+        self.reserve_packed(serves.bytes)
     }
 }
 

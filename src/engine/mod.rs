@@ -6,7 +6,7 @@ mod collective;
 mod onesided;
 
 use collective::Collective;
-pub use collective::{ExchangeBuffers, ExchangeShape, exchange_shape};
+pub use collective::{ExchangeBuffers, ExchangeShape, RequestsToOwner, ServeRoom, exchange_shape};
 use onesided::OneSided;
 
 use crate::config::Backend;
@@ -29,10 +29,10 @@ pub struct StepContext<'a> {
     /// Rounds of the collective exchange, agreed by all ranks (the maximum any rank
     /// needs); ignored by the one-sided engine.
     pub collective_rounds: u64,
-    /// How many ids each rank asks this rank for in the exchange, when the step's
-    /// agreement carried them (see `estimator::features`); the collective engine then
-    /// skips the count exchange of a single-round step.
-    pub requests_to_me: Option<&'a [u64]>,
+    /// What each rank asks this rank for in the exchange, when the step's agreement
+    /// carried it (see `estimator::features`); the collective engine then skips the
+    /// count exchange of a single-round step.
+    pub requests_to_me: Option<&'a RequestsToOwner>,
     /// When every rank's batch of this step is known (the built-in sampler). The
     /// collective engine then sends no requests.
     pub known_batches: Option<&'a dyn KnownBatches>,

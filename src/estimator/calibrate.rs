@@ -148,13 +148,16 @@ fn run_probes(comm: &Comm, store: &Store, settings: &CalibrationSettings, starte
     let targets = Targets::of(rank, ranks, &settings.topology);
     for probe in PROBES.iter().filter(|p| !p.hot_target || ranks >= 3) {
         let ids = probe_ids(probe, &targets, &store.index.first_ids(), &mut rng);
-        // A plan this rank cannot make (no memory) fails the probe on every rank,
-        // before any rank waits for this one in the probe's collectives.
-        let plan = BatchPlan::new(&store.index, rank, &ids);
+        // A plan this rank cannot make, or a receive buffer it cannot hold (no memory),
+        // fails the probe on every rank, before any rank waits for this one in the
+        // probe's collectives.
+        let plan = BatchPlan::new(&store.index, rank, &ids)
+            .and_then(|plan| buffers.borrow_mut().reserve_received(plan.remote_bytes()).map(|()| plan));
         agree_on_checks(comm, plan.as_ref().map(|_| ()).map_err(Error::clone))?;
         let plan = plan?;
         let shape = exchange_shape(&plan.remote, ranks, settings.store.limits.max_message);
-        let mine = features::encode(&plan, &shape, rank, settings.matrix_max_ranks);
+        let mut mine = vec![0.0; features::encoded_len(ranks, settings.matrix_max_ranks)];
+        features::encode(&plan, &shape, rank, settings.matrix_max_ranks, buffers.borrow().room(), &mut mine);
         let agreed = comm.allreduce_max(&mine)?;
         let f: StepFeatures = features::decode(&agreed, ranks, settings.matrix_max_ranks, settings.store.limits.max_message);
         let requests_to_me = features::requests_to(&agreed, ranks, settings.matrix_max_ranks, rank);
@@ -166,7 +169,7 @@ fn run_probes(comm: &Comm, store: &Store, settings: &CalibrationSettings, starte
             limits: settings.store.limits,
             buffers: &buffers,
             collective_rounds: f.rounds as u64,
-            requests_to_me: requests_to_me.as_deref(),
+            requests_to_me: requests_to_me.as_ref(),
             known_batches: None,
             // The probes run in lockstep: every rank stays in MPI until all have done.
             gets_end_in_barrier: false,

@@ -2,9 +2,11 @@
 //! the all-reduce (maximum) combines them, and every rank derives the same
 //! [`StepFeatures`] from the result.
 //!
-//! Layout of a rank's contribution: `[G, S, B, R, NB, NS, bytes, requests]`, where `NB`
-//! and `NS` are the bytes and samples it copies from other ranks of its node (the
-//! node-local path: not remote, not in `G`, `S`, `B`), and, when the
+//! Layout of a rank's contribution: `[G, S, B, R, NB, NS, -RI, -RB, bytes, requests]`,
+//! where `NB` and `NS` are the bytes and samples it copies from other ranks of its node
+//! (the node-local path: not remote, not in `G`, `S`, `B`), `RI` and `RB` the ids and
+//! bytes its exchange buffers hold without growing (negated: the maximum is the least
+//! room of any rank, see [`RequestsToOwner`]), and, when the
 //! communicator has at most `matrix_max_ranks` ranks, `bytes` and `requests` are P x P
 //! matrices of zeros with this rank's row filled in: the bytes it reads from each owner,
 //! and how many samples it asks each owner for in the collective exchange. The maximum
@@ -15,10 +17,10 @@
 //! estimated as `B` (requests spread evenly) and the counts travel in the engine.
 
 use super::model::StepFeatures;
-use crate::engine::ExchangeShape;
+use crate::engine::{ExchangeShape, RequestsToOwner, ServeRoom};
 use crate::plan::BatchPlan;
 
-const FIXED: usize = 6;
+const FIXED: usize = 8;
 
 fn has_matrix(ranks: usize, matrix_max_ranks: usize) -> bool {
     ranks <= matrix_max_ranks
@@ -29,16 +31,19 @@ pub fn encoded_len(ranks: usize, matrix_max_ranks: usize) -> usize {
     FIXED + if has_matrix(ranks, matrix_max_ranks) { 2 * ranks * ranks } else { 0 }
 }
 
-/// This rank's contribution for `plan`, whose collective exchange has `shape`.
-pub fn encode(plan: &BatchPlan, shape: &ExchangeShape, rank: usize, matrix_max_ranks: usize) -> Vec<f64> {
+/// This rank's contribution for `plan`, whose collective exchange has `shape`, into
+/// `values` (of [`encoded_len`]); `room` is what this rank's exchange buffers hold.
+pub fn encode(plan: &BatchPlan, shape: &ExchangeShape, rank: usize, matrix_max_ranks: usize, room: ServeRoom, values: &mut [f64]) {
     let ranks = plan.ranks;
-    let mut values = vec![0.0; encoded_len(ranks, matrix_max_ranks)];
+    values.fill(0.0);
     values[0] = plan.gets.len() as f64;
     values[1] = plan.remote.len() as f64;
     values[2] = plan.remote_bytes() as f64;
     values[3] = shape.rounds as f64;
     values[4] = plan.node_bytes as f64;
     values[5] = plan.node_samples as f64;
+    values[6] = -(room.ids as f64);
+    values[7] = -(room.bytes as f64);
     if has_matrix(ranks, matrix_max_ranks) {
         let row = FIXED + rank * ranks;
         let requests_row = row + ranks * ranks;
@@ -48,7 +53,6 @@ pub fn encode(plan: &BatchPlan, shape: &ExchangeShape, rank: usize, matrix_max_r
             values[requests_row + owner] = requests[owner] as f64;
         }
     }
-    values
 }
 
 /// The step's features from the combined contributions; `max_message` is
@@ -100,12 +104,21 @@ pub fn decode_known_node(values: &[f64]) -> NodeFeatures {
     NodeFeatures { bytes: values[5], samples: values[6] }
 }
 
-/// From the combined contributions: how many samples each rank asks `owner` for in the
-/// collective exchange, when the matrices were carried.
-pub fn requests_to(values: &[f64], ranks: usize, matrix_max_ranks: usize, owner: usize) -> Option<Vec<u64>> {
+/// From the combined contributions: what each rank asks `owner` for in the collective
+/// exchange, when the matrices were carried.
+pub fn requests_to(values: &[f64], ranks: usize, matrix_max_ranks: usize, owner: usize) -> Option<RequestsToOwner> {
     has_matrix(ranks, matrix_max_ranks).then(|| {
+        let bytes = &values[FIXED..FIXED + ranks * ranks];
         let requests = &values[FIXED + ranks * ranks..FIXED + 2 * ranks * ranks];
-        (0..ranks).map(|r| requests[r * ranks + owner] as u64).collect()
+        let column_sum = |matrix: &[f64], q: usize| (0..ranks).map(|r| matrix[r * ranks + q] as u64).sum::<u64>();
+        let least_room = ServeRoom { ids: -values[6] as u64, bytes: -values[7] as u64 };
+        let some_owner_lacks_room =
+            (0..ranks).any(|q| column_sum(requests, q) > least_room.ids || column_sum(bytes, q) > least_room.bytes);
+        RequestsToOwner {
+            counts: (0..ranks).map(|r| requests[r * ranks + owner] as u64).collect(),
+            serves: ServeRoom { ids: column_sum(requests, owner), bytes: column_sum(bytes, owner) },
+            some_owner_lacks_room,
+        }
     })
 }
 
@@ -146,11 +159,13 @@ mod tests {
         let index = GlobalIndex::from_lengths(&[10, 20, 30], &[1, 1, 1]);
         // Ranks 0 and 1 both read sample 2 from rank 2; rank 2 reads sample 0.
         let plans = [vec![2], vec![2, 2], vec![0]];
-        let mut combined = vec![0.0f64; encoded_len(3, 16)];
+        let mut combined = vec![f64::NEG_INFINITY; encoded_len(3, 16)];
         for (rank, ids) in plans.iter().enumerate() {
             let plan = BatchPlan::new(&index, rank, ids).unwrap();
             let shape = exchange_shape(&plan.remote, 3, u64::MAX);
-            for (c, v) in combined.iter_mut().zip(encode(&plan, &shape, rank, 16)) {
+            let mut mine = vec![0.0; encoded_len(3, 16)];
+            encode(&plan, &shape, rank, 16, ServeRoom { ids: 3, bytes: 100 }, &mut mine);
+            for (c, v) in combined.iter_mut().zip(mine) {
                 *c = c.max(v);
             }
         }
@@ -160,8 +175,17 @@ mod tests {
         assert_eq!(f.samples, 2.0);
         assert_eq!(f.gets, 2.0);
         // Rank 2 is asked for one sample by rank 0 and two by rank 1; rank 0 for one by rank 2.
-        assert_eq!(requests_to(&combined, 3, 16, 2), Some(vec![1, 2, 0]));
-        assert_eq!(requests_to(&combined, 3, 16, 0), Some(vec![0, 0, 1]));
+        let to_2 = requests_to(&combined, 3, 16, 2).unwrap();
+        assert_eq!(to_2.counts, vec![1, 2, 0]);
+        assert_eq!(to_2.serves, ServeRoom { ids: 3, bytes: 90 });
+        assert_eq!(requests_to(&combined, 3, 16, 0).unwrap().counts, vec![0, 0, 1]);
+        // Every rank's buffers hold 3 ids and 100 bytes: room for what any owner serves.
+        assert!(!to_2.some_owner_lacks_room);
+        // One rank's buffers that hold 89 bytes make every rank see a lack of room,
+        // though that rank serves nothing.
+        let mut short = combined.clone();
+        short[7] = short[7].max(-89.0);
+        assert!(requests_to(&short, 3, 16, 0).unwrap().some_owner_lacks_room);
         // Without the matrices, IN is estimated from B and the counts are unknown.
         assert_eq!(decode(&combined[..FIXED], 3, 2, u64::MAX).served, 60.0);
         assert_eq!(requests_to(&combined[..FIXED], 3, 2, 0), None);
@@ -189,7 +213,8 @@ mod tests {
         let topology = crate::store::Topology::from_leaders(vec![0, 0, 2]);
         let plan = BatchPlan::on_node(&index, 0, &[1, 2, 1, 0], &topology).unwrap();
         let shape = exchange_shape(&plan.remote, 3, u64::MAX);
-        let values = encode(&plan, &shape, 0, 16);
+        let mut values = vec![0.0; encoded_len(3, 16)];
+        encode(&plan, &shape, 0, 16, ServeRoom::default(), &mut values);
         let f = decode(&values, 3, 16, u64::MAX);
         assert_eq!((f.samples, f.bytes, f.gets), (1.0, 30.0, 1.0));
         assert_eq!(decode_node(&values), NodeFeatures { bytes: 40.0, samples: 2.0 });

@@ -8,14 +8,18 @@
 use super::epoch::Batch;
 use super::published::Published;
 use super::replica::{GroupBatches, GroupSpec, ReplicaGroup, ReplicaInfo};
-use crate::agree::{Agreed, AgreementUnderWay, Proposal, Setting, agree, agree_identical, agree_on_checks, agree_settings, start_agreement};
+use crate::agree::{
+    Agreed, AgreementBuffers, AgreementUnderWay, Proposal, Setting, agree_identical, agree_in, agree_on_checks, agree_settings,
+    start_agreement,
+};
 use crate::config::{Backend, Calibration as CalibrationMode, Config, Progress, Wait};
-use crate::engine::{ExchangeBuffers, ExchangeShape, KnownBatches, StepContext, copy_local, exchange_shape, fetch_remote};
+use crate::engine::{ExchangeBuffers, ExchangeShape, KnownBatches, RequestsToOwner, StepContext, copy_local, exchange_shape, fetch_remote};
 use crate::error::{Error, Result, mdl_status};
 use crate::estimator::calibrate::{self, Calibration, CalibrationSettings};
 use crate::estimator::model::{CostParams, StepFeatures};
 use crate::estimator::features::NodeFeatures;
 use crate::estimator::{Measured, Decision, Estimator, EstimatorCounters, Settings, features};
+use crate::memory;
 use crate::mpi::{self, Comm, GetLimits, ProgressThread, WaitPolicy};
 use crate::node;
 use crate::plan::BatchPlan;
@@ -63,8 +67,12 @@ pub struct Core {
     estimator: Estimator,
     calibration: Calibration,
     stats: Stats,
-    /// The previous step, whose slowest-rank time the next agreement brings.
+    /// The steps run since the last agreement started, whose slowest-rank times the
+    /// next agreements bring (at most `MEASUREMENTS_PER_AGREEMENT` each).
     pending: Vec<PendingMeasurement>,
+    /// Buffers for the steps' agreements, reserved ahead (see
+    /// [`Core::reserve_agreements`]) and used again from step to step.
+    agreement_buffers: Vec<AgreementBuffers>,
     /// Samples fetched on this rank since the last summary line in the log.
     samples_since_summary: u64,
     /// The statistics and the estimator's counters at the last summary line.
@@ -125,6 +133,12 @@ fn times_len(measured: &[PendingMeasurement]) -> usize {
     2 * measured.len()
 }
 
+/// The most measured steps one agreement brings: its buffers are reserved ahead for a
+/// bounded number of values. Each step adds one measurement and each agreement takes up
+/// to this many, so the ones left (after an epoch's last steps, which start no
+/// agreement) come with the next agreements.
+const MEASUREMENTS_PER_AGREEMENT: usize = 4;
+
 impl Core {
     /// Collective: duplicate `host`, read the configuration and agree on it (every
     /// setting identical on every rank, and one wait policy). `local_check` carries an
@@ -172,6 +186,7 @@ impl Core {
             calibration: Calibration::default_params("default"),
             stats: Stats::default(),
             pending: Vec::new(),
+            agreement_buffers: Vec::new(),
             samples_since_summary: 0,
             summarised: Default::default(),
         })
@@ -233,6 +248,8 @@ impl Core {
         };
         let named: Vec<(String, f64)> = params.named().into_iter().map(|(n, v)| (format!("MDL_CALIBRATION file: \"{n}\""), v)).collect();
         let file_settings: Vec<Setting> = named.iter().map(|(name, v)| Setting::float(name, *v)).collect();
+        // The buffers of mdl_fetch_batch's agreements, reserved where a failure is agreed.
+        let checks = checks.and_then(|()| self.reserve_agreements(1));
         agree_identical(&self.comm, checks, &file_settings)?;
         let shard = shard.expect("agreed that every rank's shard is valid");
         let started = mpi::wtime();
@@ -486,16 +503,18 @@ impl Core {
         let prepared = args.and_then(|args| self.prepare(args));
         let (ranks, me) = (self.data_comm().size(), self.data_comm().rank());
         let matrix_max_ranks = self.matrix_max_ranks();
-        let measured = std::mem::take(&mut self.pending);
+        let measured = self.take_measured();
         let at = times_len(&measured);
         let mut maxima = agreement_values(&measured, features::encoded_len(ranks, matrix_max_ranks));
         if let Ok(p) = &prepared {
-            let mine = features::encode(&p.plan, &p.shape, me, matrix_max_ranks);
-            maxima[at..].copy_from_slice(&mine);
+            features::encode(&p.plan, &p.shape, me, matrix_max_ranks, self.buffers.borrow().room(), &mut maxima[at..]);
         }
         let error = prepared.as_ref().err().cloned();
         let same = self.estimator.fingerprint();
-        let agreed = agree(&self.comm, &Proposal { error: error.clone(), backend: self.backend, maxima, same })?;
+        let mut buffers = self.agreement_buffers.pop().unwrap_or_default();
+        let agreed = agree_in(&self.comm, &Proposal { error: error.clone(), backend: self.backend, maxima, same }, &mut buffers);
+        self.agreement_buffers.push(buffers);
+        let agreed = agreed?;
         self.learn(measured, &agreed.maxima[..at]);
         agreed.outcome(error)?;
         Self::refuse_differing_backends(&agreed)?;
@@ -504,7 +523,7 @@ impl Core {
         let requests_to_me = features::requests_to(&agreed.maxima[at..], ranks, matrix_max_ranks, me);
         let node = features::decode_node(&agreed.maxima[at..]);
         let decision = self.decide(&step_features, node, self.backend);
-        let samples = self.run(decision.as_ref(), prepared, step_features, requests_to_me.as_deref())?;
+        let samples = self.run(decision.as_ref(), prepared, step_features, requests_to_me.as_ref())?;
         self.log_summary_every_epoch(samples);
         Ok(())
     }
@@ -637,22 +656,50 @@ impl Core {
             .and_then(|()| self.plan_step(ids))
             .and_then(|p| size_out(p.plan.total_bytes()).map(|()| p))
             .and_then(|p| self.reserve_sends(known, &p.plan).map(|()| p));
-        let measured = std::mem::take(&mut self.pending);
+        let measured = self.take_measured();
         let at = times_len(&measured);
         let (ranks, me, matrix_max_ranks) = (self.data_comm().size(), self.data_comm().rank(), self.matrix_max_ranks());
         let features_len = if known.is_some() { features::KNOWN_LEN } else { features::encoded_len(ranks, matrix_max_ranks) };
         let mut maxima = agreement_values(&measured, features_len);
         if let Ok(p) = &prepared {
-            let mine = match known {
-                Some(known) => features::encode_known(&p.plan, &p.shape, self.served_bytes(known, &p.plan)),
-                None => features::encode(&p.plan, &p.shape, me, matrix_max_ranks),
-            };
-            maxima[at..].copy_from_slice(&mine);
+            let values = &mut maxima[at..];
+            match known {
+                Some(known) => values.copy_from_slice(&features::encode_known(&p.plan, &p.shape, self.served_bytes(known, &p.plan))),
+                None => features::encode(&p.plan, &p.shape, me, matrix_max_ranks, self.buffers.borrow().room(), values),
+            }
         }
         let error = prepared.as_ref().err().cloned();
         let same = self.estimator.fingerprint();
-        let agreement = start_agreement(&self.comm, &Proposal { error, backend: self.backend, maxima, same })?;
+        let buffers = self.agreement_buffers.pop().unwrap_or_default();
+        let agreement = start_agreement(&self.comm, &Proposal { error, backend: self.backend, maxima, same }, buffers)?;
         Ok(StepAhead { prepared, measured, agreement })
+    }
+
+    /// The oldest measured steps, as many as one agreement brings.
+    fn take_measured(&mut self) -> Vec<PendingMeasurement> {
+        let carried = self.pending.len().min(MEASUREMENTS_PER_AGREEMENT);
+        self.pending.drain(..carried).collect()
+    }
+
+    /// The most values (besides the header) any step's agreement proposes: its
+    /// measured steps and the larger of the two feature layouts.
+    fn agreement_values_max(&self) -> usize {
+        let (ranks, matrix_max_ranks) = (self.data_comm().size(), self.matrix_max_ranks());
+        2 * MEASUREMENTS_PER_AGREEMENT + features::encoded_len(ranks, matrix_max_ranks).max(features::KNOWN_LEN)
+    }
+
+    /// Reserve buffers for `under_way` step agreements at once, before an agreement
+    /// that carries the failure to every rank (registration: one, for
+    /// `mdl_fetch_batch`; an epoch's start: its steps agreed ahead): no step's
+    /// agreement then allocates, where a failure on one rank would leave the others
+    /// waiting in the reduction.
+    pub fn reserve_agreements(&mut self, under_way: usize) -> Result<()> {
+        let values = self.agreement_values_max();
+        while self.agreement_buffers.len() < under_way {
+            memory::reserve(&mut self.agreement_buffers, 1)?;
+            self.agreement_buffers.push(AgreementBuffers::reserve(values)?);
+        }
+        Ok(())
     }
 
     /// With every batch `known`, an owner knows before the agreement what it will send in
@@ -703,7 +750,8 @@ impl Core {
         known: Option<&dyn KnownBatches>,
     ) -> Result<()> {
         let StepAhead { prepared, measured, agreement } = ahead;
-        let agreed = agreement.finish()?;
+        let (agreed, buffers) = agreement.finish()?;
+        self.agreement_buffers.push(buffers);
         let at = times_len(&measured);
         self.learn(measured, &agreed.maxima[..at]);
         agreed.outcome(prepared.as_ref().err().cloned())?;
@@ -722,13 +770,14 @@ impl Core {
         let decision = self.decide(&step_features, node, agreed.backend_max);
         out_offsets.copy_from_slice(&plan.out_offsets);
         let prepared = PreparedFetch { plan, out, shape, known_batches: known };
-        self.run(decision.as_ref(), prepared, step_features, requests_to_me.as_deref()).map(|_| ())
+        self.run(decision.as_ref(), prepared, step_features, requests_to_me.as_ref()).map(|_| ())
     }
 
     /// Collective: complete the agreement of a step that will not run (its epoch
     /// stopped first, on every rank alike), keeping what it measured.
     pub fn abandon_step_ahead(&mut self, ahead: StepAhead) -> Result<()> {
-        let agreed = ahead.agreement.finish()?;
+        let (agreed, buffers) = ahead.agreement.finish()?;
+        self.agreement_buffers.push(buffers);
         let at = times_len(&ahead.measured);
         self.learn(ahead.measured, &agreed.maxima[..at]);
         Ok(())
@@ -743,7 +792,7 @@ impl Core {
         decision: Option<&Decision>,
         prepared: PreparedFetch,
         features: StepFeatures,
-        requests_to_me: Option<&[u64]>,
+        requests_to_me: Option<&RequestsToOwner>,
     ) -> Result<u64> {
         let PreparedFetch { plan, out, known_batches, .. } = prepared;
         let store = self.store.as_ref().expect("prepared fetches have a store");

@@ -238,7 +238,12 @@ impl Loader {
             Ok(o) if step > o.steps() => {
                 Err(Error::invalid(format!("step {step} is past the end of the epoch ({} steps)", o.steps())))
             }
-            Ok(_) => Ok(()),
+            // The agreements of the steps under way at once (see `Pipeline::run`).
+            Ok(_) => {
+                let mut core = self.core.lock();
+                let under_way = core.agreement_lag().saturating_add(1);
+                core.reserve_agreements(usize::try_from(under_way).unwrap_or(usize::MAX))
+            }
         };
         // The prefetch thread is started before the agreement, held back until it.
         let run = match (&checks, &order) {

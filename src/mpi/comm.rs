@@ -297,18 +297,20 @@ impl Comm {
         done
     }
 
-    /// One element to and from every peer: `send[p]` goes to rank p, result[p] came from p.
+    /// The same number of elements k to and from every peer: `send[p * k..(p + 1) * k]`
+    /// goes to rank p, and the same part of the result came from p.
     pub fn alltoall<T: Datatype>(&self, send: &[T]) -> Result<Vec<T>> {
-        assert_eq!(send.len(), self.size, "alltoall takes one element per rank");
-        let mut out = vec![T::default(); self.size];
+        assert!(send.len() % self.size == 0, "alltoall takes the same number of elements for every rank");
+        let per_rank = to_count((send.len() / self.size) as u64, "alltoall elements per rank")?;
+        let mut out = vec![T::default(); send.len()];
         let send = self.sendable(send);
         let (sp, rp, ty) = (send_ptr(&send), recv_ptr(&mut out), T::mpi_type());
-        // SAFETY (both closures): both buffers hold one element per rank.
+        // SAFETY (both closures): both buffers hold `per_rank` elements per rank.
         let done = complete(
             &self.policy,
             "MPI_Alltoall",
-            || unsafe { ffi::MPI_Alltoall(sp, 1, ty, rp, 1, ty, self.raw) },
-            |req| unsafe { ffi::MPI_Ialltoall(sp, 1, ty, rp, 1, ty, self.raw, req) },
+            || unsafe { ffi::MPI_Alltoall(sp, per_rank, ty, rp, per_rank, ty, self.raw) },
+            |req| unsafe { ffi::MPI_Ialltoall(sp, per_rank, ty, rp, per_rank, ty, self.raw, req) },
         );
         keep_alive_on_timeout(done, out, send)
     }

@@ -13,8 +13,8 @@ use crate::error::Result;
 /// them.
 pub struct Reduction {
     request: ffi::MPI_Request,
-    send: Box<[f64]>,
-    received: Box<[f64]>,
+    send: Vec<f64>,
+    received: Vec<f64>,
     policy: WaitPolicy,
 }
 
@@ -23,16 +23,18 @@ pub struct Reduction {
 unsafe impl Send for Reduction {}
 
 impl Comm {
-    /// Collective: start the maximum of `values` over all ranks. Every rank must start
-    /// its reductions (and other collectives on this communicator) in the same order.
-    pub fn start_allreduce_max(&self, values: Vec<f64>) -> Result<Reduction> {
-        let send = values.into_boxed_slice();
-        let mut received = vec![0.0; send.len()].into_boxed_slice();
+    /// Collective: start the maximum of `send` over all ranks into `received` (of the
+    /// same length). Every rank must start its reductions (and other collectives on
+    /// this communicator) in the same order. The caller's buffers are used as they
+    /// are: nothing is allocated here.
+    pub fn start_allreduce_max(&self, send: Vec<f64>, mut received: Vec<f64>) -> Result<Reduction> {
+        assert_eq!(send.len(), received.len(), "a reduction receives what it sends");
         let count = to_count(send.len() as u64, "allreduce length")?;
         let mut request = null_request();
-        // SAFETY: both buffers hold `count` doubles and stay allocated (and unmoved) until
-        // the request completes: `finish` waits for it, and a value dropped or timed out
-        // before then leaks them.
+        // SAFETY: both buffers hold `count` doubles and stay allocated (and unmoved: a
+        // Vec's elements stay where they are when the Vec moves) until the request
+        // completes: `finish` waits for it, and a value dropped or timed out before
+        // then leaks them.
         let rc = unsafe {
             ffi::MPI_Iallreduce(
                 send.as_ptr().cast(),
@@ -62,10 +64,11 @@ impl Reduction {
         check(unsafe { ffi::MPI_Test(&mut self.request, &mut done, ffi::RSMPI_STATUS_IGNORE) }, "MPI_Test")
     }
 
-    /// Wait for the result (usually there already: it was started steps ago).
-    pub fn finish(mut self) -> Result<Vec<f64>> {
+    /// Wait for the result (usually there already: it was started steps ago); returns
+    /// it, and the send buffer for reuse.
+    pub fn finish(mut self) -> Result<(Vec<f64>, Vec<f64>)> {
         wait_all(&self.policy, std::slice::from_mut(&mut self.request))?;
-        Ok(std::mem::take(&mut self.received).into_vec())
+        Ok((std::mem::take(&mut self.received), std::mem::take(&mut self.send)))
     }
 }
 

@@ -11,14 +11,18 @@
  *   RESULT ok                       every call succeeded, every byte right
  *   RESULT error <call> <status>    the first call that failed (a number: see CALLS)
  *   RESULT wrong <call>             a call succeeded with wrong bytes
- * then finalizes (collectively, after a failure as after success).
+ * to standard output and, with MDL_FAULT_RESULTS=<prefix>, to the file <prefix>.<rank>
+ * (a launcher's merged output can cut one rank's line into another's), then finalizes
+ * (collectively, after a failure as after success).
  *
  * Usage: fault_test <onesided|collective|auto>
  */
 #include "mdloader.h"
 #include "common.h"
 #include <mpi.h>
+#include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define FETCH_STEPS 6
@@ -29,11 +33,32 @@ static int g_rank, g_size;
 /* The calls in the order the job makes them; a failure is reported by its index. */
 enum { CALL_INIT, CALL_BACKEND, CALL_REGISTER, CALL_FETCH, CALL_PREFETCH, CALL_EPOCH, CALL_NEXT, CALL_FINALIZE };
 
+/* This rank's RESULT line (see above). */
+static void result(const char *fmt, ...)
+{
+    char line[128];
+    va_list args;
+    va_start(args, fmt);
+    vsnprintf(line, sizeof line, fmt, args);
+    va_end(args);
+    printf("RESULT %s\n", line);
+    const char *prefix = getenv("MDL_FAULT_RESULTS");
+    if (prefix == NULL)
+        return;
+    char path[4096];
+    snprintf(path, sizeof path, "%s.%d", prefix, g_rank);
+    FILE *f = fopen(path, "w");
+    if (f != NULL) {
+        fprintf(f, "RESULT %s\n", line);
+        fclose(f);
+    }
+}
+
 static int report_error(int call, mdl_status st)
 {
     char msg[256];
     mdl_last_error(msg, sizeof msg);
-    printf("RESULT error %d %d\n", call, (int)st);
+    result("error %d %d", call, (int)st);
     fprintf(stderr, "rank %d: call %d failed: %s (%s)\n", g_rank, call, mdl_status_string(st), msg);
     return 1;
 }
@@ -76,7 +101,7 @@ static int run(mdl_loader *h, const tc_dataset *d, mdl_backend backend)
         if (st != MDL_OK)
             return report_error(CALL_FETCH, st);
         if (!check_batch(d, ids, out, out_offsets, n)) {
-            printf("RESULT wrong %d\n", CALL_FETCH);
+            result("wrong %d", CALL_FETCH);
             return 1;
         }
     }
@@ -97,11 +122,11 @@ static int run(mdl_loader *h, const tc_dataset *d, mdl_backend backend)
         if (n == 0)
             break;
         if (!check_batch(d, bids, bdata, boffs, n)) {
-            printf("RESULT wrong %d\n", CALL_NEXT);
+            result("wrong %d", CALL_NEXT);
             return 1;
         }
     }
-    printf("RESULT ok\n");
+    result("ok");
     return 0;
 }
 
