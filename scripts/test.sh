@@ -52,10 +52,11 @@ done
 # two hosts emulated with network namespaces (tests/run_node_tests.sh), the C tests at
 # 16-64 ranks (tests/run_scale_tests.sh), a container's small /dev/shm
 # (tests/run_shm_tests.sh), the C boundary's fuzzer and
-# the C tests under valgrind (tests/run_fuzz_tests.sh), the CMake package and its
+# the C tests under valgrind (tests/run_fuzz_tests.sh), an allocation failed on one
+# rank at every point of a job (tests/run_fault_tests.sh), the CMake package and its
 # consumers (tests/run_cmake_tests.sh), the Fortran and Python bindings with QM9
 # (tests/run_binding_tests.sh).
-for suite in c node scale shm fuzz cmake binding; do
+for suite in c node scale shm fuzz fault cmake binding; do
     for mpi in $MPIS; do
         run_suite "$suite-$mpi" "tests/run_${suite}_tests.sh" "$mpi"
     done

@@ -12,7 +12,9 @@
 //! Everything that may fail on one rank before the step's communication (planning,
 //! the output buffer's memory, the collective engine's receive buffer) is done when
 //! the agreement starts, so a failure still reaches every rank before any of them
-//! communicates for that step. Each started step holds the buffer it will fill.
+//! communicates for that step. Each started step holds the buffer it will fill; its
+//! agreement's own buffers were reserved when the epoch started
+//! (`Core::reserve_agreements`, in that call's agreement).
 //!
 //! Every rank starts the same agreements in the same order: steps start in order,
 //! up to L past the step that runs, and the epoch stops at the same step everywhere
