@@ -49,6 +49,22 @@ pub fn free_bytes(dir: &Path) -> Option<u64> {
     Some((fs.f_bavail as u64).saturating_mul(fs.f_frsize as u64))
 }
 
+/// Address space this process may still map under its limit (`ulimit -v`,
+/// `RLIMIT_AS`): the limit less what it maps now (`/proc/self/statm`). `None`: no limit
+/// (or none that can be read).
+pub fn address_space_left() -> Option<u64> {
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit writes one rlimit.
+    if unsafe { libc::getrlimit(libc::RLIMIT_AS, &mut limit) } != 0 || limit.rlim_cur == libc::RLIM_INFINITY {
+        return None;
+    }
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let mapped_pages: u64 = statm.split_whitespace().next()?.parse().ok()?;
+    // SAFETY: sysconf reads a constant of the system.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(1) as u64;
+    Some((limit.rlim_cur as u64).saturating_sub(mapped_pages.saturating_mul(page)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -80,6 +80,24 @@ $sizes --expect $expect"
     mdl_verdict "$mpi/shm-$name" $rc "$log"
 }
 
+# space_case <mpi> <name> <shm_test options> <expect> [VAR=value ...]: a 2-rank job
+# whose last rank runs under an address-space limit (shm_test --space-after-shard),
+# outside any mount namespace; one warning from that rank where the shards fell back.
+space_case() {
+    local mpi=$1 name=$2 options=$3 expect=$4
+    shift 4
+    local log=$LOGDIR/$mpi-shm-$name.log rc warned
+    # shellcheck disable=SC2086 # the options are words
+    mdl_mpirun "$mpi" 2 "$log" "$@" -- "$BUILDROOT/$mpi/shm_test" $options --expect "$expect"
+    rc=$?
+    warned=$(grep -c 'WARN.*address space: this process may map' "$log")
+    if [ "$rc" -eq 0 ] && [ "$warned" -ne "$([ "$expect" = private ] && echo 1 || echo 0)" ]; then
+        fail "$mpi/shm-$name ($warned address-space warnings where the shards stayed $expect)" "$log"
+        return
+    fi
+    mdl_verdict "$mpi/shm-$name" $rc "$log"
+}
+
 build() {
     local mpi=$1 libdir=$ROOT/target/$1/release log=$LOGDIR/$1-shm-build.log
     mkdir -p "$BUILDROOT/$mpi"
@@ -110,6 +128,19 @@ for mpi in "${MPIS[@]}"; do
     shm_case "$mpi" index-below "--index-vs-room -4" shared shared
     shm_case "$mpi" index-above "--index-vs-room 4" private private
     shm_case "$mpi" index-beyond-tmpfs "--samples $(((SHM_MIB + 4) * MIB / 8 / 2)) --bytes 1 --varying 1" private private
+done
+
+# An address-space limit (ulimit -v) on one rank that holds its own shard of 128 MiB
+# but not the node's 256 MiB, which MPICH and the node-local path map into every
+# process: without the check that rank failed alone in MPI_Win_allocate and the other
+# waited there for ever. With 512 MiB to spare everything stays shared.
+for mpi in "${MPIS[@]}"; do
+    [ -x "$BUILDROOT/$mpi/shm_test" ] || continue
+    for local in on off; do
+        space_case "$mpi" address-space-short-node-local-$local "--samples 32768 --bytes 4096 --space-after-shard 64" \
+            private MDL_NODE_LOCAL=$local
+    done
+    space_case "$mpi" address-space-enough "--samples 32768 --bytes 4096 --space-after-shard 512" shared
 done
 
 mdl_summary

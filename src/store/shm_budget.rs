@@ -23,6 +23,12 @@
 //! owners classify every sample alike, and each short node says so once (its lowest
 //! short rank: ranks may see different rooms), with sizes.
 //!
+//! Each rank also checks its own address space (`ulimit -v`): MPICH maps the node's
+//! whole shared window into every process of the node, as does the node-local path, so
+//! a rank under a limit that holds its own shard but not the node's would fail alone
+//! in `MPI_Win_allocate` while the others wait there for ever. Such a rank, too, makes
+//! every rank keep its shard (and, if need be, its index) in private memory.
+//!
 //! What the check cannot see: another process filling the file system between the
 //! check and the windows' first writes (MPICH then still raises SIGBUS).
 
@@ -80,6 +86,24 @@ pub fn decide(comm: &Comm, shard_len: usize, entries: u64, settings: &StoreSetti
     let node_shards = node.allreduce_sum(&[if lone { 0 } else { segment_bytes(shard_len) }]);
     let demand = node_shards.map(|sum| Demand { index: entries.saturating_mul(8), shards: sum[0] });
     let here = demand.as_ref().map_or(wanted, |d| d.placement(available, settings.shared_index));
+    let space_left = crate::node::address_space_left();
+    let mappable = match (&demand, space_left) {
+        (Ok(d), Some(left)) => d.placement(left, settings.shared_index),
+        _ => wanted,
+    };
+    if mappable != wanted {
+        let d = demand.as_ref().expect("checked above");
+        log::warn!(
+            "address space: this process may map {} more bytes (ulimit -v), where the node's shared windows need {} for \
+             the index and {} for the node's shards, mapped whole into each process: every rank keeps {} in private \
+             memory. Raise the limit, or set MDL_SHARED_INDEX=off or MDL_NODE_LOCAL=off to need less",
+            space_left.unwrap_or(0),
+            if settings.shared_index { d.index } else { 0 },
+            d.shards,
+            if mappable.index || !settings.shared_index { "its shard" } else { "its shard and its index" },
+        );
+    }
+
     // The node's lowest rank that found it short, counted from the top so that the
     // maximum names it.
     let short_here = demand.is_ok() && here != wanted;
@@ -89,7 +113,8 @@ pub fn decide(comm: &Comm, shard_len: usize, entries: u64, settings: &StoreSetti
     // This rank's failures ride the job's one agreement, so that no rank goes on to the
     // windows while another returns.
     let local = (|| Ok((demand?, first_short?[0], freed?)))();
-    let votes = [u64::from(!here.index), u64::from(!here.shards), u64::from(local.is_err())];
+    let placed = SharedPlacement { index: here.index && mappable.index, shards: here.shards && mappable.shards };
+    let votes = [u64::from(!placed.index), u64::from(!placed.shards), u64::from(local.is_err())];
     let short = comm.allreduce_max(&votes)?;
     let (demand, first_short, ()) = match (local, short[2]) {
         (Err(err), _) => return Err(err),

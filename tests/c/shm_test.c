@@ -6,7 +6,12 @@
  *
  *   shm_test --samples N --bytes B [--varying 1] --expect shared|private
  *   shm_test --shards-vs-room DELTA_MIB | --index-vs-room DELTA_MIB --expect ...
+ *   shm_test ... --space-after-shard MIB
  *
+ * --space-after-shard: the last rank limits its address space (RLIMIT_AS, as
+ * `ulimit -v` does) to what it maps once its shard is built, plus one more shard (the
+ * window's copy) and MIB: room for its own shard, not for the node's whole shared
+ * window, which MPICH and the node-local path map into every process.
  * Each rank registers N samples of B bytes (byte k of sample g is a hash of g and k),
  * then fetches batches of random ids with the library's defaults and checks them.
  * --expect says whether the shards should have stayed in shared memory (node-local
@@ -19,7 +24,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/statvfs.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "common.h"
@@ -69,13 +76,31 @@ static void size_against_room(int index, double delta_mib, uint64_t *n, uint64_t
                (unsigned long long)*bytes);
 }
 
+/* Limit this process's address space to what it maps now plus `more` bytes (one rank
+   alone: check() is collective, so a failure here aborts the job). */
+static void limit_address_space(uint64_t more)
+{
+    unsigned long long mapped_pages = 0;
+    FILE *statm = fopen("/proc/self/statm", "r");
+    int read = statm && fscanf(statm, "%llu", &mapped_pages) == 1;
+    if (statm)
+        fclose(statm);
+    uint64_t limit = (uint64_t)mapped_pages * (uint64_t)sysconf(_SC_PAGESIZE) + more;
+    struct rlimit r = {.rlim_cur = limit, .rlim_max = limit};
+    if (!read || setrlimit(RLIMIT_AS, &r) != 0) {
+        fprintf(stderr, "shm_test: rank %d could not limit its address space\n", g_rank);
+        MPI_Abort(MPI_COMM_WORLD, 3);
+    }
+    fprintf(stderr, "shm_test: rank %d may map %.0f MiB more\n", g_rank, (double)more / 1048576);
+}
+
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
     uint64_t n = 0, bytes = 0;
     const char *expect = "", *vs_room = NULL;
-    double delta_mib = 0;
+    double delta_mib = 0, space_mib = -1;
     int varying = 0;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--samples"))
@@ -86,6 +111,8 @@ int main(int argc, char **argv)
             varying = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--expect"))
             expect = argv[i + 1];
+        else if (!strcmp(argv[i], "--space-after-shard"))
+            space_mib = atof(argv[i + 1]);
         else if (!strcmp(argv[i], "--shards-vs-room") || !strcmp(argv[i], "--index-vs-room"))
             vs_room = argv[i], delta_mib = atof(argv[i + 1]);
     }
@@ -109,6 +136,8 @@ int main(int argc, char **argv)
         offsets[n] += 1;
         data[n * bytes] = byte_of(first + n - 1, bytes);
     }
+    if (space_mib >= 0 && g_rank == g_size - 1)
+        limit_address_space(n * bytes + (uint64_t)(space_mib * 1048576));
 
     mdl_loader *h = NULL;
     check(mdl_init(MPI_COMM_WORLD, &h) == MDL_OK, "mdl_init");
