@@ -96,7 +96,7 @@ pub fn decide(comm: &Comm, shard_len: usize, entries: u64, settings: &StoreSetti
         log::warn!(
             "address space: this process may map {} more bytes (ulimit -v), where the node's shared windows need {} for \
              the index and {} for the node's shards, mapped whole into each process: every rank keeps {} in private \
-             memory. Raise the limit, or set MDL_SHARED_INDEX=off or MDL_NODE_LOCAL=off to need less",
+             memory (slower gets within a node, no node-local copies). Raise the limit, or run fewer ranks per node",
             space_left.unwrap_or(0),
             if settings.shared_index { d.index } else { 0 },
             d.shards,
