@@ -65,6 +65,9 @@ pub struct Stats {
     pub probes: ProbeStats,
     /// Steps in which no rank had a remote sample: no engine ran.
     pub engine_free_steps: u64,
+    /// The collective engine's exchanges of samples (`MPI_Alltoallv`): one per step,
+    /// unless a step moves more than `MDL_MAX_MESSAGE_BYTES` to or from some rank.
+    pub exchange_rounds: u64,
     pub samples: u64,
     /// This rank's own samples' bytes.
     pub bytes_local: u64,
@@ -108,6 +111,7 @@ impl Stats {
                 excess_seconds: self.probes.excess_seconds - earlier.probes.excess_seconds,
             },
             engine_free_steps: self.engine_free_steps - earlier.engine_free_steps,
+            exchange_rounds: self.exchange_rounds - earlier.exchange_rounds,
             samples: self.samples - earlier.samples,
             bytes_local: self.bytes_local - earlier.bytes_local,
             bytes_remote: self.bytes_remote - earlier.bytes_remote,
@@ -196,7 +200,7 @@ impl Stats {
              \"bytes_remote\": {}, \"decisions\": {}, \"probes\": {}, \"switches\": {}, \
              \"node_local\": {{\"steps\": {}, \"bytes\": {}, \"samples\": {}, \"seconds\": {}}}, \
              \"probe_cost\": {{\"steps\": {}, \"seconds\": {}, \"excess_seconds\": {}}}, \
-             \"engine_free_steps\": {}, \"calibration\": {{\"source\": \"{}\", \"seconds\": {}, \"points_onesided\": {}, \
+             \"engine_free_steps\": {}, \"exchange_rounds\": {}, \"calibration\": {{\"source\": \"{}\", \"seconds\": {}, \"points_onesided\": {}, \
              \"points_collective\": {}, {params}}}}}",
             backend.name(),
             self.steps(),
@@ -216,6 +220,7 @@ impl Stats {
             number(self.probes.seconds),
             number(self.probes.excess_seconds),
             self.engine_free_steps,
+            self.exchange_rounds,
             calibration.source,
             number(calibration.seconds),
             calibration.points[0],

@@ -67,7 +67,7 @@ build() {
     for src in tests/c/fetch_test.c tests/c/errors_test.c tests/c/idle_rank_test.c tests/c/sampler_test.c \
         tests/c/estimator_test.c tests/c/hardening_test.c tests/c/finalize_test.c tests/c/lag_test.c \
         tests/c/node_local_test.c tests/c/replica_test.c tests/c/progress_test.c tests/c/given_order_test.c \
-        c_examples/demo.c; do
+        tests/c/rounds_test.c c_examples/demo.c; do
         [ -f "$ROOT/$src" ] || continue
         name=$(basename "$src" .c)
         echo "+ $cc ${flags[*]} $src -o $out/$name ${link[*]}" >>"$log"
@@ -264,6 +264,12 @@ for mpi in "${MPIS[@]}"; do
         tests/node_key.sh "$bin/replica_test" 0 --seed "$SEED"
     run_case "$mpi" 4 "replica_test-np4-group2-maxmsg2000" MDL_MAX_MESSAGE_BYTES=2000 -- \
         "$bin/replica_test" 2 --seed "$SEED"
+    # mdl_fetch_batch without the request matrix (as above 32 ranks): a step that fits
+    # MDL_MAX_MESSAGE_BYTES takes one exchange though it exceeds the per-rank budget.
+    run_case "$mpi" 4 "rounds_test-np4" MDL_NODE_LOCAL=off MDL_MATRIX_MAX_RANKS=0 MDL_MAX_MESSAGE_BYTES=40000 -- \
+        "$bin/rounds_test" --limit 40000
+    run_case "$mpi" 2 "rounds_test-np2" MDL_NODE_LOCAL=off MDL_MATRIX_MAX_RANKS=0 MDL_MAX_MESSAGE_BYTES=20000 -- \
+        "$bin/rounds_test" --limit 20000
     # The demo as a smoke test (small), when it has been built.
     if [ -x "$bin/demo" ]; then
         dnp=4

@@ -23,7 +23,8 @@
 //! pieces of at most L bytes) in the same step, so every batch can be moved.
 
 use super::{Engine, KnownBatches, StepContext};
-use crate::agree::agree_on_checks;
+use crate::agree::{Proposal, agree, agree_on_checks};
+use crate::config::Backend;
 use crate::error::{Error, Result};
 use crate::memory;
 use crate::mpi::{Comm, Get};
@@ -110,21 +111,30 @@ pub fn exchange_shape(remote: &[RemoteSample], ranks: usize, max_message_bytes: 
 impl Engine for Collective {
     fn fetch(&self, step: &StepContext, out: &mut [u8]) -> Result<()> {
         let ranks = step.comm.size();
-        let mine = Rounds::of(&step.plan.remote, ranks, step.limits.max_message, step.collective_rounds);
+        let mut mine = Rounds::of(&step.plan.remote, ranks, step.limits.max_message, step.collective_rounds);
         // In a single round every rank asks for all its samples at once: what the others
         // ask of this rank is then known from their batches (the sampler), or its counts
         // from the agreed request matrix, and need not travel.
         let mut asked_in_the_round = match step.known_batches {
-            Some(known) if step.collective_rounds <= 1 => Some(asked_in_one_round(step, known)),
+            Some(known) if step.collective_rounds <= 1 => Some(Requests::Known(asked_in_one_round(step, known))),
             _ => None,
         };
         let told = step.requests_to_me.filter(|_| step.collective_rounds == 1);
-        for round in 0..step.collective_rounds as usize {
+        let mut rounds = step.collective_rounds as usize;
+        if step.collective_rounds > 1 && step.known_batches.is_none() && step.requests_to_me.is_none() {
+            // The step's agreement could not show what owners serve (no request matrix),
+            // so it cut the step at the per-rank budget, MDL_MAX_MESSAGE_BYTES / P. The
+            // whole step's counts show it, and where they fit one round, one it takes.
+            let whole = count_and_make_room(step, &mine.exchanged)?;
+            if whole.most_sent <= step.limits.max_message && whole.most_received <= step.limits.max_message {
+                mine.rounds = vec![0..mine.exchanged.len()];
+                asked_in_the_round = Some(Requests::Counted(whole.ids_from));
+                rounds = 1;
+            }
+        }
+        for round in 0..rounds {
             let range = mine.rounds.get(round).cloned().unwrap_or(0..0);
-            let asked = match asked_in_the_round.take() {
-                Some(counts) => Requests::Known(counts),
-                None => told.map_or(Requests::Unknown, Requests::Told),
-            };
+            let asked = asked_in_the_round.take().unwrap_or_else(|| told.map_or(Requests::Unknown, Requests::Told));
             exchange(step, &mine.exchanged[range], asked, out)?;
         }
         let gets: Vec<Get> = mine
@@ -193,6 +203,9 @@ enum Requests<'a> {
     Unknown,
     /// What each rank asks for, agreed with the step: only the ids travel.
     Told(&'a RequestsToOwner),
+    /// How many ids each rank asks for, counted for the whole step
+    /// (`count_and_make_room`), with room made for them: the ids follow.
+    Counted(Vec<u64>),
     /// The ids each rank asks for (the built-in sampler), already in the exchange
     /// buffers, and how many each asks: nothing travels.
     Known(Vec<u64>),
@@ -214,25 +227,29 @@ fn exchange(step: &StepContext, requests: &[RemoteSample], asked: Requests, out:
         ids_to[r.owner] += 1;
         bytes_from[r.owner] += r.len;
     }
-    let mut buffers = step.buffers.borrow_mut();
     let ids_from = match asked {
         Requests::Known(counts) => counts,
+        Requests::Counted(counts) => {
+            receive_ids(comm, requests, &ids_to, &counts, &mut step.buffers.borrow_mut().asked)?;
+            counts
+        }
         Requests::Told(told) => {
             if told.some_owner_lacks_room {
-                agree_on_checks(comm, buffers.make_room_to_serve(told.serves))?;
+                agree_on_checks(comm, step.buffers.borrow_mut().make_room_to_serve(told.serves))?;
             }
-            receive_ids(comm, requests, &ids_to, &told.counts, &mut buffers.asked)?;
+            receive_ids(comm, requests, &ids_to, &told.counts, &mut step.buffers.borrow_mut().asked)?;
             told.counts.clone()
         }
         Requests::Unknown => {
-            let (ids_from, serves) = exchange_counts(comm, &ids_to, &bytes_from)?;
-            agree_on_checks(comm, buffers.make_room_to_serve(serves))?;
-            receive_ids(comm, requests, &ids_to, &ids_from, &mut buffers.asked)?;
-            ids_from
+            let counted = count_and_make_room(step, requests)?;
+            receive_ids(comm, requests, &ids_to, &counted.ids_from, &mut step.buffers.borrow_mut().asked)?;
+            counted.ids_from
         }
     };
 
-    let ExchangeBuffers { packed, received, asked } = &mut *buffers;
+    let mut buffers = step.buffers.borrow_mut();
+    let ExchangeBuffers { packed, received, asked, rounds } = &mut *buffers;
+    *rounds += 1;
     let bytes_to = pack(step, asked, &ids_from, packed)?;
     let received = grown(received, bytes_from.iter().sum::<u64>())?;
     // After a timeout the buffers stay with the loader, which is then poisoned and
@@ -242,15 +259,38 @@ fn exchange(step: &StepContext, requests: &[RemoteSample], asked: Requests, out:
     Ok(())
 }
 
-/// Tell each owner how many ids this rank will ask of it and how many bytes they
-/// hold, in one `MPI_Alltoall` of pairs; returns how many ids each rank asks of this
-/// one, and what this rank serves in the round.
-fn exchange_counts(comm: &Comm, ids_to: &[u64], bytes_from: &[u64]) -> Result<(Vec<u64>, ServeRoom)> {
-    let pairs: Vec<u64> = ids_to.iter().zip(bytes_from).flat_map(|(&ids, &bytes)| [ids, bytes]).collect();
-    let received = comm.alltoall(&pairs)?;
-    let ids_from: Vec<u64> = received.chunks_exact(2).map(|pair| pair[0]).collect();
-    let serves = ServeRoom { ids: ids_from.iter().sum(), bytes: received.chunks_exact(2).map(|pair| pair[1]).sum() };
-    Ok((ids_from, serves))
+/// What a count exchange showed.
+struct Counted {
+    /// How many ids each rank asks of this one.
+    ids_from: Vec<u64>,
+    /// The most bytes any rank serves, and the most any rank receives.
+    most_sent: u64,
+    most_received: u64,
+}
+
+/// Tell each owner how many of `requests` this rank will ask of it and how many bytes
+/// they hold, in one `MPI_Alltoall` of pairs; then each owner makes room for what it
+/// serves (at most a round's limit of bytes), and the ranks agree, in one small
+/// all-reduce, that every owner could, and on the most any rank sends and receives.
+fn count_and_make_room(step: &StepContext, requests: &[RemoteSample]) -> Result<Counted> {
+    let (comm, ranks) = (step.comm, step.comm.size());
+    let mut pairs = vec![0u64; 2 * ranks];
+    for r in requests {
+        pairs[2 * r.owner] += 1;
+        pairs[2 * r.owner + 1] += r.len;
+    }
+    let received_bytes: u64 = requests.iter().map(|r| r.len).sum();
+    let from_each = comm.alltoall(&pairs)?;
+    let ids_from: Vec<u64> = from_each.chunks_exact(2).map(|pair| pair[0]).collect();
+    let sent_bytes: u64 = from_each.chunks_exact(2).map(|pair| pair[1]).sum();
+    // A step too large for one round makes room round by round.
+    let serves = ServeRoom { ids: ids_from.iter().sum(), bytes: sent_bytes.min(step.limits.max_message) };
+    let room = step.buffers.borrow_mut().make_room_to_serve(serves);
+    let error = room.err();
+    let proposal = Proposal { error: error.clone(), backend: Backend::Auto, maxima: vec![sent_bytes as f64, received_bytes as f64], same: 0 };
+    let agreed = agree(comm, &proposal)?;
+    agreed.outcome(error)?;
+    Ok(Counted { ids_from, most_sent: agreed.maxima[0] as u64, most_received: agreed.maxima[1] as u64 })
 }
 
 /// Send each owner the ids this rank wants of it (`ids_to` per owner), and receive into
@@ -277,6 +317,8 @@ pub struct ExchangeBuffers {
     received: Vec<u8>,
     /// The ids the other ranks ask of this one in a round, grouped by requester.
     asked: Vec<u64>,
+    /// Exchanges of samples made, for the statistics (see [`ExchangeBuffers::take_rounds`]).
+    rounds: u64,
 }
 
 impl ExchangeBuffers {
@@ -300,6 +342,11 @@ impl ExchangeBuffers {
     /// a step agreed ahead reports holds when it runs.
     pub fn room(&self) -> ServeRoom {
         ServeRoom { ids: self.asked.capacity() as u64, bytes: self.packed.capacity() as u64 }
+    }
+
+    /// The exchanges of samples made since the last call.
+    pub fn take_rounds(&mut self) -> u64 {
+        std::mem::take(&mut self.rounds)
     }
 
     /// Make room for serving `serves` in one round.

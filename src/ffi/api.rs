@@ -436,7 +436,9 @@ pub extern "C" fn mdl_finalize(h: *mut *mut mdl_loader) -> mdl_status {
 /// "steps", "seconds" of the slowest rank, and "excess_seconds" over what the preferred
 /// engine was predicted to take in those steps, negative where a probe found a faster
 /// engine), "engine_free_steps" (steps in which no rank had a remote
-/// sample), and "calibration" ("source": measured, default, file, or "not needed (one node)" where the node-local path copies every sample,
+/// sample), "exchange_rounds" (the collective engine's exchanges of samples: one per
+/// collective step unless a step moves more than MDL_MAX_MESSAGE_BYTES to or from some
+/// rank), and "calibration" ("source": measured, default, file, or "not needed (one node)" where the node-local path copies every sample,
 /// "seconds", "points_onesided", "points_collective" and the cost model's parameters,
 /// see README). The "calibration" object, saved to a file, can be loaded with
 /// MDL_CALIBRATION=<file> to skip measuring. Never waits on other ranks, even while a
