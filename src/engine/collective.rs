@@ -12,15 +12,24 @@
 //! step), and the whole request round is skipped.
 //!
 //! MPI counts and displacements are C `int`. To stay under a limit L (default 2^31 - 1,
-//! `MDL_MAX_MESSAGE_BYTES`), a step takes one round wherever its agreement shows that no
-//! rank receives and no rank sends more than L bytes (the sampler's steps, and fetches
-//! that carried the request matrix). Otherwise a rank's remote samples are cut into
+//! `MDL_MAX_MESSAGE_BYTES`), a step takes one round wherever no rank receives and no
+//! rank sends more than L bytes: the agreement shows it for the sampler's steps and for
+//! fetches that carried the request matrix; a fetch without the matrix counts the
+//! whole step first (one `MPI_Alltoall` of counts and bytes, and one small agreement on
+//! the largest), and then knows it too. Otherwise a rank's remote samples are cut into
 //! rounds of at most L / P bytes, where P is the number of ranks: then no rank receives
 //! more than L / P bytes and no owner sends more than P * L / P = L bytes in a round,
 //! and the counts of each round travel (a step that moves gigabytes per rank pays one
-//! `MPI_Alltoall` per round; no rank rebuilds another's plan). A sample larger than
-//! L / P travels in no round; the engine reads those few with one-sided gets (split into
-//! pieces of at most L bytes) in the same step, so every batch can be moved.
+//! `MPI_Alltoall` per round; no rank rebuilds another's plan). The rounds also bound
+//! the exchange's own buffers to about L bytes a rank, which a single exchange with
+//! 64-bit counts (`MPI_Alltoallv_c`) would not. A sample larger than L / P travels in no
+//! round; the engine reads those few with one-sided gets (split into pieces of at most
+//! L bytes) in the same step, so every batch can be moved.
+//!
+//! No rank fails alone once a round has begun: an owner makes room for what it will
+//! serve (the ids asked of it and the bytes it sends) before any id travels, and where
+//! that takes memory, the ranks agree first that every owner could
+//! ([`RequestsToOwner::some_owner_lacks_room`], `count_and_make_room`).
 
 use super::{Engine, KnownBatches, StepContext};
 use crate::agree::{Proposal, agree, agree_on_checks};
