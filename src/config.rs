@@ -147,7 +147,8 @@ pub struct Config {
     pub progress: Progress,
     pub progress_interval_us: u64,
     /// `MDL_SHM_RESERVE`: bytes of that file system left free for MPI's own segments
-    /// and other users of the node (default 16 MiB, at least `SHM_RESERVE_MIN`).
+    /// and other users of the node, and kept free of each rank's address-space limit
+    /// for what MPI maps beside the windows (default 16 MiB, at least `SHM_RESERVE_MIN`).
     pub shm_reserve: u64,
     /// `MDL_NODE_KEY`: ranks of one shared-memory node with different keys count as
     /// different nodes (emulating hosts in tests and benchmarks). Not agreed: it is

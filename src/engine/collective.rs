@@ -93,6 +93,9 @@ pub struct ExchangeShape {
     /// The most bytes one sample may have to travel in the exchange (larger ones are
     /// read with gets): `max_message_bytes / ranks`.
     pub budget: u64,
+    /// The bytes this rank receives in the exchange, over all rounds (its remote bytes
+    /// less the samples read with gets).
+    pub exchanged_bytes: u64,
 }
 
 impl ExchangeShape {
@@ -113,8 +116,8 @@ impl ExchangeShape {
 pub fn exchange_shape(remote: &[RemoteSample], ranks: usize, max_message_bytes: u64) -> ExchangeShape {
     let budget = max_message_bytes / ranks as u64;
     let exchanged = remote.iter().filter(|s| s.len <= budget).map(|s| s.len);
-    let rounds = cut_into_rounds(exchanged, budget).len() as u64;
-    ExchangeShape { rounds, budget }
+    let rounds = cut_into_rounds(exchanged.clone(), budget).len() as u64;
+    ExchangeShape { rounds, budget, exchanged_bytes: exchanged.sum() }
 }
 
 impl Engine for Collective {

@@ -160,7 +160,7 @@ fn run_probes(comm: &Comm, store: &Store, settings: &CalibrationSettings, starte
         features::encode(&plan, &shape, rank, settings.matrix_max_ranks, buffers.borrow().room(), &mut mine);
         let agreed = comm.allreduce_max(&mine)?;
         let f: StepFeatures = features::decode(&agreed, ranks, settings.matrix_max_ranks, settings.store.limits.max_message);
-        let requests_to_me = features::requests_to(&agreed, ranks, settings.matrix_max_ranks, rank);
+        let requests_to_me = features::requests_to(&agreed, ranks, settings.matrix_max_ranks, rank, settings.store.limits.max_message);
         let mut out = vec![0u8; plan.total_bytes() as usize];
         let step = StepContext {
             comm,

@@ -105,18 +105,21 @@ pub fn decode_known_node(values: &[f64]) -> NodeFeatures {
 }
 
 /// From the combined contributions: what each rank asks `owner` for in the collective
-/// exchange, when the matrices were carried.
-pub fn requests_to(values: &[f64], ranks: usize, matrix_max_ranks: usize, owner: usize) -> Option<RequestsToOwner> {
+/// exchange, when the matrices were carried. The bytes matrix counts the samples read
+/// with gets too; an owner sends at most `max_message` bytes in the one round of a
+/// step that carries its requests, so no more room is asked of it.
+pub fn requests_to(values: &[f64], ranks: usize, matrix_max_ranks: usize, owner: usize, max_message: u64) -> Option<RequestsToOwner> {
     has_matrix(ranks, matrix_max_ranks).then(|| {
         let bytes = &values[FIXED..FIXED + ranks * ranks];
         let requests = &values[FIXED + ranks * ranks..FIXED + 2 * ranks * ranks];
         let column_sum = |matrix: &[f64], q: usize| (0..ranks).map(|r| matrix[r * ranks + q] as u64).sum::<u64>();
+        let sent_bytes = |q: usize| column_sum(bytes, q).min(max_message);
         let least_room = ServeRoom { ids: -values[6] as u64, bytes: -values[7] as u64 };
         let some_owner_lacks_room =
-            (0..ranks).any(|q| column_sum(requests, q) > least_room.ids || column_sum(bytes, q) > least_room.bytes);
+            (0..ranks).any(|q| column_sum(requests, q) > least_room.ids || sent_bytes(q) > least_room.bytes);
         RequestsToOwner {
             counts: (0..ranks).map(|r| requests[r * ranks + owner] as u64).collect(),
-            serves: ServeRoom { ids: column_sum(requests, owner), bytes: column_sum(bytes, owner) },
+            serves: ServeRoom { ids: column_sum(requests, owner), bytes: sent_bytes(owner) },
             some_owner_lacks_room,
         }
     })
@@ -175,20 +178,24 @@ mod tests {
         assert_eq!(f.samples, 2.0);
         assert_eq!(f.gets, 2.0);
         // Rank 2 is asked for one sample by rank 0 and two by rank 1; rank 0 for one by rank 2.
-        let to_2 = requests_to(&combined, 3, 16, 2).unwrap();
+        let to_2 = requests_to(&combined, 3, 16, 2, u64::MAX).unwrap();
         assert_eq!(to_2.counts, vec![1, 2, 0]);
         assert_eq!(to_2.serves, ServeRoom { ids: 3, bytes: 90 });
-        assert_eq!(requests_to(&combined, 3, 16, 0).unwrap().counts, vec![0, 0, 1]);
+        assert_eq!(requests_to(&combined, 3, 16, 0, u64::MAX).unwrap().counts, vec![0, 0, 1]);
         // Every rank's buffers hold 3 ids and 100 bytes: room for what any owner serves.
         assert!(!to_2.some_owner_lacks_room);
         // One rank's buffers that hold 89 bytes make every rank see a lack of room,
         // though that rank serves nothing.
         let mut short = combined.clone();
         short[7] = short[7].max(-89.0);
-        assert!(requests_to(&short, 3, 16, 0).unwrap().some_owner_lacks_room);
+        assert!(requests_to(&short, 3, 16, 0, u64::MAX).unwrap().some_owner_lacks_room);
+        // An owner sends at most the message limit in a step's one round: room for 89
+        // bytes is enough where that limit is 89 (the rest goes by gets).
+        assert_eq!(requests_to(&short, 3, 16, 2, 89).unwrap().serves.bytes, 89);
+        assert!(!requests_to(&short, 3, 16, 0, 89).unwrap().some_owner_lacks_room);
         // Without the matrices, IN is estimated from B and the counts are unknown.
         assert_eq!(decode(&combined[..FIXED], 3, 2, u64::MAX).served, 60.0);
-        assert_eq!(requests_to(&combined[..FIXED], 3, 2, 0), None);
+        assert_eq!(requests_to(&combined[..FIXED], 3, 2, 0, u64::MAX), None);
     }
 
     #[test]

@@ -520,7 +520,7 @@ impl Core {
         Self::refuse_differing_backends(&agreed)?;
         let prepared = prepared.expect("agreed that every rank prepared its fetch");
         let step_features = features::decode(&agreed.maxima[at..], ranks, matrix_max_ranks, self.config.max_message_bytes);
-        let requests_to_me = features::requests_to(&agreed.maxima[at..], ranks, matrix_max_ranks, me);
+        let requests_to_me = features::requests_to(&agreed.maxima[at..], ranks, matrix_max_ranks, me, self.config.max_message_bytes);
         let node = features::decode_node(&agreed.maxima[at..]);
         let decision = self.decide(&step_features, node, self.backend);
         let samples = self.run(decision.as_ref(), prepared, step_features, requests_to_me.as_ref())?;
@@ -544,12 +544,14 @@ impl Core {
         let plan = BatchPlan::on_node(&store.index, data.rank(), ids, &store.topology)?;
         let ranks = data.size();
         let shape = exchange_shape(&plan.remote, ranks, self.config.max_message_bytes);
-        // A round of the collective engine receives at most this (all remote samples in
-        // the single round of a step that fits the MPI's counts, else the per-rank budget
-        // of a round: see `features::agreed_rounds`); reserved now, before the
-        // agreement, so that running out of memory fails every rank together.
+        // A round of the collective engine receives at most this (all exchanged samples
+        // in the single round of a step that fits the MPI's counts, else the per-rank
+        // budget of a round: see `features::agreed_rounds` and the engine's whole-step
+        // count); reserved now, before the agreement, so that running out of memory
+        // fails every rank together.
         let max_message = self.config.max_message_bytes;
-        let round_bytes = if plan.remote_bytes() <= max_message { plan.remote_bytes() } else { max_message / ranks as u64 };
+        let exchanged = shape.exchanged_bytes;
+        let round_bytes = if exchanged <= max_message { exchanged } else { max_message / ranks as u64 };
         self.buffers.borrow_mut().reserve_received(round_bytes)?;
         Ok(PlannedStep { plan, shape })
     }
@@ -763,7 +765,7 @@ impl Core {
             Some(_) => (features::decode_known(values, max_message), features::decode_known_node(values), None),
             None => {
                 let (ranks, me, matrix_max_ranks) = (self.data_comm().size(), self.data_comm().rank(), self.matrix_max_ranks());
-                let requests = features::requests_to(values, ranks, matrix_max_ranks, me);
+                let requests = features::requests_to(values, ranks, matrix_max_ranks, me, max_message);
                 (features::decode(values, ranks, matrix_max_ranks, max_message), features::decode_node(values), requests)
             }
         };

@@ -86,7 +86,10 @@ pub fn decide(comm: &Comm, shard_len: usize, entries: u64, settings: &StoreSetti
     let node_shards = node.allreduce_sum(&[if lone { 0 } else { segment_bytes(shard_len) }]);
     let demand = node_shards.map(|sum| Demand { index: entries.saturating_mul(8), shards: sum[0] });
     let here = demand.as_ref().map_or(wanted, |d| d.placement(available, settings.shared_index));
-    let space_left = crate::node::address_space_left();
+    // MPI maps more than the windows as it makes them (MPICH 4.0: about 6 MiB more, or
+    // one rank failed alone in MPI_Win_allocate or MPI_Comm_split_type): the same
+    // reserve as the file system's is kept free.
+    let space_left = crate::node::address_space_left().map(|left| left.saturating_sub(settings.shm_reserve));
     let mappable = match (&demand, space_left) {
         (Ok(d), Some(left)) => d.placement(left, settings.shared_index),
         _ => wanted,
@@ -94,7 +97,7 @@ pub fn decide(comm: &Comm, shard_len: usize, entries: u64, settings: &StoreSetti
     if mappable != wanted {
         let d = demand.as_ref().expect("checked above");
         log::warn!(
-            "address space: this process may map {} more bytes (ulimit -v), where the node's shared windows need {} for \
+            "address space: this process may map {} more bytes (ulimit -v, less MDL_SHM_RESERVE), where the node's shared windows need {} for \
              the index and {} for the node's shards, mapped whole into each process: every rank keeps {} in private \
              memory (slower gets within a node, no node-local copies). Raise the limit, or run fewer ranks per node",
             space_left.unwrap_or(0),
