@@ -9,8 +9,8 @@
 #   tests/run_fault_tests.sh openmpi|mpich|all
 #
 # Cases: both engines forced with MDL_NODE_LOCAL=off (calibration and every step
-# through the engine), the collective engine without the request matrix and in several
-# rounds, and the library's defaults (the node-local path).
+# through the engine), the collective engine without the request matrix in several
+# rounds and folded into one, and the library's defaults (the node-local path).
 # Knobs: MDL_FAULT_TIMEOUT seconds per run (default 30; a run that ends takes about a
 # second), MDL_FAULT_MAX_K (default 2000), MDL_FAULT_CASES (the cases to run, by name;
 # default all).
@@ -111,6 +111,9 @@ for mpi in "${MPIS[@]}"; do
     # the exchange, steps take several rounds, and samples over a round's budget go by gets.
     wanted collective-rounds &&
         sweep "$mpi" collective-rounds MDL_NODE_LOCAL=off MDL_MATRIX_MAX_RANKS=0 MDL_MAX_MESSAGE_BYTES=6000 -- collective
+    # A fetch the engine folds into one exchange (it exceeds the per-rank budget and fits
+    # the limit), with a sample over the budget read by a get (fault_test --fold).
+    wanted collective-fold && sweep "$mpi" collective-fold MDL_NODE_LOCAL=off MDL_MATRIX_MAX_RANKS=0 -- collective --fold
     wanted defaults && sweep "$mpi" defaults MDL_NODE_LOCAL=on -- auto
 done
 mdl_summary

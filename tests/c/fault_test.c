@@ -15,8 +15,15 @@
  * (a launcher's merged output can cut one rank's line into another's), then finalizes
  * (collectively, after a failure as after success).
  *
- * Usage: fault_test <onesided|collective|auto>
+ * Usage: fault_test <onesided|collective|auto> [--fold]
+ *
+ * --fold (run without the request matrix, MDL_MATRIX_MAX_RANKS=0): the test sets
+ * MDL_MAX_MESSAGE_BYTES itself, the same on every rank, so that one more fetch step
+ * exceeds the per-rank budget (MDL_MAX_MESSAGE_BYTES / P) on every rank, fits one round
+ * (the engine folds it into one exchange, which "exchange_rounds" must show), and asks
+ * each rank for one sample over the budget, which goes by a get.
  */
+#define _POSIX_C_SOURCE 200809L /* setenv */
 #include "mdloader.h"
 #include "common.h"
 #include <mpi.h>
@@ -31,7 +38,61 @@
 static int g_rank, g_size;
 
 /* The calls in the order the job makes them; a failure is reported by its index. */
-enum { CALL_INIT, CALL_BACKEND, CALL_REGISTER, CALL_FETCH, CALL_PREFETCH, CALL_EPOCH, CALL_NEXT, CALL_FINALIZE };
+enum { CALL_INIT, CALL_BACKEND, CALL_REGISTER, CALL_FETCH, CALL_FOLD, CALL_PREFETCH, CALL_EPOCH, CALL_NEXT, CALL_FINALIZE };
+
+/* The --fold step: rank r asks owner_of_fold(r) for its largest sample and for small
+   ones (at most half the budget each) until they exceed the budget. */
+enum { FOLD_MAX = 64 };
+typedef struct fold_step {
+    uint64_t ids[FOLD_MAX];
+    size_t n;
+} fold_step;
+
+static int owner_of_fold(const tc_dataset *d, int r)
+{
+    return r != 0 ? 0 : d->nranks - 1;
+}
+
+static uint64_t largest_of(const tc_dataset *d, int owner, uint64_t *id)
+{
+    uint64_t most = 0;
+    for (uint64_t g = d->first[owner]; g < d->first[owner + 1]; g++)
+        if (tc_size_of(d, g) > most)
+            most = tc_size_of(d, g), *id = g;
+    return most;
+}
+
+/* The message limit for --fold: P times a budget just under half the smaller of the
+   two owners' largest samples. A rank's remote bytes (its small samples, at most 1.5
+   budgets, and its large one, over 2) then exceed the limit (3 budgets at 3 ranks)
+   while its exchanged bytes fit: the receive buffer must be reserved for the latter. */
+static uint64_t fold_limit(const tc_dataset *d)
+{
+    uint64_t id, a = largest_of(d, 0, &id), b = largest_of(d, d->nranks - 1, &id);
+    return ((a < b ? a : b) - 1) / 2 * (uint64_t)d->nranks;
+}
+
+static void fold_batch(const tc_dataset *d, uint64_t limit, fold_step *f)
+{
+    int owner = owner_of_fold(d, g_rank);
+    uint64_t budget = limit / (uint64_t)d->nranks, bytes = 0;
+    largest_of(d, owner, &f->ids[0]);
+    f->n = 1;
+    for (uint64_t g = d->first[owner]; g < d->first[owner + 1] && bytes <= budget && f->n < FOLD_MAX; g++) {
+        uint64_t len = tc_size_of(d, g);
+        if (len > 0 && len <= budget / 2)
+            f->ids[f->n++] = g, bytes += len;
+    }
+}
+
+static double exchange_rounds(const mdl_loader *h)
+{
+    char json[8192];
+    if (mdl_stats_json(h, json, sizeof json) >= sizeof json)
+        return -1;
+    const char *at = strstr(json, "\"exchange_rounds\": ");
+    return at ? atof(at + strlen("\"exchange_rounds\": ")) : -1;
+}
 
 /* This rank's RESULT line (see above). */
 static void result(const char *fmt, ...)
@@ -74,7 +135,7 @@ static int check_batch(const tc_dataset *d, const uint64_t *ids, const void *dat
 }
 
 /* Runs the job's calls up to the first failure; returns the RESULT printed. */
-static int run(mdl_loader *h, const tc_dataset *d, mdl_backend backend)
+static int run(mdl_loader *h, const tc_dataset *d, mdl_backend backend, uint64_t fold)
 {
     mdl_status st = mdl_set_backend(h, backend);
     if (st != MDL_OK)
@@ -93,6 +154,20 @@ static int run(mdl_loader *h, const tc_dataset *d, mdl_backend backend)
     uint64_t total = tc_total(d), ids[BATCH], out_offsets[BATCH + 1];
     static uint8_t out[BATCH * 12000];
     tc_rng rng = tc_rng_make(7, (uint64_t)g_rank);
+    /* First, while the exchange's buffers are new (they only grow). */
+    if (fold) {
+        fold_step f;
+        fold_batch(d, fold, &f);
+        double before = exchange_rounds(h);
+        st = mdl_fetch_batch(h, f.ids, f.n, out, sizeof out, out_offsets);
+        if (st != MDL_OK)
+            return report_error(CALL_FOLD, st);
+        if (!check_batch(d, f.ids, out, out_offsets, f.n) || exchange_rounds(h) - before != 1) {
+            result("wrong %d", CALL_FOLD);
+            return 1;
+        }
+    }
+
     for (int step = 0; step < FETCH_STEPS; step++) {
         size_t n = 1 + (size_t)tc_below(&rng, BATCH);
         for (size_t k = 0; k < n; k++)
@@ -144,13 +219,20 @@ int main(int argc, char **argv)
     tc_dataset d;
     if (tc_dataset_init(&d, g_size, 60, 11, 1) != 0)
         MPI_Abort(MPI_COMM_WORLD, 2);
+    uint64_t fold = 0;
+    if (argc > 2 && strcmp(argv[2], "--fold") == 0) {
+        char limit[32];
+        fold = fold_limit(&d);
+        snprintf(limit, sizeof limit, "%llu", (unsigned long long)fold);
+        setenv("MDL_MAX_MESSAGE_BYTES", limit, 1);
+    }
 
     mdl_loader *h = NULL;
     mdl_status st = mdl_init(MPI_COMM_WORLD, &h);
     if (st != MDL_OK)
         report_error(CALL_INIT, st);
     else
-        run(h, &d, backend);
+        run(h, &d, backend, fold);
     fflush(stdout);
     st = mdl_finalize(&h);
     if (st != MDL_OK)
