@@ -829,8 +829,8 @@ impl Core {
                 seconds: if result.is_ok() { seconds } else { 0.0 },
                 probe_instead_of: decision.probe.then(|| decision.predicted(other_engine(decision.engine))),
             });
-            result?;
             self.stats.exchange_rounds += self.buffers.borrow_mut().take_rounds();
+            result?;
             let engine_stats = self.stats.engine_mut(decision.engine);
             engine_stats.steps += 1;
             engine_stats.seconds += seconds;
