@@ -33,6 +33,9 @@ const SMALL_BYTES: u64 = 64;
 const SMALL_COUNT: u64 = 256;
 const LARGE_BYTES: u64 = 8192;
 const LARGE_COUNT: u64 = 64;
+/// Bytes of each rank's scratch shard: the registration's shared-memory check counts
+/// its window too, which calibration makes after the registered store's.
+pub const SCRATCH_SHARD_BYTES: u64 = SMALL_COUNT * SMALL_BYTES + LARGE_COUNT * LARGE_BYTES;
 const REPS: usize = 3;
 
 #[derive(Clone, Copy)]
