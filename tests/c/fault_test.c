@@ -64,8 +64,9 @@ static uint64_t largest_of(const tc_dataset *d, int owner, uint64_t *id)
 
 /* The message limit for --fold: P times a budget just under half the smaller of the
    two owners' largest samples. A rank's remote bytes (its small samples, at most 1.5
-   budgets, and its large one, over 2) then exceed the limit (3 budgets at 3 ranks)
-   while its exchanged bytes fit: the receive buffer must be reserved for the latter. */
+   budgets, and its large one, over 2) then exceed the limit (3 budgets at 3 ranks, the
+   runner's job size; not at more ranks) while its exchanged bytes fit: the receive
+   buffer must be reserved for the latter. */
 static uint64_t fold_limit(const tc_dataset *d)
 {
     uint64_t id, a = largest_of(d, 0, &id), b = largest_of(d, d->nranks - 1, &id);
@@ -221,6 +222,10 @@ int main(int argc, char **argv)
         MPI_Abort(MPI_COMM_WORLD, 2);
     uint64_t fold = 0;
     if (argc > 2 && strcmp(argv[2], "--fold") == 0) {
+        if (g_size != 3) {
+            fprintf(stderr, "fault_test --fold needs 3 ranks\n");
+            MPI_Abort(MPI_COMM_WORLD, 2);
+        }
         char limit[32];
         fold = fold_limit(&d);
         snprintf(limit, sizeof limit, "%llu", (unsigned long long)fold);
