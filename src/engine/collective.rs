@@ -137,7 +137,7 @@ impl Engine for Collective {
             // The step's agreement could not show what owners serve (no request matrix),
             // so it cut the step at the per-rank budget, MDL_MAX_MESSAGE_BYTES / P. The
             // whole step's counts show it, and where they fit one round, one it takes.
-            let whole = count_and_make_room(step, &mine.exchanged)?;
+            let whole = count_and_make_room(step, &PerOwner::of(&mine.exchanged, ranks))?;
             if whole.most_sent <= step.limits.max_message && whole.most_received <= step.limits.max_message {
                 mine.rounds = vec![0..mine.exchanged.len()];
                 asked_in_the_round = Some(Requests::Counted(whole.ids_from));
@@ -232,43 +232,59 @@ enum Requests<'a> {
 /// every owner could.
 fn exchange(step: &StepContext, requests: &[RemoteSample], asked: Requests, out: &mut [u8]) -> Result<()> {
     let comm = step.comm;
-    let ranks = comm.size();
-    let mut ids_to = vec![0u64; ranks];
-    let mut bytes_from = vec![0u64; ranks];
-    for r in requests {
-        ids_to[r.owner] += 1;
-        bytes_from[r.owner] += r.len;
-    }
-    let ids_from = match asked {
-        Requests::Known(counts) => counts,
+    let wanted = PerOwner::of(requests, comm.size());
+    let counted;
+    let ids_from: &[u64] = match asked {
+        Requests::Known(counts) => {
+            counted = counts;
+            &counted
+        }
         Requests::Counted(counts) => {
-            receive_ids(comm, requests, &ids_to, &counts, &mut step.buffers.borrow_mut().asked)?;
-            counts
+            counted = counts;
+            receive_ids(comm, requests, &wanted.ids, &counted, &mut step.buffers.borrow_mut().asked)?;
+            &counted
         }
         Requests::Told(told) => {
             if told.some_owner_lacks_room {
                 agree_on_checks(comm, step.buffers.borrow_mut().make_room_to_serve(told.serves))?;
             }
-            receive_ids(comm, requests, &ids_to, &told.counts, &mut step.buffers.borrow_mut().asked)?;
-            told.counts.clone()
+            receive_ids(comm, requests, &wanted.ids, &told.counts, &mut step.buffers.borrow_mut().asked)?;
+            &told.counts
         }
         Requests::Unknown => {
-            let counted = count_and_make_room(step, requests)?;
-            receive_ids(comm, requests, &ids_to, &counted.ids_from, &mut step.buffers.borrow_mut().asked)?;
-            counted.ids_from
+            counted = count_and_make_room(step, &wanted)?.ids_from;
+            receive_ids(comm, requests, &wanted.ids, &counted, &mut step.buffers.borrow_mut().asked)?;
+            &counted
         }
     };
 
     let mut buffers = step.buffers.borrow_mut();
     let ExchangeBuffers { packed, received, asked, rounds } = &mut *buffers;
     *rounds += 1;
-    let bytes_to = pack(step, asked, &ids_from, packed)?;
-    let received = grown(received, bytes_from.iter().sum::<u64>())?;
+    let bytes_to = pack(step, asked, ids_from, packed)?;
+    let received = grown(received, wanted.bytes.iter().sum::<u64>())?;
     // After a timeout the buffers stay with the loader, which is then poisoned and
     // leaked, never freed (calibration leaks its own).
-    comm.alltoallv(packed, &bytes_to, received, &bytes_from)?;
+    comm.alltoallv(packed, &bytes_to, received, &wanted.bytes)?;
     unpack(requests, received, out);
     Ok(())
+}
+
+/// What a rank asks of each owner: how many ids, and their bytes.
+struct PerOwner {
+    ids: Vec<u64>,
+    bytes: Vec<u64>,
+}
+
+impl PerOwner {
+    fn of(requests: &[RemoteSample], ranks: usize) -> PerOwner {
+        let mut wanted = PerOwner { ids: vec![0; ranks], bytes: vec![0; ranks] };
+        for r in requests {
+            wanted.ids[r.owner] += 1;
+            wanted.bytes[r.owner] += r.len;
+        }
+        wanted
+    }
 }
 
 /// What a count exchange showed.
@@ -280,18 +296,14 @@ struct Counted {
     most_received: u64,
 }
 
-/// Tell each owner how many of `requests` this rank will ask of it and how many bytes
-/// they hold, in one `MPI_Alltoall` of pairs; then each owner makes room for what it
+/// Tell each owner how many ids this rank will ask of it and how many bytes they hold
+/// (`wanted`), in one `MPI_Alltoall` of pairs; then each owner makes room for what it
 /// serves (at most a round's limit of bytes), and the ranks agree, in one small
 /// all-reduce, that every owner could, and on the most any rank sends and receives.
-fn count_and_make_room(step: &StepContext, requests: &[RemoteSample]) -> Result<Counted> {
-    let (comm, ranks) = (step.comm, step.comm.size());
-    let mut pairs = vec![0u64; 2 * ranks];
-    for r in requests {
-        pairs[2 * r.owner] += 1;
-        pairs[2 * r.owner + 1] += r.len;
-    }
-    let received_bytes: u64 = requests.iter().map(|r| r.len).sum();
+fn count_and_make_room(step: &StepContext, wanted: &PerOwner) -> Result<Counted> {
+    let comm = step.comm;
+    let pairs: Vec<u64> = wanted.ids.iter().zip(&wanted.bytes).flat_map(|(&ids, &bytes)| [ids, bytes]).collect();
+    let received_bytes: u64 = wanted.bytes.iter().sum();
     let from_each = comm.alltoall(&pairs)?;
     let ids_from: Vec<u64> = from_each.chunks_exact(2).map(|pair| pair[0]).collect();
     let sent_bytes: u64 = from_each.chunks_exact(2).map(|pair| pair[1]).sum();

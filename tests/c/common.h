@@ -204,6 +204,29 @@ static inline uint64_t tc_build_shard(const tc_dataset *d, int r, uint8_t **data
     return n;
 }
 
+/* A number from a JSON text (mdl_stats_json's): the value after the first "key": that
+   follows `within` (NULL: the whole text); -1 when either is absent. */
+static inline double tc_json_number(const char *json, const char *within, const char *key)
+{
+    const char *p = within ? strstr(json, within) : json;
+    char quoted[64];
+    snprintf(quoted, sizeof quoted, "\"%s\":", key);
+    p = p ? strstr(p, quoted) : NULL;
+    return p ? strtod(p + strlen(quoted), NULL) : -1.0;
+}
+
+/* A shard of n samples of `bytes` bytes each, ids first .. first + n - 1: offsets gets
+   n + 1 entries, byte k of sample g is byte_of(g, k). */
+static inline void tc_uniform_shard(uint64_t first, uint64_t n, uint64_t bytes, uint8_t (*byte_of)(uint64_t, uint64_t),
+                                    uint8_t *data, uint64_t *offsets)
+{
+    for (uint64_t i = 0; i <= n; i++)
+        offsets[i] = i * bytes;
+    for (uint64_t i = 0; i < n; i++)
+        for (uint64_t k = 0; k < bytes; k++)
+            data[i * bytes + k] = byte_of(first + i, k);
+}
+
 /* Sum of the sizes of ids[0..n). */
 static inline uint64_t tc_batch_bytes(const tc_dataset *d, const uint64_t *ids, size_t n)
 {

@@ -12,22 +12,12 @@
 #define _POSIX_C_SOURCE 200809L /* setenv */
 #include "mdloader.h"
 #include "check.h"
+#include "common.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 
-
-/* The number after "key": in the JSON text, searching from `within` (e.g. "\"collective\"")
-   when given. */
-static double json_number(const char *json, const char *within, const char *key)
-{
-    const char *p = within ? strstr(json, within) : json;
-    char quoted[64];
-    snprintf(quoted, sizeof quoted, "\"%s\":", key);
-    p = p ? strstr(p, quoted) : NULL;
-    return p ? strtod(p + strlen(quoted), NULL) : -1.0;
-}
 
 static char *stats(mdl_loader *h)
 {
@@ -63,7 +53,7 @@ int main(int argc, char **argv)
           "init + register (with calibration)");
     double register_seconds = MPI_Wtime() - t0;
     char *js = stats(h);
-    double cal = json_number(js, "\"calibration\"", "seconds");
+    double cal = tc_json_number(js, "\"calibration\"", "seconds");
     const char *budget_env = getenv("MDL_CALIBRATION_SECONDS");
     double budget = budget_env ? atof(budget_env) : 0.4;
     /* The budget is checked between calibration batches: allow one batch of overrun,
@@ -72,7 +62,7 @@ int main(int argc, char **argv)
     snprintf(what, sizeof what, "calibration took %.3f s (budget %.2f s), registration %.3f s", cal, budget,
              register_seconds);
     check(cal >= 0 && cal <= budget + 1.0 && cal <= register_seconds + 1e-6, what);
-    check(json_number(js, "\"calibration\"", "a_os") >= 0 && json_number(js, "\"calibration\"", "b_coll") >= 0 &&
+    check(tc_json_number(js, "\"calibration\"", "a_os") >= 0 && tc_json_number(js, "\"calibration\"", "b_coll") >= 0 &&
               strstr(js, g_size > 1 ? "\"source\": \"measured\"" : "\"source\": \"default\""),
           "stats JSON carries the calibration (measured at >1 rank, default at 1)");
     free(js);
@@ -84,7 +74,7 @@ int main(int argc, char **argv)
     for (int b = MDL_BACKEND_ONESIDED; b <= MDL_BACKEND_COLLECTIVE; b++) {
         js = stats(h);
         const char *key = b == MDL_BACKEND_ONESIDED ? "\"onesided\": {" : "\"collective\": {";
-        double before = json_number(js, key, "steps");
+        double before = tc_json_number(js, key, "steps");
         free(js);
         mdl_set_backend(h, (mdl_backend)b);
         int ok = 1;
@@ -95,7 +85,7 @@ int main(int argc, char **argv)
             ok &= mdl_fetch_batch(h, ids, n, out, 1024 * 4096, offs) == MDL_OK;
         }
         js = stats(h);
-        double after = json_number(js, key, "steps");
+        double after = tc_json_number(js, key, "steps");
         free(js);
         snprintf(what, sizeof what, "forced %s: 50 of 50 steps ran it", b == MDL_BACKEND_ONESIDED ? "onesided" : "collective");
         check(ok && after - before == 50, what);
@@ -113,7 +103,7 @@ int main(int argc, char **argv)
     mdl_init(MPI_COMM_WORLD, &h);
     mdl_register_shard(h, data, offsets, per_rank);
     js = stats(h);
-    check(strstr(js, "\"source\": \"default\"") && json_number(js, "\"calibration\"", "seconds") == 0,
+    check(strstr(js, "\"source\": \"default\"") && tc_json_number(js, "\"calibration\"", "seconds") == 0,
           "MDL_CALIBRATION=off skips calibration");
     free(js);
     mdl_finalize(&h);
@@ -150,20 +140,20 @@ int main(int argc, char **argv)
         }
         fetched &= mdl_fetch_batch(h, ids, n, out, 1024 * 4096, offs) == MDL_OK;
         js = stats(h);
-        consistent &= same_on_all_ranks(json_number(js, "\"collective\": {", "steps"));
+        consistent &= same_on_all_ranks(tc_json_number(js, "\"collective\": {", "steps"));
         free(js);
     }
     js = stats(h);
-    double os = json_number(js, "\"onesided\": {", "steps"), co = json_number(js, "\"collective\": {", "steps");
+    double os = tc_json_number(js, "\"onesided\": {", "steps"), co = tc_json_number(js, "\"collective\": {", "steps");
     snprintf(what, sizeof what, "AUTO decided the same on every rank for %d uneven steps (%.0f one-sided, %.0f collective, %.0f probes)",
-             steps, os, co, json_number(js, NULL, "probes"));
+             steps, os, co, tc_json_number(js, NULL, "probes"));
     check(fetched && consistent && os + co == steps && (g_size == 1 || (os > 0 && co > 0)), what);
     /* The probes' cost: every probe but the last step's is measured (a step's time is
        known at the next agreement), on the slowest rank, so alike everywhere. */
-    double probes = json_number(js, NULL, "probes");
-    double probed = json_number(js, "\"probe_cost\": {", "steps");
-    double probe_seconds = json_number(js, "\"probe_cost\": {", "seconds");
-    double excess = json_number(js, "\"probe_cost\": {", "excess_seconds");
+    double probes = tc_json_number(js, NULL, "probes");
+    double probed = tc_json_number(js, "\"probe_cost\": {", "steps");
+    double probe_seconds = tc_json_number(js, "\"probe_cost\": {", "seconds");
+    double excess = tc_json_number(js, "\"probe_cost\": {", "excess_seconds");
     snprintf(what, sizeof what, "mdl_stats_json's probe_cost: %.0f of %.0f probes measured, %.6f s, %+.6f s over the preferred engine",
              probed, probes, probe_seconds, excess);
     check(probed >= 0 && probed <= probes && probed >= probes - 1 && (probed == 0) == (probe_seconds == 0) &&

@@ -91,8 +91,7 @@ static double exchange_rounds(const mdl_loader *h)
     char json[8192];
     if (mdl_stats_json(h, json, sizeof json) >= sizeof json)
         return -1;
-    const char *at = strstr(json, "\"exchange_rounds\": ");
-    return at ? atof(at + strlen("\"exchange_rounds\": ")) : -1;
+    return tc_json_number(json, NULL, "exchange_rounds");
 }
 
 /* This rank's RESULT line (see above). */

@@ -37,15 +37,6 @@
 static tc_dataset g_d;
 static int *g_node_of; /* lowest world rank of each rank's node */
 
-static double json_number(const char *json, const char *within, const char *key)
-{
-    const char *p = within ? strstr(json, within) : json;
-    char quoted[64];
-    snprintf(quoted, sizeof quoted, "\"%s\":", key);
-    p = p ? strstr(p, quoted) : NULL;
-    return p ? strtod(p + strlen(quoted), NULL) : -1.0;
-}
-
 /* The counters this test follows, from mdl_stats_json. */
 typedef struct counters {
     double node_bytes, remote_bytes, engine_free, onesided, collective;
@@ -56,9 +47,9 @@ static counters read_counters(const mdl_loader *h)
     size_t len = mdl_stats_json(h, NULL, 0);
     char *js = malloc(len + 1);
     mdl_stats_json(h, js, len + 1);
-    counters c = {json_number(js, "\"node_local\": {", "bytes"), json_number(js, NULL, "bytes_remote"),
-                  json_number(js, NULL, "engine_free_steps"), json_number(js, "\"onesided\": {", "steps"),
-                  json_number(js, "\"collective\": {", "steps")};
+    counters c = {tc_json_number(js, "\"node_local\": {", "bytes"), tc_json_number(js, NULL, "bytes_remote"),
+                  tc_json_number(js, NULL, "engine_free_steps"), tc_json_number(js, "\"onesided\": {", "steps"),
+                  tc_json_number(js, "\"collective\": {", "steps")};
     free(js);
     return c;
 }
@@ -268,7 +259,7 @@ int main(int argc, char **argv)
         mdl_stats_json_job(on, NULL, 0, &needed);
         char *js = malloc(needed + 1);
         int ok = mdl_stats_json_job(on, js, needed + 1, &needed) == MDL_OK;
-        double job = ok ? json_number(js, "\"node_local\": {", "bytes") : -1;
+        double job = ok ? tc_json_number(js, "\"node_local\": {", "bytes") : -1;
         double mine = read_counters(on).node_bytes;
         snprintf(what, sizeof what, "mdl_stats_json_job: %.0f node-local bytes, the sum of every rank's", job);
         check(ok && job == job_sum(mine), what);

@@ -69,11 +69,7 @@ int main(int argc, char **argv)
     int fetcher = g_size - 1;
     uint8_t *data = malloc(SAMPLES * BYTES);
     uint64_t offsets[SAMPLES + 1];
-    for (uint64_t i = 0; i <= SAMPLES; i++)
-        offsets[i] = i * BYTES;
-    for (uint64_t i = 0; i < SAMPLES; i++)
-        for (uint64_t k = 0; k < BYTES; k++)
-            data[i * BYTES + k] = byte_of((uint64_t)g_rank * SAMPLES + i, k);
+    tc_uniform_shard((uint64_t)g_rank * SAMPLES, SAMPLES, BYTES, byte_of, data, offsets);
     mdl_loader *h = NULL;
     check(mdl_init(MPI_COMM_WORLD, &h) == MDL_OK, "mdl_init");
     check(mdl_register_shard(h, data, offsets, SAMPLES) == MDL_OK, "mdl_register_shard");

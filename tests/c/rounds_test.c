@@ -24,20 +24,11 @@ enum { PER_RANK = 100, SAMPLE = 1000, STEPS = 12, SMALL = 24, LARGE = 60 };
 
 static uint8_t byte_of(uint64_t g, uint64_t k) { return (uint8_t)((g * 131 + k * 7) & 0xff); }
 
-/* A number from a JSON text: the first value after "key": (0 when absent). */
-static double json_number(const char *json, const char *key)
-{
-    char pattern[64];
-    snprintf(pattern, sizeof pattern, "\"%s\": ", key);
-    const char *at = strstr(json, pattern);
-    return at ? atof(at + strlen(pattern)) : 0.0;
-}
-
 static double exchange_rounds(mdl_loader *h)
 {
     char json[8192];
     check(mdl_stats_json(h, json, sizeof json) < sizeof json, "mdl_stats_json");
-    return json_number(json, "exchange_rounds");
+    return tc_json_number(json, NULL, "exchange_rounds");
 }
 
 /* Rank r's batch of `n` ids in `step`: the same on every rank. */
@@ -117,11 +108,7 @@ int main(int argc, char **argv)
 
     static uint8_t shard[PER_RANK * SAMPLE];
     uint64_t offsets[PER_RANK + 1];
-    for (uint64_t i = 0; i <= PER_RANK; i++)
-        offsets[i] = i * SAMPLE;
-    for (uint64_t i = 0; i < PER_RANK; i++)
-        for (uint64_t k = 0; k < SAMPLE; k++)
-            shard[i * SAMPLE + k] = byte_of((uint64_t)g_rank * PER_RANK + i, k);
+    tc_uniform_shard((uint64_t)g_rank * PER_RANK, PER_RANK, SAMPLE, byte_of, shard, offsets);
 
     mdl_loader *h = NULL;
     check(mdl_init(MPI_COMM_WORLD, &h) == MDL_OK, "mdl_init");

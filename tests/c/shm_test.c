@@ -37,15 +37,6 @@ static uint8_t byte_of(uint64_t id, uint64_t k)
     return (uint8_t)(tc_mix64(id * 1000003u + k / 8) >> (8 * (k % 8)));
 }
 
-/* A number from a JSON text: the first value after "key": (0 when absent). */
-static double json_number(const char *json, const char *key)
-{
-    char pattern[64];
-    snprintf(pattern, sizeof pattern, "\"%s\": ", key);
-    const char *at = strstr(json, pattern);
-    return at ? atof(at + strlen(pattern)) : 0.0;
-}
-
 /* Sizes DELTA MiB from the room the library will find in /dev/shm: what the file
    system has free now, after MPI_Init (each MPI takes some of it: Open MPI about
    0.1 MiB, MPICH about 8 MiB), minus MDL_SHM_RESERVE (16 MiB unless set); the
@@ -125,11 +116,7 @@ int main(int argc, char **argv)
     uint8_t *data = malloc(n * bytes + 1);
     uint64_t *offsets = malloc((n + 1) * sizeof *offsets);
     check(data && offsets, "memory for the shard");
-    for (uint64_t i = 0; i <= n; i++)
-        offsets[i] = i * bytes;
-    for (uint64_t i = 0; i < n; i++)
-        for (uint64_t k = 0; k < bytes; k++)
-            data[i * bytes + k] = byte_of(first + i, k);
+    tc_uniform_shard(first, n, bytes, byte_of, data, offsets);
     /* --varying 1 (implied by --index-vs-room): a job whose samples all have one
        length keeps no index, so each rank's last sample is one byte longer. */
     if (varying && n > 0) {
@@ -172,8 +159,7 @@ int main(int argc, char **argv)
     char json[4096];
     size_t needed = 0;
     check(mdl_stats_json_job(h, json, sizeof json, &needed) == MDL_OK, "mdl_stats_json_job");
-    const char *node = strstr(json, "\"node_local\"");
-    double node_bytes = node ? json_number(node, "bytes") : 0.0;
+    double node_bytes = tc_json_number(json, "\"node_local\"", "bytes");
     if (!strcmp(expect, "shared"))
         check(node_bytes > 0, "the shards stayed in shared memory: node-local copies");
     else if (!strcmp(expect, "private"))
