@@ -76,15 +76,11 @@ impl AgreementBuffers {
     }
 
     /// `proposal` encoded into the send buffer, which holds it without growing when the
-    /// buffers were reserved for it; the receive buffer sized alike. (Unreserved ones,
-    /// in a call that fails on every rank anyway, say a fetch before registration, grow
-    /// here.)
+    /// buffers were reserved for it. (Unreserved ones, in a call that fails on every
+    /// rank anyway, say a fetch before registration, grow here.)
     fn encode(&mut self, comm: &Comm, proposal: &Proposal) {
-        let len = HEADER + proposal.maxima.len();
         self.send.clear();
-        self.send.resize(len, 0.0);
-        self.received.clear();
-        self.received.resize(len, 0.0);
+        self.send.resize(HEADER + proposal.maxima.len(), 0.0);
         encode_into(comm, proposal, &mut self.send);
     }
 }
@@ -103,6 +99,8 @@ pub struct AgreementUnderWay(Reduction);
 /// with it until it is finished.
 pub fn start_agreement(comm: &Comm, proposal: &Proposal, mut buffers: AgreementBuffers) -> Result<AgreementUnderWay> {
     buffers.encode(comm, proposal);
+    buffers.received.clear();
+    buffers.received.resize(buffers.send.len(), 0.0);
     Ok(AgreementUnderWay(comm.start_allreduce_max(buffers.send, buffers.received)?))
 }
 
