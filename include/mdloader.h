@@ -136,8 +136,8 @@ extern "C" {
  * differs between ranks is MDL_ERR_INVALID_ARG on every rank, naming it and two of
  * its values; an invalid value is that rank's MDL_ERR_INVALID_ARG (MDL_ERR_REMOTE on
  * the others). `MDL_BACKEND=auto|onesided|collective` (initial backend),
- * `MDL_WAIT=auto|spin|yield`, `MDL_MAX_MESSAGE_BYTES` (1..2^31-1, most bytes per MPI
- * message), `MDL_MAX_GETS_IN_FLIGHT` (1..2^20, default 4096),
+ * `MDL_WAIT=auto|spin|yield`, `MDL_MAX_MESSAGE_BYTES` (most bytes a rank sends or
+ * receives in one collective round, default no limit; larger steps run in rounds), `MDL_MAX_GETS_IN_FLIGHT` (1..2^20, default 4096),
  * `MDL_CALIBRATION=on|off|<file>`, `MDL_CALIBRATION_SECONDS` (0..60),
  * `MDL_PROBE_INTERVAL`, `MDL_HYSTERESIS` ([0, 1)), `MDL_PROBE_BUDGET` ([0, 1], what
  * AUTO's probes may cost over all steps' time), `MDL_MATRIX_MAX_RANKS` (0..64),
@@ -161,7 +161,8 @@ extern "C" {
  * error there at once while the other ranks wait in MPI_Comm_dup (MDL_TIMEOUT cannot
  * help: there is no loader yet). A call after MPI_Finalize returns MDL_ERR_STATE.
  */
-enum mdl_status mdl_init(MPI_Comm comm, struct mdl_loader **out);
+enum mdl_status mdl_init(MPI_Comm comm,
+                         struct mdl_loader **out);
 
 /**
  * The same as mdl_init for Fortran (`comm` with `use mpi`, `comm%MPI_VAL` with

@@ -3,7 +3,6 @@
 
 use crate::agree::Setting;
 use crate::error::{Error, Result};
-use crate::mpi::MAX_COUNT;
 use std::path::PathBuf;
 use std::str::FromStr;
 
@@ -80,11 +79,11 @@ pub enum Wait {
 pub struct Config {
     /// `MDL_BACKEND`: the backend in force until `mdl_set_backend` changes it.
     pub backend: Backend,
-    /// `MDL_MAX_MESSAGE_BYTES`: the most bytes one MPI transfer may carry (default and
-    /// ceiling: 2^31 - 1, MPI's count limit). Larger gets are split; the collective
-    /// engine runs in rounds so that no count or displacement exceeds it (and reads a
-    /// sample too large for a round with a get). Small values exercise those paths in
-    /// tests.
+    /// `MDL_MAX_MESSAGE_BYTES`: the most bytes one rank sends or receives in one round
+    /// of the collective engine (default: no limit). A larger step runs in rounds of at
+    /// most this / P bytes per rank (and reads a sample too large for a round with a
+    /// get), which bounds the exchange's buffers. Gets are split at this or at MPI's
+    /// `int` count limit, the smaller. Small values exercise those paths in tests.
     pub max_message_bytes: u64,
     /// `MDL_CALIBRATION=on|off|<file.json>`.
     pub calibration: Calibration,
@@ -174,12 +173,15 @@ pub(crate) const PROGRESS_US_MIN: u64 = 10;
 pub(crate) const PROGRESS_US_MAX: u64 = 1_000_000;
 /// A shorter timeout would fail healthy collectives.
 pub(crate) const TIMEOUT_MIN: f64 = 0.001;
+/// `MDL_MAX_MESSAGE_BYTES`'s default: the collective engine's exchanges take any size
+/// in one round (beyond `int` counts through `MPI_Alltoallw`, see `mpi::large_count`).
+pub(crate) const NO_MESSAGE_LIMIT: u64 = u64::MAX;
 
 impl Default for Config {
     fn default() -> Config {
         Config {
             backend: Backend::Auto,
-            max_message_bytes: MAX_COUNT,
+            max_message_bytes: NO_MESSAGE_LIMIT,
             calibration: Calibration::Measure,
             calibration_seconds: 0.4,
             probe_interval: 64,
@@ -302,8 +304,8 @@ impl Config {
             max_message_bytes: env_or(
                 "MDL_MAX_MESSAGE_BYTES",
                 default.max_message_bytes,
-                |n| (1..=MAX_COUNT).contains(n),
-                &format!("an integer in 1..={MAX_COUNT}"),
+                |n| *n >= 1,
+                "a positive number of bytes",
             )?,
             calibration,
             calibration_seconds: env_or(
@@ -365,7 +367,8 @@ impl Config {
             Setting::identical("MDL_BACKEND", self.backend as u64)
                 .shown_as(|c| Backend::from_code(c as i64).map_or("?", Backend::name).to_string()),
             Setting::identical("MDL_WAIT", self.wait as u64).shown_as(|c| Wait::name_of(c as u64).to_string()),
-            Setting::identical("MDL_MAX_MESSAGE_BYTES", self.max_message_bytes),
+            Setting::identical("MDL_MAX_MESSAGE_BYTES", self.max_message_bytes)
+                .shown_as(|b| if b >= NO_MESSAGE_LIMIT as f64 { "no limit".to_string() } else { (b as u64).to_string() }),
             Setting::identical("MDL_MAX_GETS_IN_FLIGHT", self.max_gets_in_flight),
             Setting::identical("MDL_CALIBRATION", calibration)
                 .shown_as(|c| ["on", "off", "a file"].get(c as usize).unwrap_or(&"?").to_string()),

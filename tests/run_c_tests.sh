@@ -67,7 +67,7 @@ build() {
     for src in tests/c/fetch_test.c tests/c/errors_test.c tests/c/idle_rank_test.c tests/c/sampler_test.c \
         tests/c/estimator_test.c tests/c/hardening_test.c tests/c/finalize_test.c tests/c/lag_test.c \
         tests/c/node_local_test.c tests/c/replica_test.c tests/c/progress_test.c tests/c/given_order_test.c \
-        tests/c/rounds_test.c c_examples/demo.c; do
+        tests/c/rounds_test.c tests/c/large_count_test.c c_examples/demo.c; do
         [ -f "$ROOT/$src" ] || continue
         name=$(basename "$src" .c)
         echo "+ $cc ${flags[*]} $src -o $out/$name ${link[*]}" >>"$log"
@@ -270,6 +270,20 @@ for mpi in "${MPIS[@]}"; do
         "$bin/rounds_test" --limit 40000
     run_case "$mpi" 2 "rounds_test-np2" MDL_NODE_LOCAL=off MDL_MATRIX_MAX_RANKS=0 MDL_MAX_MESSAGE_BYTES=20000 -- \
         "$bin/rounds_test" --limit 20000
+    # A step of more than 2^31 - 1 bytes (beyond MPI_Alltoallv's int counts): one
+    # exchange by default (MPI_Alltoallw with a type per peer), blocking and
+    # nonblocking, with and without the request matrix; rounds with the limit set.
+    # About 7 GiB at once: skipped, saying so, where the memory is not there.
+    available_kib=$(awk '/^MemAvailable:/ {print $2}' /proc/meminfo)
+    if [ "${available_kib:-0}" -ge $((10 * 1024 * 1024)) ]; then
+        run_case "$mpi" 2 "large_count_test-np2" MDL_NODE_LOCAL=off -- "$bin/large_count_test"
+        run_case "$mpi" 2 "large_count_test-np2-yield-no-matrix" MDL_NODE_LOCAL=off MDL_WAIT=yield \
+            MDL_MATRIX_MAX_RANKS=0 -- "$bin/large_count_test"
+        run_case "$mpi" 2 "large_count_test-np2-maxmsg-int" MDL_NODE_LOCAL=off MDL_MAX_MESSAGE_BYTES=2147483647 -- \
+            "$bin/large_count_test" --expect-rounds
+    else
+        echo "SKIP $mpi/large_count_test: needs 10 GiB of MemAvailable, this machine has $((${available_kib:-0} / 1024)) MiB"
+    fi
     # The demo as a smoke test (small), when it has been built.
     if [ -x "$bin/demo" ]; then
         dnp=4

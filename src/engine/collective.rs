@@ -11,18 +11,18 @@
 //! will ask of them (from the epoch's inverted permutation, O(samples asked of them) a
 //! step), and the whole request round is skipped.
 //!
-//! MPI counts and displacements are C `int`. To stay under a limit L (default 2^31 - 1,
-//! `MDL_MAX_MESSAGE_BYTES`), a step takes one round wherever no rank receives and no
-//! rank sends more than L bytes: the agreement shows it for the sampler's steps and for
-//! fetches that carried the request matrix; a fetch without the matrix counts the
-//! whole step first (one `MPI_Alltoall` of counts and bytes, and one small agreement on
-//! the largest), and then knows it too. Otherwise a rank's remote samples are cut into
-//! rounds of at most L / P bytes, where P is the number of ranks: then no rank receives
-//! more than L / P bytes and no owner sends more than P * L / P = L bytes in a round,
-//! and the counts of each round travel (a step that moves gigabytes per rank pays one
-//! `MPI_Alltoall` per round; no rank rebuilds another's plan). The rounds also bound
-//! the exchange's own buffers to about L bytes a rank, which a single exchange with
-//! 64-bit counts (`MPI_Alltoallv_c`) would not. A sample larger than L / P travels in no
+//! A limit L (`MDL_MAX_MESSAGE_BYTES`, default none) bounds what one rank sends or
+//! receives in a round, and so the exchange's own buffers. A step takes one round
+//! wherever no rank receives and no rank sends more than L bytes: the agreement shows
+//! it for the sampler's steps and for fetches that carried the request matrix; a fetch
+//! without the matrix counts the whole step first (one `MPI_Alltoall` of counts and
+//! bytes, and one small agreement on the largest), and then knows it too. Otherwise a
+//! rank's remote samples are cut into rounds of at most L / P bytes, where P is the
+//! number of ranks: then no rank receives more than L / P bytes and no owner sends more
+//! than P * L / P = L bytes in a round, and the counts of each round travel (one
+//! `MPI_Alltoall` per round; no rank rebuilds another's plan). MPI's `int` counts set
+//! no limit of their own: a part beyond them goes through `MPI_Alltoallw` with a
+//! derived type per peer (`mpi::Comm::alltoallv`). A sample larger than L / P travels in no
 //! round; the engine reads those few with one-sided gets (split into pieces of at most
 //! L bytes) in the same step, so every batch can be moved.
 //!

@@ -55,8 +55,8 @@ fn init_from(comm: Result<MPI_Comm>, group_size: Option<c_int>, out: *mut *mut m
 /// differs between ranks is MDL_ERR_INVALID_ARG on every rank, naming it and two of
 /// its values; an invalid value is that rank's MDL_ERR_INVALID_ARG (MDL_ERR_REMOTE on
 /// the others). `MDL_BACKEND=auto|onesided|collective` (initial backend),
-/// `MDL_WAIT=auto|spin|yield`, `MDL_MAX_MESSAGE_BYTES` (1..2^31-1, most bytes per MPI
-/// message), `MDL_MAX_GETS_IN_FLIGHT` (1..2^20, default 4096),
+/// `MDL_WAIT=auto|spin|yield`, `MDL_MAX_MESSAGE_BYTES` (most bytes a rank sends or
+/// receives in one collective round, default no limit; larger steps run in rounds), `MDL_MAX_GETS_IN_FLIGHT` (1..2^20, default 4096),
 /// `MDL_CALIBRATION=on|off|<file>`, `MDL_CALIBRATION_SECONDS` (0..60),
 /// `MDL_PROBE_INTERVAL`, `MDL_HYSTERESIS` ([0, 1)), `MDL_PROBE_BUDGET` ([0, 1], what
 /// AUTO's probes may cost over all steps' time), `MDL_MATRIX_MAX_RANKS` (0..64),

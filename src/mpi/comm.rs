@@ -1,6 +1,6 @@
 //! The library's own communicator: a duplicate of the host's, with errors returned.
 
-use super::{WaitPolicy, check, ffi, to_count, wait::complete};
+use super::{WaitPolicy, check, ffi, large_count::PeerTypes, to_count, wait::complete};
 use crate::error::mdl_status;
 use std::borrow::Cow;
 use crate::error::{Error, Result};
@@ -317,7 +317,8 @@ impl Comm {
 
     /// `MPI_Alltoallv`: `send` is cut into consecutive parts of `send_counts[p]` elements
     /// for rank p; `recv` receives consecutive parts of `recv_counts[p]` from rank p.
-    /// Fails clearly (never truncates) when a count or displacement exceeds `int`.
+    /// Where a count or displacement exceeds `int`, the same exchange runs as an
+    /// `MPI_Alltoallw` with a derived type per peer ([`PeerTypes`]), whatever the size.
     ///
     /// After a timeout (`MDL_TIMEOUT`) MPI may still read `send` and write `recv` when
     /// the late peers arrive: the caller must leak both. Not copied here, unlike the
@@ -330,18 +331,30 @@ impl Comm {
         recv: &mut [T],
         recv_counts: &[u64],
     ) -> Result<()> {
-        let to_counts = |counts: &[u64]| -> Result<Vec<c_int>> {
-            counts.iter().map(|&c| to_count(c, "alltoallv part")).collect()
-        };
-        let (scounts, rcounts) = (to_counts(send_counts)?, to_counts(recv_counts)?);
-        let sdispls = displacements(&scounts, "alltoallv send total")?;
-        let rdispls = displacements(&rcounts, "alltoallv receive total")?;
         assert_eq!(send_counts.iter().sum::<u64>(), send.len() as u64);
         assert_eq!(recv_counts.iter().sum::<u64>(), recv.len() as u64);
+        let int_layout = |counts: &[u64]| -> Option<(Vec<c_int>, Vec<c_int>)> {
+            let counts = counts.iter().map(|&c| c_int::try_from(c).ok()).collect::<Option<Vec<_>>>()?;
+            let displs = displacements(&counts, "").ok()?;
+            Some((counts, displs))
+        };
+        match (int_layout(send_counts), int_layout(recv_counts)) {
+            (Some(send_layout), Some(recv_layout)) => self.alltoallv_int(send, send_layout, recv, recv_layout),
+            _ => self.alltoallv_large(send, send_counts, recv, recv_counts),
+        }
+    }
+
+    fn alltoallv_int<T: Datatype>(
+        &self,
+        send: &[T],
+        (scounts, sdispls): (Vec<c_int>, Vec<c_int>),
+        recv: &mut [T],
+        (rcounts, rdispls): (Vec<c_int>, Vec<c_int>),
+    ) -> Result<()> {
         let (sp, rp, ty) = (send_ptr(send), recv_ptr(recv), T::mpi_type());
         let (sc, sd, rc, rd) = (scounts.as_ptr(), sdispls.as_ptr(), rcounts.as_ptr(), rdispls.as_ptr());
-        // SAFETY (both closures): counts and displacements were checked to lie within
-        // both buffers.
+        // SAFETY (both closures): the counts sum to the buffers' lengths (checked by
+        // the caller), so every part lies within its buffer.
         let done = complete(
             &self.policy,
             "MPI_Alltoallv",
@@ -352,6 +365,35 @@ impl Comm {
             // MPI may still read the counts when the late peers arrive; `send` and
             // `recv` are the caller's to keep alive.
             std::mem::forget((scounts, sdispls, rcounts, rdispls));
+        }
+        done
+    }
+
+    /// The exchange of [`Comm::alltoallv`] for parts beyond `int` counts.
+    fn alltoallv_large<T: Datatype>(
+        &self,
+        send: &[T],
+        send_counts: &[u64],
+        recv: &mut [T],
+        recv_counts: &[u64],
+    ) -> Result<()> {
+        let in_bytes = |counts: &[u64]| -> Vec<u64> { counts.iter().map(|&c| c * size_of::<T>() as u64).collect() };
+        let send_types = PeerTypes::consecutive(&in_bytes(send_counts))?;
+        let recv_types = PeerTypes::consecutive(&in_bytes(recv_counts))?;
+        let (sp, rp) = (send_ptr(send), recv_ptr(recv));
+        let (sc, sd, st) = (send_types.counts.as_ptr(), send_types.displacements.as_ptr(), send_types.as_ptr());
+        let (rc, rd, rt) = (recv_types.counts.as_ptr(), recv_types.displacements.as_ptr(), recv_types.as_ptr());
+        // SAFETY (both closures): each peer's type covers its part of the buffer, and
+        // the parts sum to the buffers' lengths (checked by the caller).
+        let done = complete(
+            &self.policy,
+            "MPI_Alltoallw",
+            || unsafe { ffi::MPI_Alltoallw(sp, sc, sd, st, rp, rc, rd, rt, self.raw) },
+            |req| unsafe { ffi::MPI_Ialltoallw(sp, sc, sd, st, rp, rc, rd, rt, self.raw, req) },
+        );
+        if timed_out(&done) {
+            // MPI may still use the types and counts when the late peers arrive.
+            std::mem::forget((send_types, recv_types));
         }
         done
     }

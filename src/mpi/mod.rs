@@ -7,6 +7,7 @@
 //! busy-poll).
 
 mod comm;
+mod large_count;
 mod lifecycle;
 mod progress;
 mod reduction;
