@@ -1,14 +1,18 @@
 //! The loader handle behind `mdl_loader`: the core (communicator, store, engines,
 //! estimator) and, while one runs, an epoch of the built-in sampler.
 
+mod ahead;
 mod core;
 mod epoch;
 mod order;
 mod pipeline;
 mod published;
+mod registration;
 mod replica;
+mod step;
+mod summary;
 
-pub use self::core::FetchArgs;
+pub use step::FetchArgs;
 pub use epoch::Batch;
 pub use published::Published;
 

@@ -21,7 +21,8 @@
 //! (see `epoch`), after which the agreements of the steps that will not run are
 //! completed ([`Pipeline::drain`]).
 
-use super::core::{Core, StepAhead};
+use super::ahead::StepAhead;
+use super::core::Core;
 use super::epoch::Batch;
 use super::order::EpochOrder;
 use crate::memory;
