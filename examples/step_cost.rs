@@ -4,17 +4,22 @@
 //!   cargo run --release --example step_cost > benches/scale/step_cost.csv
 //!   cargo run --release --example step_cost -- 4096 256     # one point (P, B)
 //!   cargo run --release --example step_cost -- replica 1000000000 4096 8 256   # N P G B
+//!   cargo run --release --example step_cost -- node 2 256 256   # one node: P B sample bytes
 //!
 //! CSV on stdout (ranks, batch, sampler_us, plan_us, served_us, agreement_us, asked_of_me_us,
 //! total_us, inversion_per_epoch_us, replan_all_us); a readable table on stderr.
 
-use mdloader::step_cost::{measure, replica_inversion};
+use mdloader::step_cost::{measure, one_node, replica_inversion};
 
 fn main() {
     let mut args: Vec<String> = std::env::args().skip(1).collect();
     if args.first().map(String::as_str) == Some("replica") {
         args.remove(0);
         return replica(&args);
+    }
+    if args.first().map(String::as_str) == Some("node") {
+        args.remove(0);
+        return node(&args);
     }
     let args: Vec<u64> = args.iter().map(|a| a.parse().expect("usage: step_cost [P B]")).collect();
     let (ranks, batches) = match args[..] {
@@ -54,4 +59,15 @@ fn replica(args: &[String]) {
     let [group, every_id] = replica_inversion(n, p as usize, g as usize, b);
     println!("n,ranks,group,batch,group_scan_s,group_positions,every_id_walk_s,every_id_positions");
     println!("{n},{p},{g},{b},{:.4},{},{:.4},{}", group.0, group.1, every_id.0, every_id.1);
+}
+
+/// The sampler's part of a step on one node (every sample copied from shared memory):
+/// drawing the batch and planning it, medians over 2000 steps.
+fn node(args: &[String]) {
+    let usage = "usage: step_cost node P B SAMPLE_BYTES";
+    let v: Vec<u64> = args.iter().map(|a| a.parse().expect(usage)).collect();
+    let [p, b, bytes] = v[..] else { panic!("{usage}") };
+    let (sampler, plan) = one_node(p as usize, b, bytes, 2000);
+    println!("ranks,batch,sample_bytes,sampler_us,plan_us");
+    println!("{p},{b},{bytes},{sampler:.3},{plan:.3}");
 }

@@ -90,7 +90,7 @@ impl BatchPlan {
         }
         for (k, &id) in ids.iter().enumerate() {
             let at = out_offsets[k];
-            let loc = index.locate(id).expect("every id was found in range above");
+            let loc = index.locate_in_range(id, out_offsets[k + 1] - at);
             if loc.len > 0 && topology.shares(my_rank, loc.owner) {
                 grow(&mut local, ids.len() / ranks.max(1) + 16)?;
                 local.push(LocalCopy { owner: loc.owner, src_offset: loc.offset, dest_offset: at, len: loc.len });

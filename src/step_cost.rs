@@ -14,7 +14,7 @@ use crate::engine::exchange_shape;
 use crate::estimator::features;
 use crate::plan::BatchPlan;
 use crate::sampler::Epoch;
-use crate::store::GlobalIndex;
+use crate::store::{GlobalIndex, Topology};
 use std::time::Instant;
 
 /// Microseconds per step of each part: medians over the steps measured.
@@ -126,6 +126,29 @@ pub fn replica_inversion(n: u64, ranks: usize, group: usize, batch: u64) -> [(f6
         (seconds, kept.sum())
     };
     [time(&|q| q < group), time(&|_| true)]
+}
+
+/// The sampler's part of a step on one node, where every sample is copied from the
+/// node's shared memory (the default path on one node, `MDL_NODE_LOCAL=on`): rank 0
+/// of `ranks` draws its batch of `batch` samples of `sample_bytes` each (one length:
+/// no index table) and plans it. Microseconds per step, medians over `steps` steps:
+/// (drawing the batch, planning it).
+pub fn one_node(ranks: usize, batch: u64, sample_bytes: u64, steps: u64) -> (f64, f64) {
+    let per_rank = (batch * steps).max(1);
+    let n = per_rank * ranks as u64;
+    let index = GlobalIndex::uniform(&vec![per_rank; ranks], sample_bytes);
+    let topology = Topology::from_leaders(vec![0; ranks]);
+    let epoch = Epoch::new(n, ranks, 7, 0, batch, true, false).expect("a valid epoch");
+    let (mut sampler, mut plan, mut ids) = (Vec::new(), Vec::new(), Vec::new());
+    for step in 0..epoch.steps().min(steps) {
+        let t = Instant::now();
+        epoch.batch_into(step, 0, &mut ids);
+        sampler.push(t.elapsed().as_secs_f64() * 1e6);
+        let t = Instant::now();
+        std::hint::black_box(BatchPlan::on_node(&index, 0, &ids, &topology).expect("ids in range"));
+        plan.push(t.elapsed().as_secs_f64() * 1e6);
+    }
+    (median(sampler), median(plan))
 }
 
 fn median(mut values: Vec<f64>) -> f64 {

@@ -138,13 +138,20 @@ impl GlobalIndex {
     #[inline]
     pub fn locate(&self, id: u64) -> Option<Location> {
         let len = self.len_of(id)?;
+        Some(self.locate_in_range(id, len))
+    }
+
+    /// `locate` of an id already found in range, whose length `len` the caller knows
+    /// (the batch plan has it from the output layout): no second range check.
+    #[inline]
+    pub fn locate_in_range(&self, id: u64, len: u64) -> Location {
         let owner = self.owner_of(id);
         let offset = if self.uniform {
             (id - self.first_id[owner]) * self.uniform_len
         } else {
             self.starts.as_slice()[id as usize] - self.shard_start[owner]
         };
-        Some(Location { owner, offset, len })
+        Location { owner, offset, len }
     }
 
     /// What the index keeps, for the registration's log line.
