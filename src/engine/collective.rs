@@ -36,7 +36,7 @@ use crate::agree::{Proposal, agree, agree_on_checks};
 use crate::config::Backend;
 use crate::error::{Error, Result};
 use crate::memory;
-use crate::mpi::{Comm, Get};
+use crate::mpi::{Comm, CountWidth, Get};
 use crate::plan::RemoteSample;
 use std::ops::Range;
 
@@ -138,9 +138,9 @@ impl Engine for Collective {
             // so it cut the step at the per-rank budget, MDL_MAX_MESSAGE_BYTES / P. The
             // whole step's counts show it, and where they fit one round, one it takes.
             let whole = count_and_make_room(step, &PerOwner::of(&mine.exchanged, ranks))?;
-            if whole.most_sent <= step.limits.max_message && whole.most_received <= step.limits.max_message {
+            if whole.most_bytes() <= step.limits.max_message {
                 mine.rounds = vec![0..mine.exchanged.len()];
-                asked_in_the_round = Some(Requests::Counted(whole.ids_from));
+                asked_in_the_round = Some(Requests::Counted(whole));
                 rounds = 1;
             }
         }
@@ -217,7 +217,7 @@ enum Requests<'a> {
     Told(&'a RequestsToOwner),
     /// How many ids each rank asks for, counted for the whole step
     /// (`count_and_make_room`), with room made for them: the ids follow.
-    Counted(Vec<u64>),
+    Counted(Counted),
     /// The ids each rank asks for (the built-in sampler), already in the exchange
     /// buffers, and how many each asks: nothing travels.
     Known(Vec<u64>),
@@ -233,28 +233,34 @@ enum Requests<'a> {
 fn exchange(step: &StepContext, requests: &[RemoteSample], asked: Requests, out: &mut [u8]) -> Result<()> {
     let comm = step.comm;
     let wanted = PerOwner::of(requests, comm.size());
+    // The width of the round's exchanges, from figures every rank agreed on: the
+    // step's, where its agreement showed what owners serve, else the round's count.
+    let step_width = CountWidth::for_most_bytes(step.most_exchanged_bytes);
     let counted;
-    let ids_from: &[u64] = match asked {
+    let (ids_from, width): (&[u64], CountWidth) = match asked {
         Requests::Known(counts) => {
             counted = counts;
-            &counted
+            (&counted, step_width)
         }
-        Requests::Counted(counts) => {
-            counted = counts;
-            receive_ids(comm, requests, &wanted.ids, &counted, &mut step.buffers.borrow_mut().asked)?;
-            &counted
+        Requests::Counted(whole) => {
+            let width = CountWidth::for_most_bytes(whole.most_bytes());
+            counted = whole.ids_from;
+            receive_ids(comm, requests, &wanted.ids, &counted, &mut step.buffers.borrow_mut().asked, width)?;
+            (&counted, width)
         }
         Requests::Told(told) => {
             if told.some_owner_lacks_room {
                 agree_on_checks(comm, step.buffers.borrow_mut().make_room_to_serve(told.serves))?;
             }
-            receive_ids(comm, requests, &wanted.ids, &told.counts, &mut step.buffers.borrow_mut().asked)?;
-            &told.counts
+            receive_ids(comm, requests, &wanted.ids, &told.counts, &mut step.buffers.borrow_mut().asked, step_width)?;
+            (&told.counts, step_width)
         }
         Requests::Unknown => {
-            counted = count_and_make_room(step, &wanted)?.ids_from;
-            receive_ids(comm, requests, &wanted.ids, &counted, &mut step.buffers.borrow_mut().asked)?;
-            &counted
+            let round = count_and_make_room(step, &wanted)?;
+            let width = CountWidth::for_most_bytes(round.most_bytes());
+            counted = round.ids_from;
+            receive_ids(comm, requests, &wanted.ids, &counted, &mut step.buffers.borrow_mut().asked, width)?;
+            (&counted, width)
         }
     };
 
@@ -265,7 +271,7 @@ fn exchange(step: &StepContext, requests: &[RemoteSample], asked: Requests, out:
     let received = grown(received, wanted.bytes.iter().sum::<u64>())?;
     // After a timeout the buffers stay with the loader, which is then poisoned and
     // leaked, never freed (calibration leaks its own).
-    comm.alltoallv(packed, &bytes_to, received, &wanted.bytes)?;
+    comm.alltoallv(packed, &bytes_to, received, &wanted.bytes, width)?;
     unpack(requests, received, out);
     Ok(())
 }
@@ -288,12 +294,19 @@ impl PerOwner {
 }
 
 /// What a count exchange showed.
-struct Counted {
+pub struct Counted {
     /// How many ids each rank asks of this one.
     ids_from: Vec<u64>,
     /// The most bytes any rank serves, and the most any rank receives.
     most_sent: u64,
     most_received: u64,
+}
+
+impl Counted {
+    /// The most bytes any rank sends or receives (agreed).
+    fn most_bytes(&self) -> u64 {
+        self.most_sent.max(self.most_received)
+    }
 }
 
 /// Tell each owner how many ids this rank will ask of it and how many bytes they hold
@@ -320,11 +333,18 @@ fn count_and_make_room(step: &StepContext, wanted: &PerOwner) -> Result<Counted>
 /// Send each owner the ids this rank wants of it (`ids_to` per owner), and receive into
 /// `asked` the ids each rank asks of this one (`ids_from` per requester), grouped by
 /// requester. `asked` has room for them (made before the round).
-fn receive_ids(comm: &Comm, requests: &[RemoteSample], ids_to: &[u64], ids_from: &[u64], asked: &mut Vec<u64>) -> Result<()> {
+fn receive_ids(
+    comm: &Comm,
+    requests: &[RemoteSample],
+    ids_to: &[u64],
+    ids_from: &[u64],
+    asked: &mut Vec<u64>,
+    width: CountWidth,
+) -> Result<()> {
     let wanted: Vec<u64> = requests.iter().map(|r| r.id).collect();
     asked.clear();
     asked.resize(ids_from.iter().sum::<u64>() as usize, 0);
-    let sent = comm.alltoallv(&wanted, ids_to, asked, ids_from);
+    let sent = comm.alltoallv(&wanted, ids_to, asked, ids_from, width);
     if crate::mpi::timed_out(&sent) {
         std::mem::forget(wanted); // MPI may still read it (`asked` stays with the loader)
     }

@@ -33,6 +33,11 @@ pub struct StepContext<'a> {
     /// carried it (see `estimator::features`); the collective engine then skips the
     /// count exchange of a single-round step.
     pub requests_to_me: Option<&'a RequestsToOwner>,
+    /// The most bytes any rank sends or receives in the step's exchange, agreed, where
+    /// the agreement shows what owners serve (the request matrix, or every batch
+    /// known); it picks the exchange's `mpi::CountWidth` on every rank alike. Unused
+    /// where the counts travel (their exchange agrees on it).
+    pub most_exchanged_bytes: u64,
     /// When every rank's batch of this step is known (the built-in sampler). The
     /// collective engine then sends no requests.
     pub known_batches: Option<&'a dyn KnownBatches>,

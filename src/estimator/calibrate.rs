@@ -173,6 +173,7 @@ fn run_probes(comm: &Comm, store: &Store, settings: &CalibrationSettings, starte
             buffers: &buffers,
             collective_rounds: f.rounds as u64,
             requests_to_me: requests_to_me.as_ref(),
+            most_exchanged_bytes: f.most_exchanged_bytes(),
             known_batches: None,
             // The probes run in lockstep: every rank stays in MPI until all have done.
             gets_end_in_barrier: false,

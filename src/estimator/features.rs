@@ -71,8 +71,8 @@ pub fn decode(values: &[f64], ranks: usize, matrix_max_ranks: usize, max_message
 
 /// The collective exchange's rounds: one wherever the agreed figures show that every
 /// rank receives (`bytes`, the most remote bytes of one rank) and sends (`served`, the
-/// most bytes one rank serves, where known) at most `max_message` bytes, which is all
-/// an `MPI_Alltoallv`'s `int` counts and displacements need; otherwise
+/// most bytes one rank serves, where known) at most `max_message` bytes
+/// (`MDL_MAX_MESSAGE_BYTES`, the round's limit); otherwise
 /// `rounds_per_rank_budget`, the most rounds of one rank when each round carries at
 /// most `max_message / P` bytes per rank (which bounds what an owner sends without
 /// knowing it). At P = 4096 a batch of 256 x 4 KB then takes one round, not two.

@@ -45,6 +45,12 @@ impl StepFeatures {
     pub fn needs_engine(&self) -> bool {
         self.samples > 0.0
     }
+
+    /// The most bytes any rank receives or serves in the step (agreed maxima; the
+    /// samples read with gets included, so an upper bound of the exchange's).
+    pub fn most_exchanged_bytes(&self) -> u64 {
+        self.bytes.max(self.served) as u64
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]

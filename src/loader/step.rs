@@ -271,6 +271,7 @@ impl Core {
             buffers: &self.buffers,
             collective_rounds: features.rounds as u64,
             requests_to_me,
+            most_exchanged_bytes: features.most_exchanged_bytes(),
             known_batches,
             gets_end_in_barrier: self.gets_end_in_barrier,
         };

@@ -1,6 +1,6 @@
 //! The library's own communicator: a duplicate of the host's, with errors returned.
 
-use super::{WaitPolicy, check, ffi, large_count::PeerTypes, to_count, wait::complete};
+use super::{MAX_COUNT, WaitPolicy, check, ffi, large_count::PeerTypes, to_count, wait::complete};
 use crate::error::mdl_status;
 use std::borrow::Cow;
 use crate::error::{Error, Result};
@@ -24,6 +24,24 @@ macro_rules! datatype {
 datatype!(u8, RSMPI_UINT8_T);
 datatype!(u64, RSMPI_UINT64_T);
 datatype!(f64, RSMPI_DOUBLE);
+
+/// Which call an all-to-all exchange takes: every rank must take the same.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CountWidth {
+    /// `MPI_Alltoallv`: every count and displacement fits a C `int`.
+    Int,
+    /// `MPI_Alltoallw` with a derived type per peer: any size.
+    Large,
+}
+
+impl CountWidth {
+    /// For an exchange in which no rank sends or receives more than `most_bytes`
+    /// bytes (a figure every rank agreed on): then every part and displacement of
+    /// every rank, in bytes or in 8-byte ids, is at most that.
+    pub fn for_most_bytes(most_bytes: u64) -> CountWidth {
+        if most_bytes <= MAX_COUNT { CountWidth::Int } else { CountWidth::Large }
+    }
+}
 
 /// An owned duplicate of a host communicator. Freed by [`Comm::free`] (collective).
 pub struct Comm {
@@ -317,8 +335,11 @@ impl Comm {
 
     /// `MPI_Alltoallv`: `send` is cut into consecutive parts of `send_counts[p]` elements
     /// for rank p; `recv` receives consecutive parts of `recv_counts[p]` from rank p.
-    /// Where a count or displacement exceeds `int`, the same exchange runs as an
-    /// `MPI_Alltoallw` with a derived type per peer ([`PeerTypes`]), whatever the size.
+    /// With [`CountWidth::Large`] the same exchange runs as an `MPI_Alltoallw` with a
+    /// derived type per peer ([`PeerTypes`]), whatever the size. `width` must be the
+    /// same on every rank (MPI matches a collective by its call): the caller takes it
+    /// from agreed figures, never from this rank's counts alone. With
+    /// [`CountWidth::Int`], a count or displacement beyond `int` is a clear error.
     ///
     /// After a timeout (`MDL_TIMEOUT`) MPI may still read `send` and write `recv` when
     /// the late peers arrive: the caller must leak both. Not copied here, unlike the
@@ -330,18 +351,21 @@ impl Comm {
         send_counts: &[u64],
         recv: &mut [T],
         recv_counts: &[u64],
+        width: CountWidth,
     ) -> Result<()> {
         assert_eq!(send_counts.iter().sum::<u64>(), send.len() as u64);
         assert_eq!(recv_counts.iter().sum::<u64>(), recv.len() as u64);
-        let int_layout = |counts: &[u64]| -> Option<(Vec<c_int>, Vec<c_int>)> {
-            let counts = counts.iter().map(|&c| c_int::try_from(c).ok()).collect::<Option<Vec<_>>>()?;
-            let displs = displacements(&counts, "").ok()?;
-            Some((counts, displs))
-        };
-        match (int_layout(send_counts), int_layout(recv_counts)) {
-            (Some(send_layout), Some(recv_layout)) => self.alltoallv_int(send, send_layout, recv, recv_layout),
-            _ => self.alltoallv_large(send, send_counts, recv, recv_counts),
+        if width == CountWidth::Large {
+            return self.alltoallv_large(send, send_counts, recv, recv_counts);
         }
+        let int_layout = |counts: &[u64], what: &str| -> Result<(Vec<c_int>, Vec<c_int>)> {
+            let counts = counts.iter().map(|&c| to_count(c, what)).collect::<Result<Vec<_>>>()?;
+            let displs = displacements(&counts, what)?;
+            Ok((counts, displs))
+        };
+        let send_layout = int_layout(send_counts, "alltoallv send part or total")?;
+        let recv_layout = int_layout(recv_counts, "alltoallv receive part or total")?;
+        self.alltoallv_int(send, send_layout, recv, recv_layout)
     }
 
     fn alltoallv_int<T: Datatype>(

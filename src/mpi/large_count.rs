@@ -9,6 +9,11 @@
 //! displacements limit the step: it takes one round wherever the agreed figures fit
 //! `MDL_MAX_MESSAGE_BYTES`.
 //!
+//! MPI matches a collective by its call, so every rank must take `MPI_Alltoallw`
+//! where any rank needs it: the caller decides from agreed figures (the most bytes any
+//! rank sends or receives, `CountWidth::for_most_bytes`), never from its own counts.
+//! A rank whose own parts fit `int` then still takes this path.
+//!
 //! The types are made after the step's agreement, per step that needs them (no rank
 //! can know its receive layout earlier). `MPI_Type_create_hindexed` only fails when
 //! MPI itself runs out of memory, as its collectives may: that is the containment

@@ -15,7 +15,7 @@ mod shared;
 mod wait;
 mod window;
 
-pub use comm::{Comm, GathervLayout, timed_out};
+pub use comm::{Comm, CountWidth, GathervLayout, timed_out};
 pub use lifecycle::at_finalize;
 pub use progress::{ProgressThread, stop_all_threads as stop_progress_threads};
 pub use reduction::Reduction;

@@ -1,13 +1,19 @@
 /*
  * large_count_test: a collective step that moves more than 2^31 - 1 bytes to one rank
- * and from another, beyond what MPI_Alltoallv's int counts and displacements can say.
+ * or from one rank, beyond what MPI_Alltoallv's int counts and displacements can say.
  *
- * Two ranks, each holding SAMPLES samples of SAMPLE_MIB MiB. Rank 0 fetches a batch of
- * REPEATS ids of rank 1's samples (ids may repeat), about 2.3 GiB; rank 1 fetches one
- * sample of rank 0. The collective engine, node-local path off:
- *   - without MDL_MAX_MESSAGE_BYTES (no limit) the step must take exactly one exchange
- *     (the large parts go through MPI_Alltoallw with a derived type per peer);
- *   - with MDL_MAX_MESSAGE_BYTES=2147483647 (--expect-rounds) it takes several.
+ * Each rank holds SAMPLES samples of SAMPLE_MIB MiB; REPEATS of them (ids may repeat)
+ * make about 2.3 GiB. Modes:
+ *   --gather (default): rank 0 fetches REPEATS samples spread over the other ranks;
+ *     at 3 ranks no single part exceeds int, only rank 0's total and displacements do,
+ *     while the owners' own counts all fit (every rank must still take the same MPI
+ *     call); every other rank fetches one sample of rank 0;
+ *   --scatter: every other rank fetches REPEATS / (P - 1) samples of rank 0, which
+ *     sends more than 2^31 - 1 bytes in all (at 3 ranks, in parts that fit int).
+ * The collective engine, node-local path off:
+ *   - without MDL_MAX_MESSAGE_BYTES (no limit) the step takes exactly one exchange
+ *     (MPI_Alltoallw with a derived type per peer);
+ *   - with MDL_MAX_MESSAGE_BYTES=2147483647 and --expect-rounds it takes several.
  * Every fetched byte is checked. Needs about 7 GiB (the runner checks MemAvailable).
  */
 #include "mdloader.h"
@@ -34,8 +40,12 @@ int main(int argc, char **argv)
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &g_size);
-    int expect_rounds = argc > 1 && !strcmp(argv[1], "--expect-rounds");
-    check(g_size == 2, "large_count_test runs on 2 ranks");
+    int expect_rounds = 0, scatter = 0;
+    for (int i = 1; i < argc; i++) {
+        expect_rounds |= !strcmp(argv[i], "--expect-rounds");
+        scatter |= !strcmp(argv[i], "--scatter");
+    }
+    check(g_size >= 2, "large_count_test runs on 2 or more ranks");
 
     uint8_t *shard = malloc(SAMPLES * SAMPLE);
     check(shard != NULL, "a shard of 256 MiB");
@@ -50,14 +60,22 @@ int main(int argc, char **argv)
     check(mdl_set_backend(h, MDL_BACKEND_COLLECTIVE) == MDL_OK, "mdl_set_backend");
     check(mdl_register_shard(h, shard, offsets, SAMPLES) == MDL_OK, "mdl_register_shard");
 
-    /* Rank 0 asks for rank 1's samples over and over; rank 1 for one of rank 0's. */
-    size_t n = g_rank == 0 ? REPEATS : 1;
+    /* Global id of sample k of rank r: r * SAMPLES + k. */
+    int others = g_size - 1;
+    size_t n;
     uint64_t ids[REPEATS], out_offsets[REPEATS + 1];
-    for (size_t i = 0; i < n; i++)
-        ids[i] = g_rank == 0 ? SAMPLES + i % SAMPLES : i % SAMPLES;
+    if (scatter) {
+        n = g_rank == 0 ? 1 : (size_t)(REPEATS / others);
+        for (size_t i = 0; i < n; i++)
+            ids[i] = g_rank == 0 ? SAMPLES + i % SAMPLES : i % SAMPLES;
+    } else {
+        n = g_rank == 0 ? REPEATS : 1;
+        for (size_t i = 0; i < n; i++)
+            ids[i] = g_rank == 0 ? (uint64_t)(1 + i % (size_t)others) * SAMPLES + i % SAMPLES : i % SAMPLES;
+    }
     size_t cap = n * SAMPLE;
     uint8_t *out = malloc(cap);
-    check(out != NULL, "an output buffer of 2.3 GiB");
+    check(out != NULL, "an output buffer");
     char json[8192];
     check(mdl_stats_json(h, json, sizeof json) < sizeof json, "mdl_stats_json");
     double before = tc_json_number(json, NULL, "exchange_rounds");
@@ -67,13 +85,13 @@ int main(int argc, char **argv)
         mdl_last_error(why, sizeof why);
         fprintf(stderr, "[rank %d] mdl_fetch_batch: %s\n", g_rank, why);
     }
-    check(rc == MDL_OK, "mdl_fetch_batch of more than 2^31 bytes");
+    check(rc == MDL_OK, "mdl_fetch_batch of a step beyond int counts");
 
     /* Each distinct sample once as the reference, then every copy of it compared. */
     uint8_t *expected = malloc(SAMPLE);
     check(expected != NULL, "a reference sample");
     uint64_t wrong = 0;
-    for (uint64_t id = 0; id < 2 * SAMPLES && rc == MDL_OK; id++) {
+    for (uint64_t id = 0; id < (uint64_t)g_size * SAMPLES && rc == MDL_OK; id++) {
         int filled = 0;
         for (size_t i = 0; i < n; i++) {
             if (ids[i] != id)
@@ -94,8 +112,8 @@ int main(int argc, char **argv)
         check(exchanges == 1, "without a limit the step takes one exchange");
     }
     if (g_rank == 0 && !g_failed)
-        printf("large_count_test: %.2f GiB fetched in %d exchange(s), every byte right\n",
-               (double)cap / (1 << 30), exchanges);
+        printf("large_count_test (%s, %d ranks): %.2f GiB through rank 0 in %d exchange(s), every byte right\n",
+               scatter ? "scatter" : "gather", g_size, (double)REPEATS * SAMPLE / (1 << 30), exchanges);
     check(mdl_finalize(&h) == MDL_OK, "mdl_finalize");
     free(expected);
     free(out);
