@@ -294,7 +294,7 @@ impl PerOwner {
 }
 
 /// What a count exchange showed.
-pub struct Counted {
+struct Counted {
     /// How many ids each rank asks of this one.
     ids_from: Vec<u64>,
     /// The most bytes any rank serves, and the most any rank receives.
