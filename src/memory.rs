@@ -47,6 +47,54 @@ pub fn filled<T: Clone>(len: u64, value: T) -> Result<Vec<T>> {
     Ok(v)
 }
 
+/// Bytes that start at a cache-line boundary: the buffers the library fills with its
+/// batches. A copy whose destination starts off a line boundary by a few bytes was up
+/// to 3x slower on AMD EPYC (glibc's `memmove` for 4-16 KB samples: destinations 8
+/// bytes past a line against sources on one), and `malloc` returns 16-byte-aligned
+/// memory; samples of one length then keep the alignment all along a batch. Grows like
+/// a `Vec` (fallibly, amortised) and never shrinks; its contents are not kept across a
+/// resize, which only a step that overwrites them makes.
+#[derive(Default)]
+pub struct LineAlignedBytes {
+    /// `start` bytes of padding, then the buffer's `len` bytes, then spare room.
+    raw: Vec<u8>,
+    start: usize,
+    len: usize,
+}
+
+/// A cache line on the x86-64 and AArch64 machines the library runs on.
+pub const CACHE_LINE: usize = 64;
+
+impl LineAlignedBytes {
+    /// Make it `len` bytes long (zeroed where it grew), or `MDL_ERR_NO_MEMORY`.
+    pub fn resize(&mut self, len: usize) -> Result<()> {
+        // Room for the buffer wherever the allocation's first line boundary falls.
+        let wanted = len.checked_add(CACHE_LINE - 1).ok_or_else(|| no_memory(len, 1))?;
+        if self.raw.len() < wanted {
+            let more = wanted - self.raw.len();
+            reserve(&mut self.raw, more)?;
+            self.raw.resize(wanted, 0);
+        }
+        let misaligned = self.raw.as_ptr().addr() % CACHE_LINE;
+        self.start = (CACHE_LINE - misaligned) % CACHE_LINE;
+        self.len = len;
+        Ok(())
+    }
+}
+
+impl std::ops::Deref for LineAlignedBytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.raw[self.start..self.start + self.len]
+    }
+}
+
+impl std::ops::DerefMut for LineAlignedBytes {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        &mut self.raw[self.start..self.start + self.len]
+    }
+}
+
 fn no_memory(count: usize, size: usize) -> Error {
     Error::no_memory((count as u64).saturating_mul(size as u64))
 }
@@ -77,4 +125,22 @@ fn refuse_if_injected(count: usize, size: usize) -> Result<()> {
         return Err(no_memory(count, size));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn line_aligned_bytes_start_on_a_line_at_every_size() {
+        let mut bytes = LineAlignedBytes::default();
+        assert!(bytes.is_empty());
+        for len in [1, 100, 64 * 1024, 3, 1 << 20, 0, 5000] {
+            bytes.resize(len).unwrap();
+            assert_eq!(bytes.len(), len);
+            assert_eq!(bytes.as_ptr().addr() % CACHE_LINE, 0, "len {len}");
+            bytes.fill(7);
+            assert!(bytes.iter().all(|&b| b == 7));
+        }
+    }
 }

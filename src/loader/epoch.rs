@@ -14,6 +14,7 @@ use super::pipeline::Pipeline;
 use crate::engine::KnownBatches;
 use std::ops::Range;
 use crate::error::{Error, Result, mdl_status};
+use crate::memory::LineAlignedBytes;
 use crate::sampler::Epoch;
 use super::order::EpochOrder;
 use crossbeam::channel::{Receiver, Sender, unbounded};
@@ -27,7 +28,8 @@ use std::thread::JoinHandle;
 #[derive(Default)]
 pub struct Batch {
     pub ids: Vec<u64>,
-    pub data: Vec<u8>,
+    /// Line-aligned: see `LineAlignedBytes`.
+    pub data: LineAlignedBytes,
     pub offsets: Vec<u64>,
 }
 
