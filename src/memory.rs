@@ -47,13 +47,13 @@ pub fn filled<T: Clone>(len: u64, value: T) -> Result<Vec<T>> {
     Ok(v)
 }
 
-/// Bytes that start at a cache-line boundary: the buffers the library fills with its
-/// batches. A copy whose destination starts off a line boundary by a few bytes was up
-/// to 3x slower on AMD EPYC (glibc's `memmove` for 4-16 KB samples: destinations 8
-/// bytes past a line against sources on one), and `malloc` returns 16-byte-aligned
-/// memory; samples of one length then keep the alignment all along a batch. Grows like
-/// a `Vec` (fallibly, amortised) and never shrinks; its contents are not kept across a
-/// resize, which only a step that overwrites them makes.
+/// Bytes that start at a cache-line boundary: the buffers the library copies samples
+/// into (its batches, the collective engine's send and receive buffers). A copy whose
+/// destination starts off a line boundary by a few bytes was up to 3x slower on AMD
+/// EPYC (glibc's `memmove` for 4-16 KB samples: destinations 8 bytes past a line
+/// against sources on one), and `malloc` returns 16-byte-aligned memory; samples of one
+/// length then keep the alignment all along a buffer. Grows fallibly, like a `Vec`,
+/// keeping its contents, and never gives memory back.
 #[derive(Default)]
 pub struct LineAlignedBytes {
     /// `start` bytes of padding, then the buffer's `len` bytes, then spare room.
@@ -66,18 +66,51 @@ pub struct LineAlignedBytes {
 pub const CACHE_LINE: usize = 64;
 
 impl LineAlignedBytes {
-    /// Make it `len` bytes long (zeroed where it grew), or `MDL_ERR_NO_MEMORY`.
+    /// Make it `len` bytes long (zeroed where it grew; room grows amortised, as a
+    /// `Vec`'s), or `MDL_ERR_NO_MEMORY`.
     pub fn resize(&mut self, len: usize) -> Result<()> {
-        // Room for the buffer wherever the allocation's first line boundary falls.
-        let wanted = len.checked_add(CACHE_LINE - 1).ok_or_else(|| no_memory(len, 1))?;
-        if self.raw.len() < wanted {
-            let more = wanted - self.raw.len();
-            reserve(&mut self.raw, more)?;
-            self.raw.resize(wanted, 0);
-        }
-        let misaligned = self.raw.as_ptr().addr() % CACHE_LINE;
-        self.start = (CACHE_LINE - misaligned) % CACHE_LINE;
+        self.make_room(len, reserve)?;
         self.len = len;
+        Ok(())
+    }
+
+    /// Room for `len` bytes in all (exactly, where it must grow), so that filling them
+    /// allocates nothing; or `MDL_ERR_NO_MEMORY`.
+    pub fn reserve_room(&mut self, len: usize) -> Result<()> {
+        self.make_room(len, reserve_exact)
+    }
+
+    /// How many bytes it holds without growing.
+    pub fn room(&self) -> usize {
+        self.raw.len().saturating_sub(CACHE_LINE - 1)
+    }
+
+    pub fn clear(&mut self) {
+        self.len = 0;
+    }
+
+    /// Append `bytes`, growing where needed.
+    pub fn extend_from_slice(&mut self, bytes: &[u8]) -> Result<()> {
+        let at = self.len;
+        self.resize(at.checked_add(bytes.len()).ok_or_else(|| no_memory(bytes.len(), 1))?)?;
+        self[at..].copy_from_slice(bytes);
+        Ok(())
+    }
+
+    fn make_room(&mut self, len: usize, reserve: fn(&mut Vec<u8>, usize) -> Result<()>) -> Result<()> {
+        // Room for `len` bytes wherever the allocation's first line boundary falls.
+        let wanted = len.checked_add(CACHE_LINE - 1).ok_or_else(|| no_memory(len, 1))?;
+        if self.raw.len() >= wanted {
+            return Ok(());
+        }
+        let more = wanted - self.raw.len();
+        reserve(&mut self.raw, more)?;
+        self.raw.resize(wanted, 0);
+        // A reallocation may have moved the first line boundary.
+        let misaligned = self.raw.as_ptr().addr() % CACHE_LINE;
+        let start = (CACHE_LINE - misaligned) % CACHE_LINE;
+        self.raw.copy_within(self.start..self.start + self.len, start);
+        self.start = start;
         Ok(())
     }
 }
@@ -132,7 +165,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn line_aligned_bytes_start_on_a_line_at_every_size() {
+    fn line_aligned_bytes_start_on_a_line_at_every_size_and_keep_their_contents() {
         let mut bytes = LineAlignedBytes::default();
         assert!(bytes.is_empty());
         for len in [1, 100, 64 * 1024, 3, 1 << 20, 0, 5000] {
@@ -140,7 +173,19 @@ mod tests {
             assert_eq!(bytes.len(), len);
             assert_eq!(bytes.as_ptr().addr() % CACHE_LINE, 0, "len {len}");
             bytes.fill(7);
-            assert!(bytes.iter().all(|&b| b == 7));
         }
+        let mut packed = LineAlignedBytes::default();
+        packed.reserve_room(10).unwrap();
+        assert!(packed.room() >= 10 && packed.is_empty());
+        let mut expected = Vec::new();
+        for k in 0..2000u32 {
+            let piece: Vec<u8> = (0..k % 97).map(|b| (b ^ k) as u8).collect();
+            packed.extend_from_slice(&piece).unwrap();
+            expected.extend_from_slice(&piece);
+            assert_eq!(packed.as_ptr().addr() % CACHE_LINE, 0);
+        }
+        assert_eq!(&packed[..], &expected[..]);
+        packed.clear();
+        assert!(packed.is_empty() && packed.room() >= expected.len());
     }
 }

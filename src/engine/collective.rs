@@ -35,7 +35,7 @@ use super::{Engine, KnownBatches, StepContext};
 use crate::agree::{Proposal, agree, agree_on_checks};
 use crate::config::Backend;
 use crate::error::{Error, Result};
-use crate::memory;
+use crate::memory::{self, LineAlignedBytes};
 use crate::mpi::{Comm, CountWidth, Get};
 use crate::plan::RemoteSample;
 use std::ops::Range;
@@ -357,8 +357,9 @@ fn receive_ids(
 /// by one fetch at a time (the loader's step lock), freed with the loader.
 #[derive(Default)]
 pub struct ExchangeBuffers {
-    packed: Vec<u8>,
-    received: Vec<u8>,
+    /// Line-aligned, as the samples copied into them: see `LineAlignedBytes`.
+    packed: LineAlignedBytes,
+    received: LineAlignedBytes,
     /// The ids the other ranks ask of this one in a round, grouped by requester.
     asked: Vec<u64>,
     /// Exchanges of samples made, for the statistics (see [`ExchangeBuffers::take_rounds`]).
@@ -378,14 +379,14 @@ impl ExchangeBuffers {
     pub fn reserve_packed(&mut self, bytes: u64) -> Result<()> {
         let len = usize::try_from(bytes).map_err(|_| Error::no_memory(bytes))?;
         self.packed.clear(); // each round packs from empty
-        memory::reserve_exact(&mut self.packed, len)
+        self.packed.reserve_room(len)
     }
 
     /// What an owner's side holds without growing: it goes into the step's agreement
     /// (see [`RequestsToOwner::some_owner_lacks_room`]). Capacities only grow, so what
     /// a step agreed ahead reports holds when it runs.
     pub fn room(&self) -> ServeRoom {
-        ServeRoom { ids: self.asked.capacity() as u64, bytes: self.packed.capacity() as u64 }
+        ServeRoom { ids: self.asked.capacity() as u64, bytes: self.packed.room() as u64 }
     }
 
     /// The exchanges of samples made since the last call.
@@ -403,13 +404,11 @@ impl ExchangeBuffers {
 }
 
 /// The first `len` bytes of `buffer`, growing it (zero-filled, once) when needed.
-fn grown(buffer: &mut Vec<u8>, len: u64) -> Result<&mut [u8]> {
+fn grown(buffer: &mut LineAlignedBytes, len: u64) -> Result<&mut [u8]> {
     let len = usize::try_from(len).map_err(|_| Error::no_memory(len))?;
-    if buffer.len() < len {
-        memory::reserve_exact(buffer, len - buffer.len())?;
-        buffer.resize(len, 0);
-    }
-    Ok(&mut buffer[..len])
+    buffer.reserve_room(len)?;
+    buffer.resize(len)?;
+    Ok(&mut buffer[..])
 }
 
 /// Copy the received samples, which arrive in the order of `requests`, to their places.
@@ -424,7 +423,7 @@ fn unpack(requests: &[RemoteSample], received: &[u8], out: &mut [u8]) {
 
 /// The owner's side: copy the samples each requester asked for into `packed`, requester
 /// by requester; returns the bytes for each.
-fn pack(step: &StepContext, asked: &[u64], ids_from: &[u64], packed: &mut Vec<u8>) -> Result<Vec<u64>> {
+fn pack(step: &StepContext, asked: &[u64], ids_from: &[u64], packed: &mut LineAlignedBytes) -> Result<Vec<u64>> {
     let index = &step.store.index;
     let shard = step.store.window.local();
     let me = step.comm.rank();
@@ -439,7 +438,7 @@ fn pack(step: &StepContext, asked: &[u64], ids_from: &[u64], packed: &mut Vec<u8
                 .filter(|loc| loc.owner == me)
                 .ok_or_else(|| Error::invalid(format!("a peer asked rank {me} for sample {id}, which it does not hold")))?;
             let start = loc.offset as usize;
-            packed.extend_from_slice(&shard[start..start + loc.len as usize]);
+            packed.extend_from_slice(&shard[start..start + loc.len as usize])?;
         }
         bytes_to.push((packed.len() - before) as u64);
         next += count as usize;
