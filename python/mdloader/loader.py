@@ -7,6 +7,7 @@ import enum
 import functools
 import inspect
 import json
+import math
 import operator
 import sys
 import threading
@@ -338,6 +339,10 @@ class Batch(Sequence):
 
 
 SampleLike = Union[bytes, bytearray, memoryview, np.ndarray]
+
+
+# The library copies into a buffer fastest from a cache-line boundary (see mdl_fetch_batch).
+CACHE_LINE = 64
 
 
 def aligned_empty(nbytes: int, align: int) -> np.ndarray:
@@ -683,6 +688,11 @@ class Loader:
         """The alignment samples were registered with (1: packed back to back)."""
         return self._align
 
+    def _out_align(self) -> int:
+        """Where fetch's own buffers start: a multiple of the samples' alignment and of
+        a cache line."""
+        return math.lcm(self._align, CACHE_LINE)
+
     @property
     def num_samples(self) -> int:
         """The number of samples over all ranks, or in one replica group's copy (ids are
@@ -779,7 +789,7 @@ class Loader:
         try:
             idv, problem = _id_array(ids)
             # (allocations too: a MemoryError here must not leave the other ranks waiting)
-            buf = aligned_empty(self._batch_bytes(idv), self._align) if out is None else _out_bytes(out)
+            buf = aligned_empty(self._batch_bytes(idv), self._out_align()) if out is None else _out_bytes(out)
             offs = np.empty(idv.size + 1, dtype=np.uint64)
         except Exception as err:
             # Fail on every rank together: n = 1 with no ids is refused by the library.

@@ -15,6 +15,7 @@
  */
 #include "mdloader.h"
 #include "check.h"
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,6 +42,7 @@ typedef struct run_result {
     uint64_t steps, samples, hash; /* hash of this rank's id sequence */
     int bytes_ok;
     uint64_t *count; /* per global id: how often this rank got it */
+    int misaligned;  /* batches whose data did not start on a 64-byte boundary (documented) */
 } run_result;
 
 /* Runs the current epoch to its end from where it stands. */
@@ -56,6 +58,7 @@ static mdl_status drain(mdl_loader *h, run_result *res)
         if (n == 0)
             return MDL_OK;
         res->steps++;
+        res->misaligned += (uintptr_t)data % 64 != 0;
         for (size_t k = 0; k < n; k++) {
             const uint8_t *p = (const uint8_t *)data + offs[k];
             uint64_t len = offs[k + 1] - offs[k];
@@ -75,7 +78,7 @@ static mdl_status drain(mdl_loader *h, run_result *res)
 static run_result run_epoch(mdl_loader *h, mdl_backend b, uint32_t depth, uint64_t seed, uint64_t epoch,
                             uint64_t batch, int shuffle, int drop_last, uint64_t *count)
 {
-    run_result res = {0, 0, 0, 1, count};
+    run_result res = {0, 0, 0, 1, count, 0};
     mdl_status st = mdl_set_backend(h, b);
     if (st == MDL_OK)
         st = mdl_set_prefetch(h, depth);
@@ -199,7 +202,7 @@ int main(int argc, char **argv)
         int shuffle = cases[c].shuffle, drop = cases[c].drop_last;
         uint64_t per_rank = drop ? g_n / (uint64_t)g_size : (g_n + (uint64_t)g_size - 1) / (uint64_t)g_size;
         uint64_t ref_hash = 0;
-        int all_same = 1, all_bytes = 1, counts_ok = 1, steps_ok = 1;
+        int all_same = 1, all_bytes = 1, counts_ok = 1, steps_ok = 1, misaligned = 0;
         for (size_t e = 0; e < 3; e++)
             for (uint32_t depth = 0; depth <= 2; depth++) {
                 memset(count, 0, g_n * sizeof *count);
@@ -208,6 +211,7 @@ int main(int argc, char **argv)
                     ref_hash = r.hash;
                 all_same &= r.hash == ref_hash;
                 all_bytes &= r.bytes_ok;
+                misaligned += r.misaligned;
                 steps_ok &= r.samples == per_rank && r.steps == (per_rank + batch - 1) / batch;
                 MPI_Allreduce(count, total, (int)g_n, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
                 uint64_t sum = 0, max = 0;
@@ -226,11 +230,14 @@ int main(int argc, char **argv)
         snprintf(what, sizeof what, "batch %llu shuffle %d drop_last %d: every byte right, each sample %s",
                  (unsigned long long)batch, shuffle, drop, drop ? "at most once" : "at least once (padding)");
         check(all_bytes && counts_ok, what);
+        snprintf(what, sizeof what, "batch %llu shuffle %d drop_last %d: every batch's data starts on 64 bytes (%d did not)",
+                 (unsigned long long)batch, shuffle, drop, misaligned);
+        check(misaligned == 0, what);
     }
 
     /* Seek: an interrupted run resumed at step s gives the uninterrupted run's tail. */
     for (uint32_t depth = 0; depth <= 2; depth += 2) {
-        run_result whole = {0, 0, 0, 1, NULL}, tail = {0, 0, 0, 1, NULL};
+        run_result whole = {0, 0, 0, 1, NULL, 0}, tail = {0, 0, 0, 1, NULL, 0};
         mdl_set_prefetch(h, depth);
         mdl_epoch_begin(h, 5, 1, 10, 1, 0);
         uint64_t skip = 3;
@@ -255,7 +262,7 @@ int main(int argc, char **argv)
         check(st == MDL_OK && tail.hash == whole.hash && tail.steps == whole.steps && tail.bytes_ok, what);
 
         /* A refused seek leaves the epoch where it was. */
-        run_result after = {0, 0, 0, 1, NULL};
+        run_result after = {0, 0, 0, 1, NULL, 0};
         mdl_epoch_begin(h, 5, 1, 10, 1, 0);
         for (uint64_t s = 0; s < skip; s++)
             mdl_next_batch(h, &ids, &d, &offs, &n);
@@ -266,7 +273,7 @@ int main(int argc, char **argv)
               what);
 
         /* A refused begin (batch size 0 on the last rank) leaves the epoch where it was. */
-        run_result kept = {0, 0, 0, 1, NULL};
+        run_result kept = {0, 0, 0, 1, NULL, 0};
         mdl_epoch_begin(h, 5, 1, 10, 1, 0);
         for (uint64_t s = 0; s < skip; s++)
             mdl_next_batch(h, &ids, &d, &offs, &n);
@@ -285,7 +292,7 @@ int main(int argc, char **argv)
     if (provided == MPI_THREAD_MULTIPLE)
         check(mdl_set_backend(h, MDL_BACKEND_COLLECTIVE) == MDL_ERR_STATE,
               "mdl_set_backend while prefetching: MDL_ERR_STATE");
-    run_result rest = {0, 0, 0, 1, NULL};
+    run_result rest = {0, 0, 0, 1, NULL, 0};
     check(drain(h, &rest) == MDL_OK && rest.bytes_ok, "the epoch goes on after refused calls");
     check(mdl_fetch_batch(h, &id, 1, buf, sizeof buf, off) == MDL_OK, "mdl_fetch_batch after the epoch ended");
     mdl_status st = mdl_epoch_begin(h, 1, 1, g_rank == g_size - 1 ? 9 : 8, 1, 0);
@@ -295,7 +302,7 @@ int main(int argc, char **argv)
     check(mdl_epoch_begin(h, 1, 1, 0, 1, 0) == MDL_ERR_INVALID_ARG, "batch_size 0: MDL_ERR_INVALID_ARG");
     /* Refused begins and seeks leave the epoch in progress (at one rank the batch-9 one)
        where it was: finish it before the next. */
-    run_result leftover = {0, 0, 0, 1, NULL};
+    run_result leftover = {0, 0, 0, 1, NULL, 0};
     check(drain(h, &leftover) == MDL_OK, "the epoch left in place by refused calls ends normally");
     run_result again = run_epoch(h, MDL_BACKEND_AUTO, 1, 1, 2, 32, 1, 1, NULL);
     check(again.bytes_ok && same_on_all_ranks(again.steps), "a new epoch works after the errors");
