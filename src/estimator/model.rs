@@ -220,15 +220,15 @@ mod tests {
         StepFeatures { gets, samples: gets, bytes, served: bytes, rounds: 1.0 }
     }
 
-    /// The model on its own (calibrated parameters, no online correction) against a
-    /// recorded `benches/grid` run (`benches/grid/results-replay/`, 216 points, both
-    /// MPIs, shared memory, TCP and two emulated hosts, 2 and 4 ranks): each point's
-    /// measured step times, the model's terms averaged over its batches and the AUTO
-    /// loader's calibration, as `benches/grid/replay_fixture.py --write` keeps them. It
-    /// picks the faster engine at 131 of the 145 decisive points (engines >= 1.2x
-    /// apart), 90%; the target is 97% (it misses large collective transfers over TCP,
-    /// and MPICH at 4 ranks on 2 cores). No timing here: a change to the model (its
-    /// terms, how they combine) that loses points fails.
+    /// The model on its own (calibrated parameters, no online correction) against two
+    /// recorded `benches/grid` runs of the grid issue 20 names
+    /// (`benches/grid/results-2026-12-03-aligned/`: Open MPI shared memory and TCP at 2
+    /// and 4 ranks, MPICH shared memory and TCP at 2 ranks, 108 points each): each
+    /// point's measured step times, the model's terms averaged over its batches and the
+    /// AUTO loader's calibration, as `benches/grid/replay_fixture.py --write` keeps them.
+    /// It picks the faster engine at 173 of the 177 decisive points (engines >= 1.2x
+    /// apart), 97.7%, against the target of 97%. No timing here: a change to the model
+    /// (its terms, how they combine) that loses two points fails.
     #[test]
     fn model_picks_the_faster_engine_on_a_recorded_grid() {
         let fixture = include_str!("testdata/grid_replay.csv");
@@ -263,7 +263,7 @@ mod tests {
             }
         }
         assert!(decisive >= 50, "only {decisive} decisive points in the fixture");
-        assert!(right as f64 >= 0.90 * decisive as f64, "{right}/{decisive} right; wrong at {wrong:?}");
+        assert!(right as f64 >= 0.97 * decisive as f64, "{right}/{decisive} right; wrong at {wrong:?}");
     }
 
     #[test]
