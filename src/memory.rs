@@ -47,25 +47,29 @@ pub fn filled<T: Clone>(len: u64, value: T) -> Result<Vec<T>> {
     Ok(v)
 }
 
-/// Bytes that start at a cache-line boundary: the buffers the library copies samples
-/// into (its batches, the collective engine's send and receive buffers). A copy whose
-/// destination starts off a line boundary by a few bytes was up to 3x slower on AMD
-/// EPYC (glibc's `memmove` for 4-16 KB samples: destinations 8 bytes past a line
-/// against sources on one), and `malloc` returns 16-byte-aligned memory; samples of one
-/// length then keep the alignment all along a buffer. Grows fallibly, like a `Vec`,
-/// keeping its contents, and never gives memory back.
+/// Bytes that start at a page boundary: the buffers the library copies samples into
+/// (its batches, the collective engine's send and receive buffers). Copies of 4-16 KB
+/// samples with glibc's `memmove` ran up to 3x slower (AMD EPYC) where the destination
+/// lay a few bytes past the source modulo 4096 (a load then waits for an earlier store
+/// to an address with the same low 12 bits: 4K aliasing), and 1.2-1.5x slower where
+/// it lay off a cache line; `malloc` returns memory 16 bytes past a page or a line. A
+/// buffer on a page boundary fills from MPICH's shard windows (page-aligned) at
+/// distance 0 and from Open MPI's (264 bytes past a page) at 3832, both fast, and
+/// samples of one length keep that distance all along it. Grows fallibly, like a
+/// `Vec`, keeping its contents, and never gives memory back.
 #[derive(Default)]
-pub struct LineAlignedBytes {
+pub struct PageAlignedBytes {
     /// `start` bytes of padding, then the buffer's `len` bytes, then spare room.
     raw: Vec<u8>,
     start: usize,
     len: usize,
 }
 
-/// A cache line on the x86-64 and AArch64 machines the library runs on.
-pub const CACHE_LINE: usize = 64;
+/// The alignment of a `PageAlignedBytes` (the smallest page on x86-64 and AArch64;
+/// also a multiple of their cache lines).
+pub(crate) const PAGE: usize = 4096;
 
-impl LineAlignedBytes {
+impl PageAlignedBytes {
     /// Make it `len` bytes long (zeroed where it grew; room grows amortised, as a
     /// `Vec`'s), or `MDL_ERR_NO_MEMORY`.
     pub fn resize(&mut self, len: usize) -> Result<()> {
@@ -82,7 +86,7 @@ impl LineAlignedBytes {
 
     /// How many bytes it holds without growing.
     pub fn room(&self) -> usize {
-        self.raw.len().saturating_sub(CACHE_LINE - 1)
+        self.raw.len().saturating_sub(PAGE - 1)
     }
 
     pub fn clear(&mut self) {
@@ -99,7 +103,7 @@ impl LineAlignedBytes {
 
     fn make_room(&mut self, len: usize, reserve: fn(&mut Vec<u8>, usize) -> Result<()>) -> Result<()> {
         // Room for `len` bytes wherever the allocation's first line boundary falls.
-        let wanted = len.checked_add(CACHE_LINE - 1).ok_or_else(|| no_memory(len, 1))?;
+        let wanted = len.checked_add(PAGE - 1).ok_or_else(|| no_memory(len, 1))?;
         if self.raw.len() >= wanted {
             return Ok(());
         }
@@ -107,22 +111,22 @@ impl LineAlignedBytes {
         reserve(&mut self.raw, more)?;
         self.raw.resize(wanted, 0);
         // A reallocation may have moved the first line boundary.
-        let misaligned = self.raw.as_ptr().addr() % CACHE_LINE;
-        let start = (CACHE_LINE - misaligned) % CACHE_LINE;
+        let misaligned = self.raw.as_ptr().addr() % PAGE;
+        let start = (PAGE - misaligned) % PAGE;
         self.raw.copy_within(self.start..self.start + self.len, start);
         self.start = start;
         Ok(())
     }
 }
 
-impl std::ops::Deref for LineAlignedBytes {
+impl std::ops::Deref for PageAlignedBytes {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
         &self.raw[self.start..self.start + self.len]
     }
 }
 
-impl std::ops::DerefMut for LineAlignedBytes {
+impl std::ops::DerefMut for PageAlignedBytes {
     fn deref_mut(&mut self) -> &mut [u8] {
         &mut self.raw[self.start..self.start + self.len]
     }
@@ -165,16 +169,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn line_aligned_bytes_start_on_a_line_at_every_size_and_keep_their_contents() {
-        let mut bytes = LineAlignedBytes::default();
+    fn page_aligned_bytes_start_on_a_page_at_every_size_and_keep_their_contents() {
+        let mut bytes = PageAlignedBytes::default();
         assert!(bytes.is_empty());
         for len in [1, 100, 64 * 1024, 3, 1 << 20, 0, 5000] {
             bytes.resize(len).unwrap();
             assert_eq!(bytes.len(), len);
-            assert_eq!(bytes.as_ptr().addr() % CACHE_LINE, 0, "len {len}");
+            assert_eq!(bytes.as_ptr().addr() % PAGE, 0, "len {len}");
             bytes.fill(7);
         }
-        let mut packed = LineAlignedBytes::default();
+        let mut packed = PageAlignedBytes::default();
         packed.reserve_room(10).unwrap();
         assert!(packed.room() >= 10 && packed.is_empty());
         let mut expected = Vec::new();
@@ -182,7 +186,7 @@ mod tests {
             let piece: Vec<u8> = (0..k % 97).map(|b| (b ^ k) as u8).collect();
             packed.extend_from_slice(&piece).unwrap();
             expected.extend_from_slice(&piece);
-            assert_eq!(packed.as_ptr().addr() % CACHE_LINE, 0);
+            assert_eq!(packed.as_ptr().addr() % PAGE, 0);
         }
         assert_eq!(&packed[..], &expected[..]);
         packed.clear();

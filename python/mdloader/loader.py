@@ -341,8 +341,8 @@ class Batch(Sequence):
 SampleLike = Union[bytes, bytearray, memoryview, np.ndarray]
 
 
-# The library copies into a buffer fastest from a cache-line boundary (see mdl_fetch_batch).
-CACHE_LINE = 64
+# The library copies into a buffer fastest from a page boundary (see mdl_fetch_batch).
+PAGE = 4096
 
 
 def aligned_empty(nbytes: int, align: int) -> np.ndarray:
@@ -690,8 +690,8 @@ class Loader:
 
     def _out_align(self) -> int:
         """Where fetch's own buffers start: a multiple of the samples' alignment and of
-        a cache line."""
-        return math.lcm(self._align, CACHE_LINE)
+        a page."""
+        return math.lcm(self._align, PAGE)
 
     @property
     def num_samples(self) -> int:

@@ -35,7 +35,7 @@ use super::{Engine, KnownBatches, StepContext};
 use crate::agree::{Proposal, agree, agree_on_checks};
 use crate::config::Backend;
 use crate::error::{Error, Result};
-use crate::memory::{self, LineAlignedBytes};
+use crate::memory::{self, PageAlignedBytes};
 use crate::mpi::{Comm, CountWidth, Get};
 use crate::plan::RemoteSample;
 use std::ops::Range;
@@ -357,9 +357,9 @@ fn receive_ids(
 /// by one fetch at a time (the loader's step lock), freed with the loader.
 #[derive(Default)]
 pub struct ExchangeBuffers {
-    /// Line-aligned, as the samples copied into them: see `LineAlignedBytes`.
-    packed: LineAlignedBytes,
-    received: LineAlignedBytes,
+    /// Page-aligned, as the samples copied into them: see `PageAlignedBytes`.
+    packed: PageAlignedBytes,
+    received: PageAlignedBytes,
     /// The ids the other ranks ask of this one in a round, grouped by requester.
     asked: Vec<u64>,
     /// Exchanges of samples made, for the statistics (see [`ExchangeBuffers::take_rounds`]).
@@ -404,7 +404,7 @@ impl ExchangeBuffers {
 }
 
 /// The first `len` bytes of `buffer`, growing it (zero-filled, once) when needed.
-fn grown(buffer: &mut LineAlignedBytes, len: u64) -> Result<&mut [u8]> {
+fn grown(buffer: &mut PageAlignedBytes, len: u64) -> Result<&mut [u8]> {
     let len = usize::try_from(len).map_err(|_| Error::no_memory(len))?;
     buffer.reserve_room(len)?;
     buffer.resize(len)?;
@@ -423,7 +423,7 @@ fn unpack(requests: &[RemoteSample], received: &[u8], out: &mut [u8]) {
 
 /// The owner's side: copy the samples each requester asked for into `packed`, requester
 /// by requester; returns the bytes for each.
-fn pack(step: &StepContext, asked: &[u64], ids_from: &[u64], packed: &mut LineAlignedBytes) -> Result<Vec<u64>> {
+fn pack(step: &StepContext, asked: &[u64], ids_from: &[u64], packed: &mut PageAlignedBytes) -> Result<Vec<u64>> {
     let index = &step.store.index;
     let shard = step.store.window.local();
     let me = step.comm.rank();

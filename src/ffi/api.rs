@@ -241,10 +241,11 @@ pub extern "C" fn mdl_sample_size(h: *const mdl_loader, id: u64, out: *mut u64) 
 /// stays usable. On MDL_ERR_BUFFER_TOO_SMALL, out_offsets is filled and
 /// out_offsets[n] holds the size needed. n + 1 offsets and out_cap bytes must each fit
 /// in memory (at most PTRDIFF_MAX bytes): an impossible n or out_cap is
-/// MDL_ERR_INVALID_ARG, agreed like any bad argument. An out that starts on a 64-byte
-/// boundary (aligned_alloc(64, ...), not plain malloc) copies faster: glibc's memcpy
-/// of 4-16 KB samples ran up to 3x slower into destinations a few bytes off a cache
-/// line (measured on AMD EPYC); the batches of mdl_next_batch are aligned so.
+/// MDL_ERR_INVALID_ARG, agreed like any bad argument. An out that starts on a page
+/// (aligned_alloc(4096, ...), not plain malloc, whose memory starts 16 bytes past one)
+/// copies faster: glibc's memcpy of 4-16 KB samples ran up to 3x slower where the
+/// destination lay a few bytes past the source modulo 4096 (AMD EPYC); the batches of
+/// mdl_next_batch start on a page.
 #[unsafe(no_mangle)]
 pub extern "C" fn mdl_fetch_batch(
     h: *mut mdl_loader,
@@ -358,7 +359,7 @@ pub extern "C" fn mdl_epoch_begin_ids(
 
 /// Collective. This rank's next batch, in loader-owned memory valid until the next
 /// call on h: *n samples, their ids, their bytes and n + 1 offsets (sample ids[k] is
-/// data[offsets[k] .. offsets[k+1]); data starts on a 64-byte boundary). *n == 0 on
+/// data[offsets[k] .. offsets[k+1]); data starts on a 4096-byte boundary). *n == 0 on
 /// every rank at once marks the end of the epoch. If an out-pointer is NULL the step
 /// is still taken (so that the ranks stay in step) and MDL_ERR_NULL_ARG returned.
 #[unsafe(no_mangle)]

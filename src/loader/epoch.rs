@@ -14,7 +14,7 @@ use super::pipeline::Pipeline;
 use crate::engine::KnownBatches;
 use std::ops::Range;
 use crate::error::{Error, Result, mdl_status};
-use crate::memory::LineAlignedBytes;
+use crate::memory::PageAlignedBytes;
 use crate::sampler::Epoch;
 use super::order::EpochOrder;
 use crossbeam::channel::{Receiver, Sender, unbounded};
@@ -28,8 +28,8 @@ use std::thread::JoinHandle;
 #[derive(Default)]
 pub struct Batch {
     pub ids: Vec<u64>,
-    /// Line-aligned: see `LineAlignedBytes`.
-    pub data: LineAlignedBytes,
+    /// Page-aligned: see `PageAlignedBytes`.
+    pub data: PageAlignedBytes,
     pub offsets: Vec<u64>,
 }
 

@@ -25,7 +25,7 @@ use super::ahead::StepAhead;
 use super::core::Core;
 use super::epoch::Batch;
 use super::order::EpochOrder;
-use crate::memory::{self, LineAlignedBytes};
+use crate::memory::{self, PageAlignedBytes};
 use crate::engine::KnownBatches;
 use crate::error::{Error, Result, mdl_status};
 use std::collections::VecDeque;
@@ -134,7 +134,7 @@ impl Pipeline {
 
 /// Grow a batch's buffers for `bytes` of `samples` samples; returns the bytes as a
 /// length.
-fn size_buffers(data: &mut LineAlignedBytes, offsets: &mut Vec<u64>, bytes: u64, samples: usize) -> Result<usize> {
+fn size_buffers(data: &mut PageAlignedBytes, offsets: &mut Vec<u64>, bytes: u64, samples: usize) -> Result<usize> {
     let needed = usize::try_from(bytes).map_err(|_| Error::no_memory(bytes))?;
     data.resize(needed)?;
     let count = samples + 1;

@@ -42,7 +42,7 @@ typedef struct run_result {
     uint64_t steps, samples, hash; /* hash of this rank's id sequence */
     int bytes_ok;
     uint64_t *count; /* per global id: how often this rank got it */
-    int misaligned;  /* batches whose data did not start on a 64-byte boundary (documented) */
+    int misaligned;  /* batches whose data did not start on a page (documented) */
 } run_result;
 
 /* Runs the current epoch to its end from where it stands. */
@@ -58,7 +58,7 @@ static mdl_status drain(mdl_loader *h, run_result *res)
         if (n == 0)
             return MDL_OK;
         res->steps++;
-        res->misaligned += (uintptr_t)data % 64 != 0;
+        res->misaligned += (uintptr_t)data % 4096 != 0;
         for (size_t k = 0; k < n; k++) {
             const uint8_t *p = (const uint8_t *)data + offs[k];
             uint64_t len = offs[k + 1] - offs[k];
@@ -230,7 +230,7 @@ int main(int argc, char **argv)
         snprintf(what, sizeof what, "batch %llu shuffle %d drop_last %d: every byte right, each sample %s",
                  (unsigned long long)batch, shuffle, drop, drop ? "at most once" : "at least once (padding)");
         check(all_bytes && counts_ok, what);
-        snprintf(what, sizeof what, "batch %llu shuffle %d drop_last %d: every batch's data starts on 64 bytes (%d did not)",
+        snprintf(what, sizeof what, "batch %llu shuffle %d drop_last %d: every batch's data starts on a page (%d did not)",
                  (unsigned long long)batch, shuffle, drop, misaligned);
         check(misaligned == 0, what);
     }
