@@ -331,9 +331,10 @@ enum mdl_status mdl_epoch_begin_ids(struct mdl_loader *h,
 /**
  * Collective. This rank's next batch, in loader-owned memory valid until the next
  * call on h: *n samples, their ids, their bytes and n + 1 offsets (sample ids[k] is
- * data[offsets[k] .. offsets[k+1]); data starts on a 4096-byte boundary). *n == 0 on
- * every rank at once marks the end of the epoch. If an out-pointer is NULL the step
- * is still taken (so that the ranks stay in step) and MDL_ERR_NULL_ARG returned.
+ * data[offsets[k] .. offsets[k+1]); when *n > 0, data starts on a 4096-byte
+ * boundary). *n == 0 on every rank at once marks the end of the epoch. If an
+ * out-pointer is NULL the step is still taken (so that the ranks stay in step) and
+ * MDL_ERR_NULL_ARG returned.
  */
 enum mdl_status mdl_next_batch(struct mdl_loader *h,
                                const uint64_t **ids,

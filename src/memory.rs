@@ -70,8 +70,9 @@ pub struct PageAlignedBytes {
 pub(crate) const PAGE: usize = 4096;
 
 impl PageAlignedBytes {
-    /// Make it `len` bytes long (zeroed where it grew; room grows amortised, as a
-    /// `Vec`'s), or `MDL_ERR_NO_MEMORY`.
+    /// Make it `len` bytes long, keeping the first min(old, new) bytes (the rest hold
+    /// whatever they held: callers overwrite them); room grows amortised, as a
+    /// `Vec`'s. Or `MDL_ERR_NO_MEMORY`.
     pub fn resize(&mut self, len: usize) -> Result<()> {
         self.make_room(len, reserve)?;
         self.len = len;
@@ -79,7 +80,8 @@ impl PageAlignedBytes {
     }
 
     /// Room for `len` bytes in all (exactly, where it must grow), so that filling them
-    /// allocates nothing; or `MDL_ERR_NO_MEMORY`.
+    /// allocates nothing; or `MDL_ERR_NO_MEMORY`. Unlike a `Vec`'s reserve it writes
+    /// the room (zeroes, once), so its pages are committed from then on.
     pub fn reserve_room(&mut self, len: usize) -> Result<()> {
         self.make_room(len, reserve_exact)
     }

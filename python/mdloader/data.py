@@ -27,7 +27,7 @@ import numpy as np
 
 from . import _lib
 from .background import every_rank_allows_threads, in_background
-from .loader import PAGE, Batch, Loader, _check, _id_array, _integer, _uint, aligned_empty
+from .loader import Batch, Loader, _check, _id_array, _integer, _uint, aligned_empty
 
 __all__ = ["DistributedSampler", "DataLoader", "BatchIterator", "epoch_ids"]
 
@@ -242,7 +242,7 @@ class DataLoader:
             if self.reuse_buffer:
                 need = self.loader._batch_bytes(_id_array(chunk)[0])
                 if self._buffer is None or self._buffer.size < need:
-                    self._buffer = aligned_empty(max(need, 1), PAGE)
+                    self._buffer = aligned_empty(max(need, 1), self.loader._out_align())
                 out = self._buffer
             batch = self.loader.fetch(chunk, out=out)
             yield self.collate_fn(batch) if self.collate_fn is not None else batch

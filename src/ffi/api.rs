@@ -359,9 +359,10 @@ pub extern "C" fn mdl_epoch_begin_ids(
 
 /// Collective. This rank's next batch, in loader-owned memory valid until the next
 /// call on h: *n samples, their ids, their bytes and n + 1 offsets (sample ids[k] is
-/// data[offsets[k] .. offsets[k+1]); data starts on a 4096-byte boundary). *n == 0 on
-/// every rank at once marks the end of the epoch. If an out-pointer is NULL the step
-/// is still taken (so that the ranks stay in step) and MDL_ERR_NULL_ARG returned.
+/// data[offsets[k] .. offsets[k+1]); when *n > 0, data starts on a 4096-byte
+/// boundary). *n == 0 on every rank at once marks the end of the epoch. If an
+/// out-pointer is NULL the step is still taken (so that the ranks stay in step) and
+/// MDL_ERR_NULL_ARG returned.
 #[unsafe(no_mangle)]
 pub extern "C" fn mdl_next_batch(
     h: *mut mdl_loader,

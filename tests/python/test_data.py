@@ -83,6 +83,18 @@ def test_dataloader_collate_and_reuse(comm):
         assert sums == want
 
 
+@pytest.mark.parametrize("align", [1, 8, 8192])
+def test_dataloader_buffers_start_on_a_page_and_on_align(comm, align):
+    """fetch's own buffers, reused or not, start on lcm(align, 4096): a page (see
+    mdl_fetch_batch) and the samples' alignment (the typed views' promise)."""
+    with mdloader.Loader(comm) as ld:
+        ld.register_shard([np.full(2, i, dtype=np.float64) for i in range(12)], align=align)
+        want = np.lcm(align, 4096)
+        for reuse in (False, True):
+            loader = ld.batches(5, shuffle=True, seed=3, reuse_buffer=reuse, collate_fn=lambda b: b.data.ctypes.data % want)
+            assert all(misaligned == 0 for misaligned in loader), (reuse, want)
+
+
 def _library_epoch(ld, **kw):
     return [(b.ids.copy(), [bytes(b[k]) for k in range(len(b))]) for b in ld.epoch(**kw)]
 
