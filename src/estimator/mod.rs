@@ -30,9 +30,11 @@
 //! found out at bounded cost. A bucket's k-th probe comes `FIRST_PROBE_AFTER * 2^k`
 //! steps after the previous one, at most `probe_interval` (8, 16, 32, 64, 64, ... by
 //! default): early evidence is cheap and matters most. The first probe of a bucket
-//! always happens; later ones are skipped while the other engine is predicted more than
-//! `PROBE_MAX_RATIO` times slower. A bucket switches engine only when the other is
-//! predicted faster by more than the hysteresis margin.
+//! happens however slow the other engine looks; later ones are skipped while it is
+//! predicted more than `PROBE_MAX_RATIO` times slower. Every probe waits until what
+//! the probes cost so far, and what this one is predicted to cost, fit in the budget
+//! (`Settings::probe_budget`) of all measured steps' time. A bucket switches engine
+//! only when the other is predicted faster by more than the hysteresis margin.
 
 pub mod calibrate;
 pub mod features;
@@ -80,9 +82,9 @@ pub struct Settings {
     pub probe_interval: u64,
     /// Relative margin by which the other engine must be predicted faster to switch.
     pub hysteresis: f64,
-    /// What the probes may cost: their time over the preferred engine's prediction, as
-    /// a fraction of every measured step's time (0: a probe only until one has cost
-    /// anything).
+    /// What the probes may cost: their time over the preferred engine's prediction
+    /// (spent, and predicted for the next one), as a fraction of every measured step's
+    /// time (0: only probes predicted to cost nothing, while none has cost anything).
     pub probe_budget: f64,
 }
 
@@ -290,12 +292,7 @@ impl Estimator {
             return Backend::OneSided;
         }
         let (settings, skew) = (self.settings, self.skew);
-        // Within budget: what the probes cost so far over the preferred engine (as
-        // measured, which is where a model that has not seen the job's skew is wrong
-        // by orders of magnitude) is within `probe_budget` of all steps' time. After a
-        // probe that cost much, the next waits until the steps have earned it back; a
-        // due probe waits, it is not skipped.
-        let affordable = self.probe_excess_seconds <= settings.probe_budget * self.measured_seconds;
+        let (spent, earned) = (self.probe_excess_seconds, settings.probe_budget * self.measured_seconds);
         let bucket = self.bucket(f);
         let predicted = |e: Backend| if e == Backend::Collective { coll } else { os };
         let fastest = if coll < os { Backend::Collective } else { Backend::OneSided };
@@ -313,6 +310,16 @@ impl Estimator {
         let skew_of = |e: Backend| if e == Backend::Collective { skew } else { 0.0 };
         let exchange_alone = predicted(other(keep)) - skew_of(other(keep));
         let worth_a_look = never_measured || exchange_alone <= PROBE_MAX_RATIO * predicted(keep);
+        // Within budget: what the probes cost so far over the preferred engine (as
+        // measured, which is where a model that has not seen the job's skew is wrong
+        // by orders of magnitude) and what this one is predicted to cost over it fit in
+        // `probe_budget` of all measured steps' time. A probe predicted to cost much
+        // waits until the steps have earned it (the first of a bucket too: a model far
+        // off is still found out, once the steps have run 1/budget times the probe's
+        // predicted excess), and after a probe that cost more than predicted the next
+        // waits until they have earned that back; a due probe waits, it is not skipped.
+        let predicted_excess = (predicted(other(keep)) - predicted(keep)).max(0.0);
+        let affordable = spent + predicted_excess <= earned;
         let probing = bucket.probe_due(settings.probe_interval) && worth_a_look && affordable;
         if probing {
             bucket.steps_since_probe = 0;
@@ -518,7 +525,8 @@ mod tests {
 
     #[test]
     fn the_first_probe_of_a_bucket_happens_however_slow_the_other_engine_looks() {
-        let mut e = Estimator::new(CostParams::default(), settings());
+        // A budget that covers any probe: only the schedule and the ratio decide.
+        let mut e = Estimator::new(CostParams::default(), Settings { probe_budget: 1e9, ..settings() });
         let f = step(16.0, 32768.0);
         let first = e.decide(&f, Backend::Auto).engine;
         // The engine in use measures 100x faster than modelled: the other looks far slower.
@@ -534,11 +542,34 @@ mod tests {
         assert!((0..30).all(|_| !e.decide(&f, Backend::Auto).probe));
     }
 
+    /// The engine in use takes `T` a step as predicted, the other is predicted 3T: its
+    /// first probe waits until the budget (5%) of the steps' time covers the 2T it is
+    /// predicted to cost over the preferred engine, about 40 steps, not the 8 of the
+    /// schedule.
+    #[test]
+    fn an_expensive_first_probe_waits_until_the_steps_have_earned_it() {
+        let params = CostParams { a_os: 10e-6, g_os: 0.0, b_os: 0.0, c_os: 0.0, a_coll: 30e-6, s_coll: 0.0, b_coll: 0.0 };
+        let mut e = Estimator::new(params, Settings { probe_interval: 64, ..settings() });
+        let f = step(16.0, 32768.0);
+        let first_probe = (1..=200).find(|_| {
+            let d = e.decide(&f, Backend::Auto);
+            e.observe(d.engine, &f, same(d.predicted(d.engine)), d.probe.then(|| d.predicted(other(d.engine))));
+            d.probe
+        });
+        assert_eq!(first_probe, Some(41), "2T of excess fits in 5% of 40 steps of T");
+    }
+
     #[test]
     fn probes_are_bounded_and_periodic() {
-        let mut e = Estimator::new(CostParams::default(), settings());
+        let mut e = Estimator::new(CostParams::default(), Settings { probe_budget: 1e9, ..settings() });
         let f = step(16.0, 32768.0);
-        let probes = (0..100).filter(|_| e.decide(&f, Backend::Auto).probe).count();
+        let probes = (0..100)
+            .filter(|_| {
+                let d = e.decide(&f, Backend::Auto);
+                e.observe(d.engine, &f, same(d.predicted(d.engine)), d.probe.then(|| d.predicted(other(d.engine))));
+                d.probe
+            })
+            .count();
         assert!((9..=11).contains(&probes), "{probes} probes in 100 steps");
         let mut never = Estimator::new(CostParams::default(), Settings { probe_interval: 0, ..settings() });
         assert!((0..100).all(|_| !never.decide(&f, Backend::Auto).probe));
@@ -573,13 +604,16 @@ mod tests {
                 e.buckets.values_mut().for_each(|b| b.residual = [0.0; 2]);
             }
             assert!(excess <= budget * total + probe_cost, "budget {budget}: {probes} probes cost {excess} of {total} s");
-            assert!(probes >= 1, "the first probe is taken");
-            if budget == 0.0 {
-                assert_eq!(probes, 1, "a zero budget allows the one probe that found out the cost");
+            if budget > 0.0 {
+                assert!(probes >= 1, "the first probe is taken once the steps have earned its predicted cost");
+            } else {
+                assert_eq!(probes, 0, "a zero budget allows no probe predicted to cost anything");
             }
         }
-        // Probes that cost nothing over the preferred engine keep their schedule.
-        let mut e = Estimator::new(CostParams::default(), settings());
+        // Probes predicted and measured to cost nothing over the preferred engine (the
+        // engines predicted alike) keep their schedule.
+        let alike = CostParams { a_os: 10e-6, g_os: 0.0, b_os: 0.0, c_os: 0.0, a_coll: 10e-6, s_coll: 0.0, b_coll: 0.0 };
+        let mut e = Estimator::new(alike, settings());
         let f = step(16.0, 32768.0);
         let probes = (0..100)
             .filter(|_| {
