@@ -34,6 +34,16 @@ pub fn machine_key() -> Option<u64> {
     Some(hash.max(1)) // 0 means "no key" on the wire
 }
 
+/// Seconds on this machine's monotonic clock (`CLOCK_MONOTONIC`): one clock for every
+/// process of the machine (`MPI_Wtime` need not be), so the times at which ranks of
+/// one machine arrive at a step compare directly.
+pub fn monotonic_seconds() -> f64 {
+    let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes one timespec; CLOCK_MONOTONIC always exists on Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
+    now.tv_sec as f64 + now.tv_nsec as f64 * 1e-9
+}
+
 /// Bytes an unprivileged process may still write to the file system holding `dir`
 /// (`statvfs`: free blocks for non-root times the fragment size). `None` where `dir`
 /// cannot be examined (it does not exist, or its path holds a NUL byte).

@@ -69,11 +69,14 @@ const SKEW_CAP: f64 = 100.0;
 /// Weight of a collective step in which no rank waited for another.
 const SKEW_RATE_DOWN: f64 = 0.5;
 
-/// A step's engine time on the slowest and on the fastest rank (as agreed).
+/// A step's engine time on the slowest and on the fastest rank (as agreed), and where
+/// every rank reads one clock (one machine), how far apart the first and the last rank
+/// started it.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Measured {
     pub slowest: f64,
     pub fastest: f64,
+    pub arrival_spread: Option<f64>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -146,12 +149,13 @@ pub struct Estimator {
     /// `probe_budget` of the total (see `choose_auto`).
     measured_seconds: f64,
     probe_excess_seconds: f64,
-    /// The job's skew (seconds): how much longer the slowest rank's collective step
-    /// takes than the fastest's, an exponential average. A collective step waits for
-    /// the last rank to arrive, so the first ones wait that long; the last one's time
-    /// is the exchange itself, which the model predicts. One-sided steps wait for no
-    /// one. Lockstep calibration cannot see it; a training loop whose ranks arrive
-    /// apart (compute that varies, a prefetch thread that waits for a core) has it.
+    /// The job's skew (seconds): how long a collective step's first rank waits for the
+    /// last to arrive, an exponential average. The last one's time is the exchange
+    /// itself, which the model predicts. One-sided steps wait for no one. Lockstep
+    /// calibration cannot see it; a training loop whose ranks arrive apart (compute
+    /// that varies, a prefetch thread that waits for a core) has it. Learned from every
+    /// step's arrival times where the ranks read one clock (one machine), otherwise
+    /// from collective steps alone.
     skew: f64,
 }
 
@@ -333,29 +337,29 @@ impl Estimator {
     /// Feed back the measured times of a step run with `engine`; `probe_instead_of`:
     /// for a probe, the prediction of the engine it replaced. A one-sided step's cost is
     /// its slowest rank's time; a collective step's is what its first ranks waited for
-    /// the last (the spread beyond `SKEW_NOISE` times the fastest rank's time: the
-    /// skew) plus the rest (the exchange).
+    /// the last (the skew: the ranks' arrival spread where they read one clock, else the
+    /// spread of their times beyond `SKEW_NOISE` times the fastest rank's) plus the rest
+    /// (the exchange). On one clock every step shows the skew, one-sided ones too.
     pub fn observe(&mut self, engine: Backend, f: &StepFeatures, times: Measured, probe_instead_of: Option<f64>) {
         let measured = times.slowest;
         let mut modelled_time = measured;
         if engine == Backend::Collective && times.fastest > 0.0 && times.fastest <= measured {
-            // The ranks leave an exchange apart even in lockstep (MPICH, 2 ranks: a
-            // spread of half the step is common): only a spread beyond twice the
-            // fastest rank's time counts as waiting for a late rank, and only that part
-            // is taken out of what the exchange's model learns.
-            let waited = (measured - times.fastest - SKEW_NOISE * times.fastest).max(0.0);
-            // Beyond SKEW_CAP one-sided steps a wait prices the collective engine out
-            // all the same; counted whole, one rank's pause (a checkpoint, a second)
-            // would keep it out for thousands of steps after the job is back in step
-            // (10 steps was too few: a real loop's skew, 100-500 one-sided steps, then
-            // let the collective engine back in buckets of larger steps).
-            let onesided = self.predict(f).0;
-            let sample = waited.min(SKEW_CAP * onesided);
-            // A step in which no rank waited (beyond the exchange's own spread) is
-            // strong evidence that the ranks are in step now: it counts more.
-            let rate = if sample == 0.0 { SKEW_RATE_DOWN } else { SKEW_RATE };
-            self.skew += rate * (sample - self.skew);
+            let waited = match times.arrival_spread {
+                // The first rank to arrive waited for the last.
+                Some(spread) => spread.min(measured - times.fastest),
+                // The ranks leave an exchange apart even in lockstep (MPICH, 2 ranks:
+                // a spread of half the step is common): without the arrivals, only a
+                // spread beyond twice the fastest rank's time counts as waiting for a
+                // late rank.
+                None => (measured - times.fastest - SKEW_NOISE * times.fastest).max(0.0),
+            };
+            self.learn_skew(f, waited);
+            // Only the exchange itself is what its model learns.
             modelled_time = measured - waited;
+        } else if let Some(spread) = times.arrival_spread {
+            // What a collective step would have waited: the ranks' skew is seen without
+            // running the engine that pays it.
+            self.learn_skew(f, spread);
         }
         if measured.is_finite() && measured > 0.0 {
             self.measured_seconds += measured;
@@ -375,6 +379,21 @@ impl Estimator {
         let bucket = self.bucket(f);
         bucket.measured[e] += 1;
         bucket.residual[e] = corrected(bucket.residual[e], error - global);
+    }
+
+    /// One step's wait for the last rank (`waited`, seconds) into the job's skew.
+    fn learn_skew(&mut self, f: &StepFeatures, waited: f64) {
+        // Beyond SKEW_CAP one-sided steps a wait prices the collective engine out all
+        // the same; counted whole, one rank's pause (a checkpoint, a second) would keep
+        // it out for thousands of steps after the job is back in step (10 steps was too
+        // few: a real loop's skew, 100-500 one-sided steps, then let the collective
+        // engine back in buckets of larger steps).
+        let onesided = self.predict(f).0;
+        let sample = waited.min(SKEW_CAP * onesided);
+        // A step in which no rank waited (beyond the exchange's own spread) is strong
+        // evidence that the ranks are in step now: it counts more.
+        let rate = if sample == 0.0 { SKEW_RATE_DOWN } else { SKEW_RATE };
+        self.skew += rate * (sample - self.skew);
     }
 }
 
@@ -396,7 +415,7 @@ mod tests {
 
     /// A step's time on every rank alike (lockstep: no skew).
     fn same(seconds: f64) -> Measured {
-        Measured { slowest: seconds, fastest: seconds }
+        Measured { slowest: seconds, fastest: seconds, arrival_spread: None }
     }
 
     /// A training loop's ranks arrive up to 6 ms apart: a collective step's first ranks
@@ -410,7 +429,7 @@ mod tests {
         let f = step(64.0, 65536.0);
         let (os, coll) = e.predict(&f);
         let exchange = e.params().predict(Backend::Collective, &f);
-        e.observe(Backend::Collective, &f, Measured { slowest: 6e-3 + exchange, fastest: exchange }, None);
+        e.observe(Backend::Collective, &f, Measured { slowest: 6e-3 + exchange, fastest: exchange, arrival_spread: None }, None);
         let (os_after, coll_after) = e.predict(&f);
         assert_eq!(os_after, os, "one-sided steps wait for no one");
         let waited = (6e-3 - SKEW_NOISE * exchange).min(SKEW_CAP * os);
@@ -425,13 +444,56 @@ mod tests {
     /// Ranks that leave a collective step apart in lockstep (the fastest at 40% of the
     /// slowest, as MPICH's often do): no skew, and the exchange's model learns the
     /// slowest rank's time, as the one-sided engine's does.
+    /// On one clock the ranks' arrivals show the skew in one-sided steps too: the
+    /// collective engine is priced with it before it ever runs, and its first probe
+    /// waits until the steps have earned what it is predicted to cost.
+    #[test]
+    fn one_sided_steps_show_the_skew_on_one_clock() {
+        let mut e = Estimator::new(CostParams::default(), Settings { probe_interval: 64, ..settings() });
+        let f = step(4.0, 4096.0);
+        let (os, coll) = e.predict(&f);
+        assert!(os < coll, "one-sided preferred at first");
+        let arriving_apart = |seconds: f64| Measured { slowest: seconds, fastest: seconds, arrival_spread: Some(3e-4) };
+        let mut probes = 0;
+        for _ in 0..200 {
+            let d = e.decide(&f, Backend::Auto);
+            probes += d.probe as u32;
+            e.observe(d.engine, &f, arriving_apart(d.predicted(d.engine)), d.probe.then(|| d.predicted(other(d.engine))));
+        }
+        let (os_after, coll_after) = e.predict(&f);
+        assert!(coll_after > coll + 2.5e-4, "{coll} -> {coll_after}: the 0.3 ms the ranks arrive apart");
+        assert!((os_after / os - 1.0).abs() < 1e-9, "one-sided steps wait for no one");
+        assert_eq!(probes, 0, "a probe predicted to cost 0.3 ms waits for 6 ms of steps (200 take 1 ms)");
+        // Across machines (no common clock) nothing is learned from one-sided steps.
+        let mut apart = Estimator::new(CostParams::default(), settings());
+        apart.observe(Backend::OneSided, &f, same(os), None);
+        assert_eq!(apart.predict(&f).1, coll);
+    }
+
+    /// With the arrivals known, a collective step's skew is what its first rank waited,
+    /// not a share of its spread: the exchange's own spread (MPICH: ranks leave it apart)
+    /// is no skew, and a late rank's wait counts whole.
+    #[test]
+    fn a_collective_step_on_one_clock_takes_the_arrivals_as_its_wait() {
+        let mut e = Estimator::new(CostParams::default(), settings());
+        let f = step(64.0, 65536.0);
+        let exchange = e.params().predict(Backend::Collective, &f);
+        let late = Measured { slowest: 3.0 * exchange, fastest: exchange, arrival_spread: Some(1.5 * exchange) };
+        e.observe(Backend::Collective, &f, late, None);
+        assert_eq!(e.skew, SKEW_RATE * (1.5 * exchange), "the arrivals' spread, weighted");
+        // Without the arrivals, only the spread beyond twice the fastest rank's time.
+        let mut apart = Estimator::new(CostParams::default(), settings());
+        apart.observe(Backend::Collective, &f, Measured { arrival_spread: None, ..late }, None);
+        assert_eq!(apart.skew, 0.0);
+    }
+
     #[test]
     fn a_lockstep_spread_is_not_skew() {
         let mut e = Estimator::new(CostParams::default(), settings());
         let f = step(64.0, 65536.0);
         let exchange = e.params().predict(Backend::Collective, &f);
         for _ in 0..50 {
-            e.observe(Backend::Collective, &f, Measured { slowest: 2.0 * exchange, fastest: 0.8 * exchange }, None);
+            e.observe(Backend::Collective, &f, Measured { slowest: 2.0 * exchange, fastest: 0.8 * exchange, arrival_spread: None }, None);
         }
         assert_eq!(e.skew, 0.0);
         let mut lockstep = Estimator::new(CostParams::default(), settings());
@@ -455,7 +517,7 @@ mod tests {
         assert!(coll < os, "a batch the collective engine moves faster ({coll} vs {os})");
         let exchange = e.params().predict(Backend::Collective, &f);
         // One rank a second late.
-        e.observe(Backend::Collective, &f, Measured { slowest: 1.0 + exchange, fastest: exchange }, None);
+        e.observe(Backend::Collective, &f, Measured { slowest: 1.0 + exchange, fastest: exchange, arrival_spread: None }, None);
         assert_eq!(e.decide(&f, Backend::Auto).engine, Backend::OneSided, "priced out by the skew");
         let collective_steps = (0..200)
             .filter(|_| {

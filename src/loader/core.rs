@@ -37,6 +37,8 @@ pub struct Core {
     /// neither a progress thread nor a guarantee that it stays in MPI (see
     /// [`Core::agree_on_lingering`]).
     pub(super) gets_end_in_barrier: bool,
+    /// Agreed: every rank runs on one machine, so reads one clock (`node::monotonic_seconds`).
+    pub(super) one_clock: bool,
     /// The host's ranks (a duplicate): agreements, the sampler's split, job statistics.
     pub(super) comm: Comm,
     /// This rank's replica group, when the host is split into several
@@ -77,7 +79,7 @@ impl Core {
         let mut comm = Comm::duplicate(host)?;
         let spec = group_size.map_or(Ok(GroupSpec::Whole), |size| GroupSpec::from_arg(size, comm.size()));
         let agreed = Self::agree_on_config(&comm, local_check, spec);
-        let (config, policy, spec) = match agreed {
+        let (config, policy, spec, one_clock) = match agreed {
             Ok(agreed) => agreed,
             Err(err) => {
                 comm.free()?;
@@ -110,6 +112,7 @@ impl Core {
             spare_batches: Vec::new(),
             progress: None,
             gets_end_in_barrier: false,
+            one_clock,
             estimator: Estimator::new(CostParams::default(), Settings { probe_interval: 0, hysteresis: 0.0, probe_budget: 0.0 }),
             calibration: Calibration::default_params("default"),
             stats: Stats::default(),
@@ -126,7 +129,7 @@ impl Core {
     /// blocking collective never matches a nonblocking one, so if any node is
     /// oversubscribed every rank yields. Open MPI's blocking calls yield by themselves
     /// when oversubscribed (and beat test-and-yield 2-3x there, measured).
-    fn agree_on_config(comm: &Comm, local_check: Result<()>, spec: Result<GroupSpec>) -> Result<(Config, WaitPolicy, GroupSpec)> {
+    fn agree_on_config(comm: &Comm, local_check: Result<()>, spec: Result<GroupSpec>) -> Result<(Config, WaitPolicy, GroupSpec, bool)> {
         let read = Config::from_env();
         // A rank whose environment is invalid still sends a full set of values, so
         // that every rank's all-reduce has the same length.
@@ -137,23 +140,29 @@ impl Core {
         agree_identical(comm, checks, &settings)?;
         let config = read.expect("agreed that every rank read its configuration");
         let spec = spec.expect("agreed that every rank's group_size is valid");
+        // Facts about the machines, agreed: whether some machine has more ranks than
+        // cores (the wait policy), and whether the job spans machines (on one, every
+        // rank reads the same clock, and the steps' arrival times show the job's skew:
+        // `Core::learn`).
+        let ranks_here = comm.ranks_on_node(node::machine_key());
+        let oversubscribed = ranks_here.as_ref().map_or(false, |&n| n > node::online_cores());
+        let spans_machines = ranks_here.as_ref().map_or(true, |&n| n < comm.size());
+        let facts = [
+            Setting::max("oversubscribed node", oversubscribed as u64),
+            Setting::max("spans machines", spans_machines as u64),
+        ];
+        let facts = agree_settings(comm, ranks_here.map(|_| ()), &facts)?;
         let yield_between_tests = match config.wait {
             Wait::Spin => false,
             Wait::Yield => true,
-            Wait::Auto if !mpi::is_mpich() => false,
-            Wait::Auto => {
-                let ranks_here = comm.ranks_on_node(node::machine_key());
-                let oversubscribed = ranks_here.as_ref().map_or(false, |&n| n > node::online_cores());
-                let any = Setting::max("oversubscribed node", oversubscribed as u64);
-                agree_settings(comm, ranks_here.map(|_| ()), &[any])?[0] != 0
-            }
+            Wait::Auto => mpi::is_mpich() && facts[0] != 0,
         };
         let policy = WaitPolicy {
             yield_between_tests,
             trust_flush: !mpi::is_mpich(),
             timeout_seconds: config.timeout_seconds,
         };
-        Ok((config, policy, spec))
+        Ok((config, policy, spec, facts[1] == 0))
     }
 
     /// The communicator the store and the engines use: the group's, or the host's.

@@ -14,6 +14,7 @@ use crate::estimator::features::NodeFeatures;
 use crate::estimator::{Measured, Decision, features};
 use crate::memory;
 use crate::mpi;
+use crate::node;
 use crate::plan::BatchPlan;
 
 /// The caller's arguments of one fetch, already checked for NULL pointers.
@@ -49,6 +50,8 @@ pub(super) struct PendingMeasurement {
     pub(super) features: StepFeatures,
     /// This rank's time; 0 when the step failed here.
     pub(super) seconds: f64,
+    /// When this rank started the step's engine (`node::monotonic_seconds`).
+    pub(super) arrived: f64,
     /// For a probe: the corrected prediction of the engine it stood in for.
     pub(super) probe_instead_of: Option<f64>,
 }
@@ -56,20 +59,26 @@ pub(super) struct PendingMeasurement {
 /// The values each rank contributes to a step's agreement: the times of the steps it
 /// ran since the last agreement started (the same number on every rank, since all
 /// ran the same steps), then the same times negated (the all-reduce's maximum of
-/// those is the fastest rank's time), then the step's features (see
-/// `estimator::features`). The features start at [`times_len`].
+/// those is the fastest rank's time), then when it started each of those steps'
+/// engines, and the same negated (the last and the first rank's arrival), then the
+/// step's features (see `estimator::features`). The features start at [`times_len`].
 pub(super) fn agreement_values(measured: &[PendingMeasurement], features_len: usize) -> Vec<f64> {
     let n = measured.len();
     let mut values = vec![0.0; times_len(measured) + features_len];
     for (k, m) in measured.iter().enumerate() {
         values[k] = m.seconds;
         values[n + k] = -m.seconds;
+        values[2 * n + k] = m.arrived;
+        values[3 * n + k] = -m.arrived;
     }
     values
 }
 
+/// Values per measured step in an agreement (see [`agreement_values`]).
+const VALUES_PER_MEASUREMENT: usize = 4;
+
 pub(super) fn times_len(measured: &[PendingMeasurement]) -> usize {
-    2 * measured.len()
+    VALUES_PER_MEASUREMENT * measured.len()
 }
 
 /// The most measured steps one agreement brings: its buffers are reserved ahead for a
@@ -137,13 +146,16 @@ impl Core {
         Ok(PlannedStep { plan, shape })
     }
 
-    /// Learn earlier steps' times as agreed (`times`: the slowest rank's, then the
-    /// fastest rank's negated, see `agreement_values`). Every rank has the same earlier
-    /// steps (all ran them), so all learn the same.
+    /// Learn earlier steps' times as agreed (`times`: the slowest rank's, the fastest
+    /// rank's negated, the last arrival, the first arrival negated, see
+    /// `agreement_values`). Every rank has the same earlier steps (all ran them), so
+    /// all learn the same.
     pub(super) fn learn(&mut self, measured: Vec<PendingMeasurement>, times: &[f64]) {
-        let (slowest, negated_fastest) = times.split_at(measured.len());
-        for ((previous, &slowest), &negated_fastest) in measured.into_iter().zip(slowest).zip(negated_fastest) {
-            let fastest = -negated_fastest;
+        let n = measured.len();
+        let column = |k: usize| &times[k * n..(k + 1) * n];
+        let (slowest_ranks, negated_fastest_ranks, last_arrivals, negated_first_arrivals) = (column(0), column(1), column(2), column(3));
+        for (k, previous) in measured.into_iter().enumerate() {
+            let (slowest, fastest) = (slowest_ranks[k], -negated_fastest_ranks[k]);
             log::trace!(
                 "step {}: measured {} {:.1} us (slowest rank), {:.1} us (fastest)",
                 previous.step,
@@ -152,9 +164,12 @@ impl Core {
                 fastest * 1e6
             );
             // With replica groups every group runs its own exchange: the slowest and
-            // fastest ranks may be of different groups, and their spread no skew.
+            // fastest ranks may be of different groups, and their spread no skew. The
+            // arrivals compare only on one clock.
             let fastest = if self.group.is_some() { slowest } else { fastest };
-            let times = Measured { slowest, fastest };
+            let arrival_spread =
+                (self.one_clock && self.group.is_none()).then(|| (last_arrivals[k] + negated_first_arrivals[k]).max(0.0));
+            let times = Measured { slowest, fastest, arrival_spread };
             self.estimator.observe(previous.engine, &previous.features, times, previous.probe_instead_of);
             let stats = self.stats.engine_mut(previous.engine);
             stats.measured_slowest_seconds += slowest;
@@ -227,7 +242,7 @@ impl Core {
     /// measured steps and the larger of the two feature layouts.
     fn agreement_values_max(&self) -> usize {
         let (ranks, matrix_max_ranks) = (self.data_comm().size(), self.matrix_max_ranks());
-        2 * MEASUREMENTS_PER_AGREEMENT + features::encoded_len(ranks, matrix_max_ranks).max(features::KNOWN_LEN)
+        VALUES_PER_MEASUREMENT * MEASUREMENTS_PER_AGREEMENT + features::encoded_len(ranks, matrix_max_ranks).max(features::KNOWN_LEN)
     }
 
     /// Reserve buffers for `under_way` step agreements at once, before an agreement
@@ -278,6 +293,7 @@ impl Core {
         let started = mpi::wtime();
         copy_local(&step, out);
         let copied = mpi::wtime();
+        let arrived = node::monotonic_seconds();
         self.stats.node_local.record(plan.node_bytes, plan.node_samples, copied - started);
         if let Some(decision) = decision {
             let result = fetch_remote(&step, decision.engine, out);
@@ -287,6 +303,7 @@ impl Core {
                 engine: decision.engine,
                 features,
                 seconds: if result.is_ok() { seconds } else { 0.0 },
+                arrived,
                 probe_instead_of: decision.probe.then(|| decision.predicted(other_engine(decision.engine))),
             });
             self.stats.exchange_rounds += self.buffers.borrow_mut().take_rounds();
