@@ -19,6 +19,7 @@
  *   mpicc -O2 -Iinclude -Ibenches benches/lag/lag_bench.c -o lag_bench \
  *       -Ltarget/openmpi/release -lmdloader -Wl,-rpath,$PWD/target/openmpi/release
  *   mpirun -n 2 ./lag_bench [--lag 2] [--compute-us 200] [--jitter-us 100] [--rounds 5] [--prefetch 0]
+ *                           [--compute busy|sleep]
  *
  * CSV on rank 0's stdout: batch,loader,wait_us_median,onesided_steps,collective_steps,
  * probe_excess_ms (AUTO's probes' time over the preferred engine's prediction, slowest
@@ -45,6 +46,20 @@ static void busy_wait_us(double us)
     double until = MPI_Wtime() + us * 1e-6;
     while (MPI_Wtime() < until) {
     }
+}
+
+/* A training step's compute: on this rank's core (--compute busy, the default), or
+   elsewhere (--compute sleep: an accelerator's kernel while the host thread sleeps,
+   which leaves the core to the loader's threads; with more ranks than cores the busy
+   loops measure the scheduler more than the loader). */
+static void compute_for_us(double us, int sleeping)
+{
+    if (!sleeping) {
+        busy_wait_us(us);
+        return;
+    }
+    struct timespec t = {.tv_sec = 0, .tv_nsec = (long)(us * 1e3)};
+    nanosleep(&t, NULL);
 }
 
 /* The engines' step counts from mdl_stats_json: the first "steps" after each key. */
@@ -83,6 +98,7 @@ int main(int argc, char **argv)
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     long lag = 2, rounds = 5, prefetch = 0;
     double compute_us = 200, jitter_us = 100;
+    int sleeping = 0;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--lag"))
             lag = atol(argv[i + 1]);
@@ -94,6 +110,8 @@ int main(int argc, char **argv)
             rounds = atol(argv[i + 1]);
         else if (!strcmp(argv[i], "--prefetch"))
             prefetch = atol(argv[i + 1]);
+        else if (!strcmp(argv[i], "--compute"))
+            sleeping = !strcmp(argv[i + 1], "sleep");
     }
 
     uint64_t first = PER_RANK * (uint64_t)rank;
@@ -122,8 +140,8 @@ int main(int argc, char **argv)
         }
     }
     if (rank == 0) {
-        fprintf(stderr, "lag_bench: %d ranks, lag %ld, prefetch %ld, compute %.0f +- %.0f us, %ld rounds\n", size, lag,
-                prefetch, compute_us, jitter_us, rounds);
+        fprintf(stderr, "lag_bench: %d ranks, lag %ld, prefetch %ld, compute %.0f +- %.0f us (%s), %ld rounds\n", size,
+                lag, prefetch, compute_us, jitter_us, sleeping ? "sleep" : "busy", rounds);
         printf("batch,loader,wait_us_median,onesided_steps,collective_steps,probe_excess_ms,engine_ms\n");
     }
 
@@ -191,7 +209,7 @@ int main(int argc, char **argv)
                         bad += !verify(7, ids[k], (const uint8_t *)out + offs[k], offs[k + 1] - offs[k]);
                     waits[l][n[l]++] = waited;
                     rng = mix64(rng);
-                    busy_wait_us(compute_us + jitter_us * ((double)(rng % 2001) / 1000.0 - 1.0));
+                    compute_for_us(compute_us + jitter_us * ((double)(rng % 2001) / 1000.0 - 1.0), sleeping);
                 }
             }
         free(order);

@@ -68,6 +68,11 @@ const SKEW_NOISE: f64 = 2.0;
 const SKEW_CAP: f64 = 100.0;
 /// Weight of a collective step in which no rank waited for another.
 const SKEW_RATE_DOWN: f64 = 0.5;
+/// Weight of a step's arrival spread (one clock: every step has one). Spreads of a
+/// training loop are heavy-tailed (median 200 us, mean 330 us, a tenth beyond 780 us
+/// in `benches/lag`'s loop): at the collective steps' weight the average swung enough
+/// that the probes, which wait for a low predicted cost, met spreads 3x their price.
+const SKEW_RATE_ARRIVALS: f64 = 0.02;
 
 /// A step's engine time on the slowest and on the fastest rank (as agreed), and where
 /// every rank reads one clock (one machine), how far apart the first and the last rank
@@ -309,8 +314,9 @@ impl Estimator {
         bucket.steps_since_probe += 1;
         let never_measured = bucket.measured[slot(other(keep))] == 0;
         // The looks judge the other engine's exchange without the skew (the budget
-        // bounds what a look costs): the skew is learned from collective steps alone,
-        // so a job that has come into step would otherwise never show it.
+        // bounds what a look costs): across machines the skew is learned from
+        // collective steps alone, so a job that has come into step would otherwise
+        // never show it (on one machine every step's arrivals show it).
         let skew_of = |e: Backend| if e == Backend::Collective { skew } else { 0.0 };
         let exchange_alone = predicted(other(keep)) - skew_of(other(keep));
         let worth_a_look = never_measured || exchange_alone <= PROBE_MAX_RATIO * predicted(keep);
@@ -353,13 +359,15 @@ impl Estimator {
                 // late rank.
                 None => (measured - times.fastest - SKEW_NOISE * times.fastest).max(0.0),
             };
-            self.learn_skew(f, waited);
+            // A step in which no rank waited (beyond the exchange's own spread) is
+            // strong evidence that the ranks are in step now: it counts more.
+            self.learn_skew(f, waited, if waited == 0.0 { SKEW_RATE_DOWN } else { SKEW_RATE });
             // Only the exchange itself is what its model learns.
             modelled_time = measured - waited;
         } else if let Some(spread) = times.arrival_spread {
             // What a collective step would have waited: the ranks' skew is seen without
             // running the engine that pays it.
-            self.learn_skew(f, spread);
+            self.learn_skew(f, spread, SKEW_RATE_ARRIVALS);
         }
         if measured.is_finite() && measured > 0.0 {
             self.measured_seconds += measured;
@@ -381,8 +389,9 @@ impl Estimator {
         bucket.residual[e] = corrected(bucket.residual[e], error - global);
     }
 
-    /// One step's wait for the last rank (`waited`, seconds) into the job's skew.
-    fn learn_skew(&mut self, f: &StepFeatures, waited: f64) {
+    /// One step's wait for the last rank (`waited`, seconds) into the job's skew, with
+    /// weight `rate`.
+    fn learn_skew(&mut self, f: &StepFeatures, waited: f64, rate: f64) {
         // Beyond SKEW_CAP one-sided steps a wait prices the collective engine out all
         // the same; counted whole, one rank's pause (a checkpoint, a second) would keep
         // it out for thousands of steps after the job is back in step (10 steps was too
@@ -390,9 +399,6 @@ impl Estimator {
         // engine back in buckets of larger steps).
         let onesided = self.predict(f).0;
         let sample = waited.min(SKEW_CAP * onesided);
-        // A step in which no rank waited (beyond the exchange's own spread) is strong
-        // evidence that the ranks are in step now: it counts more.
-        let rate = if sample == 0.0 { SKEW_RATE_DOWN } else { SKEW_RATE };
         self.skew += rate * (sample - self.skew);
     }
 }

@@ -156,19 +156,20 @@ impl Core {
         let (slowest_ranks, negated_fastest_ranks, last_arrivals, negated_first_arrivals) = (column(0), column(1), column(2), column(3));
         for (k, previous) in measured.into_iter().enumerate() {
             let (slowest, fastest) = (slowest_ranks[k], -negated_fastest_ranks[k]);
-            log::trace!(
-                "step {}: measured {} {:.1} us (slowest rank), {:.1} us (fastest)",
-                previous.step,
-                previous.engine.name(),
-                slowest * 1e6,
-                fastest * 1e6
-            );
             // With replica groups every group runs its own exchange: the slowest and
             // fastest ranks may be of different groups, and their spread no skew. The
             // arrivals compare only on one clock.
             let fastest = if self.group.is_some() { slowest } else { fastest };
             let arrival_spread =
                 (self.one_clock && self.group.is_none()).then(|| (last_arrivals[k] + negated_first_arrivals[k]).max(0.0));
+            log::trace!(
+                "step {}: measured {} {:.1} us (slowest rank), {:.1} us (fastest), arrivals {} apart",
+                previous.step,
+                previous.engine.name(),
+                slowest * 1e6,
+                fastest * 1e6,
+                arrival_spread.map_or("not known".to_string(), |s| format!("{:.1} us", s * 1e6))
+            );
             let times = Measured { slowest, fastest, arrival_spread };
             self.estimator.observe(previous.engine, &previous.features, times, previous.probe_instead_of);
             let stats = self.stats.engine_mut(previous.engine);
