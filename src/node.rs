@@ -27,11 +27,21 @@ pub fn machine_key() -> Option<u64> {
     if boot_id.is_empty() {
         return None;
     }
-    // FNV-1a: stable across builds and processes (std's hashers are seeded per process).
-    let hash = boot_id.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-        (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
-    });
-    Some(hash.max(1)) // 0 means "no key" on the wire
+    Some(fnv1a(boot_id.as_bytes()).max(1)) // 0 means "no key" on the wire
+}
+
+/// A key naming the offsets of this process's time namespace (`/proc/self/timens_offsets`:
+/// `CLOCK_MONOTONIC` differs by them between namespaces of one kernel, as after a CRIU
+/// restore or `unshare -T`). Processes of one machine with equal keys read one
+/// [`monotonic_seconds`]. A kernel without time namespaces has no file, and no offsets.
+/// 52 bits, so that agreements (in doubles) carry it exactly.
+pub fn clock_key() -> u64 {
+    fnv1a(&std::fs::read("/proc/self/timens_offsets").unwrap_or_default()) & ((1 << 52) - 1)
+}
+
+/// FNV-1a: stable across builds and processes (std's hashers are seeded per process).
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3))
 }
 
 /// Seconds on this machine's monotonic clock (`CLOCK_MONOTONIC`): one clock for every

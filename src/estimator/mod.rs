@@ -68,7 +68,8 @@ const SKEW_NOISE: f64 = 2.0;
 const SKEW_CAP: f64 = 100.0;
 /// Weight of a collective step in which no rank waited for another.
 const SKEW_RATE_DOWN: f64 = 0.5;
-/// Weight of a step's arrival spread (one clock: every step has one). Spreads of a
+/// Weight of a step's arrival spread (one clock: every step has one, whichever its
+/// engine). Spreads of a
 /// training loop are heavy-tailed (median 200 us, mean 330 us, a tenth beyond 780 us
 /// in `benches/lag`'s loop): at the collective steps' weight the average swung enough
 /// that the probes, which wait for a low predicted cost, met spreads 3x their price.
@@ -349,25 +350,24 @@ impl Estimator {
     pub fn observe(&mut self, engine: Backend, f: &StepFeatures, times: Measured, probe_instead_of: Option<f64>) {
         let measured = times.slowest;
         let mut modelled_time = measured;
-        if engine == Backend::Collective && times.fastest > 0.0 && times.fastest <= measured {
-            let waited = match times.arrival_spread {
-                // The first rank to arrive waited for the last.
-                Some(spread) => spread.min(measured - times.fastest),
-                // The ranks leave an exchange apart even in lockstep (MPICH, 2 ranks:
-                // a spread of half the step is common): without the arrivals, only a
-                // spread beyond twice the fastest rank's time counts as waiting for a
-                // late rank.
-                None => (measured - times.fastest - SKEW_NOISE * times.fastest).max(0.0),
-            };
-            // A step in which no rank waited (beyond the exchange's own spread) is
-            // strong evidence that the ranks are in step now: it counts more.
-            self.learn_skew(f, waited, if waited == 0.0 { SKEW_RATE_DOWN } else { SKEW_RATE });
-            // Only the exchange itself is what its model learns.
-            modelled_time = measured - waited;
-        } else if let Some(spread) = times.arrival_spread {
-            // What a collective step would have waited: the ranks' skew is seen without
-            // running the engine that pays it.
+        let collective = engine == Backend::Collective && times.fastest > 0.0 && times.fastest <= measured;
+        if let Some(spread) = times.arrival_spread {
+            // Every step shows what a collective step's first rank waits for the last,
+            // one-sided ones too: the skew is seen without running the engine that pays it.
             self.learn_skew(f, spread, SKEW_RATE_ARRIVALS);
+            if collective {
+                // Only the exchange itself is what its model learns.
+                modelled_time = measured - spread.min(measured - times.fastest);
+            }
+        } else if collective {
+            // The ranks leave an exchange apart even in lockstep (MPICH, 2 ranks: a
+            // spread of half the step is common): without the arrivals, only a spread
+            // beyond twice the fastest rank's time counts as waiting for a late rank. A
+            // step in which no rank waited is strong evidence that the ranks are in
+            // step now: it counts more.
+            let waited = (measured - times.fastest - SKEW_NOISE * times.fastest).max(0.0);
+            self.learn_skew(f, waited, if waited == 0.0 { SKEW_RATE_DOWN } else { SKEW_RATE });
+            modelled_time = measured - waited;
         }
         if measured.is_finite() && measured > 0.0 {
             self.measured_seconds += measured;
@@ -460,6 +460,9 @@ mod tests {
         let (os, coll) = e.predict(&f);
         assert!(os < coll, "one-sided preferred at first");
         let arriving_apart = |seconds: f64| Measured { slowest: seconds, fastest: seconds, arrival_spread: Some(3e-4) };
+        // One step moves the average by its small weight: a loop's spreads are heavy-tailed.
+        e.observe(Backend::OneSided, &f, arriving_apart(os), None);
+        assert_eq!(e.skew, SKEW_RATE_ARRIVALS * 3e-4);
         let mut probes = 0;
         for _ in 0..200 {
             let d = e.decide(&f, Backend::Auto);
@@ -477,8 +480,8 @@ mod tests {
     }
 
     /// With the arrivals known, a collective step's skew is what its first rank waited,
-    /// not a share of its spread: the exchange's own spread (MPICH: ranks leave it apart)
-    /// is no skew, and a late rank's wait counts whole.
+    /// not a share of its time spread (MPICH: ranks leave an exchange apart), and it
+    /// weighs as much as any step's.
     #[test]
     fn a_collective_step_on_one_clock_takes_the_arrivals_as_its_wait() {
         let mut e = Estimator::new(CostParams::default(), settings());
@@ -486,7 +489,7 @@ mod tests {
         let exchange = e.params().predict(Backend::Collective, &f);
         let late = Measured { slowest: 3.0 * exchange, fastest: exchange, arrival_spread: Some(1.5 * exchange) };
         e.observe(Backend::Collective, &f, late, None);
-        assert_eq!(e.skew, SKEW_RATE * (1.5 * exchange), "the arrivals' spread, weighted");
+        assert_eq!(e.skew, SKEW_RATE_ARRIVALS * (1.5 * exchange), "the arrivals' spread, weighted as every step's");
         // Without the arrivals, only the spread beyond twice the fastest rank's time.
         let mut apart = Estimator::new(CostParams::default(), settings());
         apart.observe(Backend::Collective, &f, Measured { arrival_spread: None, ..late }, None);
@@ -625,6 +628,23 @@ mod tests {
             d.probe
         });
         assert_eq!(first_probe, Some(41), "2T of excess fits in 5% of 40 steps of T");
+    }
+
+    /// A probe of the engine predicted faster (kept out by the hysteresis) is predicted to
+    /// cost nothing: even a zero budget lets it run on schedule.
+    #[test]
+    fn a_probe_predicted_cheaper_needs_no_budget() {
+        let params = CostParams { a_os: 10e-6, g_os: 0.0, b_os: 0.0, c_os: 0.0, a_coll: 10.5e-6, s_coll: 0.0, b_coll: 0.0 };
+        let mut e = Estimator::new(params, Settings { probe_interval: 64, hysteresis: 0.1, probe_budget: 0.0 });
+        let f = step(16.0, 32768.0);
+        let first_probe = (1..=16).find(|_| {
+            let d = e.decide(&f, Backend::Auto);
+            // One-sided measures 11 us: predicted above collective's 10.5 us, within the margin.
+            e.observe(d.engine, &f, same(11e-6), d.probe.then(|| d.predicted(other(d.engine))));
+            assert!(d.probe || d.engine == Backend::OneSided);
+            d.probe
+        });
+        assert_eq!(first_probe, Some(8), "on the schedule, not held back");
     }
 
     #[test]

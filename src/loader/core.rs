@@ -29,6 +29,9 @@ use mpi_sys::MPI_Comm;
 use std::cell::RefCell;
 use std::sync::Arc;
 
+/// The largest `node::clock_key`.
+const CLOCK_KEY_MAX: u64 = (1 << 52) - 1;
+
 pub struct Core {
     /// Drives MPI's progress between calls where gets need it (`mpi::ProgressThread`).
     /// First, so that it stops before anything it uses is freed.
@@ -37,7 +40,8 @@ pub struct Core {
     /// neither a progress thread nor a guarantee that it stays in MPI (see
     /// [`Core::agree_on_lingering`]).
     pub(super) gets_end_in_barrier: bool,
-    /// Agreed: every rank runs on one machine, so reads one clock (`node::monotonic_seconds`).
+    /// Agreed: every rank reads one clock (`node::monotonic_seconds`): one machine, one
+    /// time namespace's offsets.
     pub(super) one_clock: bool,
     /// The host's ranks (a duplicate): agreements, the sampler's split, job statistics.
     pub(super) comm: Comm,
@@ -141,17 +145,23 @@ impl Core {
         let config = read.expect("agreed that every rank read its configuration");
         let spec = spec.expect("agreed that every rank's group_size is valid");
         // Facts about the machines, agreed: whether some machine has more ranks than
-        // cores (the wait policy), and whether the job spans machines (on one, every
-        // rank reads the same clock, and the steps' arrival times show the job's skew:
-        // `Core::learn`).
+        // cores (the wait policy), and whether every rank reads one clock: one machine
+        // and one time namespace's offsets (the highest clock key and the lowest, from
+        // the highest of its complement, are equal; 52-bit keys, exact in the
+        // agreement). On one clock the steps' arrival times show the job's skew
+        // (`Core::learn`).
         let ranks_here = comm.ranks_on_node(node::machine_key());
         let oversubscribed = ranks_here.as_ref().map_or(false, |&n| n > node::online_cores());
         let spans_machines = ranks_here.as_ref().map_or(true, |&n| n < comm.size());
+        let clock_key = node::clock_key();
         let facts = [
             Setting::max("oversubscribed node", oversubscribed as u64),
             Setting::max("spans machines", spans_machines as u64),
+            Setting::max("clock key", clock_key),
+            Setting::max("clock key's complement", CLOCK_KEY_MAX - clock_key),
         ];
         let facts = agree_settings(comm, ranks_here.map(|_| ()), &facts)?;
+        let one_clock = facts[1] == 0 && facts[2] == CLOCK_KEY_MAX - facts[3];
         let yield_between_tests = match config.wait {
             Wait::Spin => false,
             Wait::Yield => true,
@@ -162,7 +172,7 @@ impl Core {
             trust_flush: !mpi::is_mpich(),
             timeout_seconds: config.timeout_seconds,
         };
-        Ok((config, policy, spec, facts[1] == 0))
+        Ok((config, policy, spec, one_clock))
     }
 
     /// The communicator the store and the engines use: the group's, or the host's.

@@ -77,6 +77,27 @@ pub(super) fn agreement_values(measured: &[PendingMeasurement], features_len: us
 /// Values per measured step in an agreement (see [`agreement_values`]).
 const VALUES_PER_MEASUREMENT: usize = 4;
 
+/// One earlier step as the ranks agreed on it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct AgreedStep {
+    /// The slowest and the fastest rank's engine time.
+    slowest: f64,
+    fastest: f64,
+    /// When the last rank started the engine, less when the first did (on one clock).
+    arrival_spread: f64,
+}
+
+/// The `n` measured steps of an agreement, from the maxima of every rank's
+/// [`agreement_values`] (its first [`times_len`] values).
+fn agreed_steps(maxima: &[f64], n: usize) -> impl Iterator<Item = AgreedStep> + '_ {
+    let column = move |c: usize, k: usize| maxima[c * n + k];
+    (0..n).map(move |k| AgreedStep {
+        slowest: column(0, k),
+        fastest: -column(1, k),
+        arrival_spread: (column(2, k) + column(3, k)).max(0.0),
+    })
+}
+
 pub(super) fn times_len(measured: &[PendingMeasurement]) -> usize {
     VALUES_PER_MEASUREMENT * measured.len()
 }
@@ -151,17 +172,13 @@ impl Core {
     /// `agreement_values`). Every rank has the same earlier steps (all ran them), so
     /// all learn the same.
     pub(super) fn learn(&mut self, measured: Vec<PendingMeasurement>, times: &[f64]) {
-        let n = measured.len();
-        let column = |k: usize| &times[k * n..(k + 1) * n];
-        let (slowest_ranks, negated_fastest_ranks, last_arrivals, negated_first_arrivals) = (column(0), column(1), column(2), column(3));
-        for (k, previous) in measured.into_iter().enumerate() {
-            let (slowest, fastest) = (slowest_ranks[k], -negated_fastest_ranks[k]);
+        let agreed = agreed_steps(times, measured.len());
+        for (previous, AgreedStep { slowest, fastest, arrival_spread }) in measured.into_iter().zip(agreed) {
             // With replica groups every group runs its own exchange: the slowest and
             // fastest ranks may be of different groups, and their spread no skew. The
             // arrivals compare only on one clock.
             let fastest = if self.group.is_some() { slowest } else { fastest };
-            let arrival_spread =
-                (self.one_clock && self.group.is_none()).then(|| (last_arrivals[k] + negated_first_arrivals[k]).max(0.0));
+            let arrival_spread = (self.one_clock && self.group.is_none()).then_some(arrival_spread);
             log::trace!(
                 "step {}: measured {} {:.1} us (slowest rank), {:.1} us (fastest), arrivals {} apart",
                 previous.step,
@@ -344,4 +361,33 @@ fn fits(plan: &BatchPlan, out_len: usize) -> Result<()> {
 
 fn other_engine(engine: Backend) -> Backend {
     if engine == Backend::Collective { Backend::OneSided } else { Backend::Collective }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn measurement(seconds: f64, arrived: f64) -> PendingMeasurement {
+        let features = StepFeatures { gets: 1.0, samples: 1.0, bytes: 1.0, rounds: 1.0, served: 1.0 };
+        PendingMeasurement { step: 0, engine: Backend::OneSided, features, seconds, arrived, probe_instead_of: None }
+    }
+
+    /// What each rank proposes, combined as the agreement's all-reduce does (maximum),
+    /// reads back as the slowest and fastest rank's times and the arrivals' spread.
+    #[test]
+    fn the_agreement_brings_each_steps_extremes() {
+        let ranks = [
+            vec![measurement(3e-6, 100.000_010), measurement(9e-6, 100.000_500)],
+            vec![measurement(5e-6, 100.000_002), measurement(4e-6, 100.000_900)],
+            vec![measurement(1e-6, 100.000_004), measurement(6e-6, 100.000_800)],
+        ];
+        let proposals: Vec<Vec<f64>> = ranks.iter().map(|m| agreement_values(m, 3)).collect();
+        let maxima: Vec<f64> = (0..proposals[0].len()).map(|i| proposals.iter().map(|p| p[i]).fold(f64::MIN, f64::max)).collect();
+        let agreed: Vec<AgreedStep> = agreed_steps(&maxima[..times_len(&ranks[0])], 2).collect();
+        let close = |a: f64, b: f64| (a - b).abs() < 1e-9;
+        assert_eq!((agreed[0].slowest, agreed[0].fastest), (5e-6, 1e-6));
+        assert_eq!((agreed[1].slowest, agreed[1].fastest), (9e-6, 4e-6));
+        assert!(close(agreed[0].arrival_spread, 8e-6), "{:?}", agreed[0]);
+        assert!(close(agreed[1].arrival_spread, 400e-6), "{:?}", agreed[1]);
+    }
 }
