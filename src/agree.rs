@@ -223,16 +223,17 @@ impl<'a> Setting<'a> {
     }
 }
 
-/// Agree on local checks and on `settings` (arguments of a collective call that must
-/// match, like the sampler's seed, or the configuration at init). A mismatch is
-/// `MDL_ERR_INVALID_ARG` on every rank, naming each setting that differs and two of
-/// its values. Returns the agreed values, in the order given.
 /// A number as a person reads it: tiny and huge ones with an exponent (a subnormal
 /// written out has over 300 digits).
 fn readable(v: f64) -> String {
     if v != 0.0 && v.is_finite() && !(1e-4..1e15).contains(&v.abs()) { format!("{v:e}") } else { v.to_string() }
 }
 
+/// Agree on local checks and on `settings` (arguments of a collective call that must
+/// match, like the sampler's seed, or the configuration at init). A mismatch is
+/// `MDL_ERR_INVALID_ARG` on every rank, naming each setting that differs and two of
+/// its values. Returns the agreed values, in the order given: a `Setting::max`'s as
+/// the double it was shown as, so exact up to 2^53.
 pub fn agree_settings(comm: &Comm, checks: Result<()>, settings: &[Setting]) -> Result<Vec<u64>> {
     let error = checks.err();
     // Each value as two 32-bit halves (exact in f64) to detect any difference, plus the
