@@ -1,22 +1,36 @@
 /*
- * Pure-MPI reproduction (no MDLoader involved): MPICH's MPI_Get over shared memory runs
- * at one of two speeds for identical windows, fixed for a window's life. It is why the
- * estimator's calibration (a scratch window) can mispredict the one-sided engine on the
- * shard's window at large samples, and why benches/grid's model accuracy on MPICH
- * shared memory moves from run to run.
+ * Pure-MPI reproduction (no MDLoader involved): on this project's 2-core virtual machines
+ * the round trip between the two cores changes while a job runs (0.27-0.38 us, or
+ * 0.7-1.3 us, for minutes, switching either way), most likely the hypervisor moving a
+ * virtual CPU; and MPICH's MPI_Get over shared memory, whose every get is served by
+ * the target through UCX's shared-memory transport, slows with it by about 3x. A local
+ * memcpy of the same pattern does not slow (it gets a little faster), and Open MPI's
+ * shared-memory get, a copy by the origin out of the target's window, does not slow.
  *
- * Each round allocates a fresh 64 MiB window per rank (MPI_Win_allocate, lock_all for
- * its life, as the library does), then times 20 steps of 1024 random 16 KB MPI_Gets from
- * the other rank completed by MPI_Win_flush_all (slowest rank, median).
+ * This is why the estimator's calibration, taken once at init, can mispredict MPICH's
+ * one-sided engine at large samples on one node, and why benches/grid's model-alone
+ * accuracy on MPICH shared memory moves from run to run: the engine's speed changed
+ * under a running job, and only the online correction can follow it.
  *
- *   mpicc.mpich -O2 mpich_get_modes.c -o r && for i in 1 2; do mpiexec.mpich -n 2 ./r 1024 6; done
- *       got (MPICH 4.0, 2 cores, idle, 2026-12-03): in 5 of 6 jobs 4.6-5.8 ms for every
- *       window; in one job 5.5-5.7 ms for windows 0-2 and 15.1-16.0 ms for windows 3-5
- *       (every base on a page boundary). The gets need the target's progress (a target
- *       that sleeps outside MPI holds them for its whole sleep), so the two speeds are
- *       presumably two ways of serving them; not investigated further. In benches/grid
- *       (fresh windows for every point) the slow speed was the common one that evening:
- *       MPICH's raw-get floor at 1024 x 16 KB took 10.9-11.8 ms in 7 runs of 8.
+ * One 64 MiB window per rank (MPI_Win_allocate, lock_all, as the library's shard
+ * windows); each step times, slowest rank:
+ *   get   1024 random 16 KB MPI_Gets from the other rank, completed by MPI_Win_flush_all
+ *   copy  the same pattern copied locally out of the rank's own window (memcpy)
+ *   rtt   an 8-byte MPI_Send/MPI_Recv round trip (mean of 200)
+ * and every 20 steps the minimum of each is printed.
+ *
+ *   mpicc.mpich -O2 mpich_get_modes.c -o r && for i in 1 2 3 4 5 6; do mpiexec.mpich -n 2 ./r; done
+ *
+ * Seen (MPICH 4.0.2 ch4:ucx, UCX 1.13, 2-core AMD EPYC VM, idle, 2026-12-04) in 3 of 8
+ * jobs and 2 of 6 in a second series, and in none of 6 jobs an hour later: the state
+ * comes and goes with the machine, not with the program. For example:
+ *     steps  39: get  4172 us  copy 1985 us  rtt 0.35 us      (most jobs, all along)
+ *     steps 279: get 12430 us  copy 1566 us  rtt 1.27 us      (a job that switched)
+ * Open MPI 4.1.4 (btl self,vader), interleaved with those: get 1.7-2.7 ms in every job,
+ * also in the two jobs whose rtt read 0.71-0.80 us. UCX_TLS=self,sysv or self,posix did
+ * not avoid the slow state.
+ *
+ * Arguments: [batch=1024] [steps=300] [offset of the destination past a page=0]
  */
 #include <mpi.h>
 #include <stdint.h>
@@ -24,52 +38,95 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { STEPS = 20 };
+enum { REPORT_EVERY = 20, ROUND_TRIPS = 200 };
+static const size_t SHARD = (size_t)64 << 20, SAMPLE = 16384;
+
+static uint64_t next_random(uint64_t *state)
+{
+    *state ^= *state << 13, *state ^= *state >> 7, *state ^= *state << 17;
+    return *state;
+}
+
+static double slowest_since(double start)
+{
+    double mine = MPI_Wtime() - start, slowest;
+    MPI_Allreduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    return slowest;
+}
+
+static double round_trip(int rank)
+{
+    char message[8] = {0};
+    MPI_Barrier(MPI_COMM_WORLD);
+    double start = MPI_Wtime();
+    for (int i = 0; i < ROUND_TRIPS; i++) {
+        if (rank == 0) {
+            MPI_Send(message, 8, MPI_BYTE, 1, 0, MPI_COMM_WORLD);
+            MPI_Recv(message, 8, MPI_BYTE, 1, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        } else {
+            MPI_Recv(message, 8, MPI_BYTE, 0, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            MPI_Send(message, 8, MPI_BYTE, 0, 0, MPI_COMM_WORLD);
+        }
+    }
+    return slowest_since(start) / ROUND_TRIPS;
+}
 
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
-    int rank;
+    int rank, size;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    const size_t shard = (size_t)64 << 20, sample = 16384;
-    const int batch = argc > 1 ? atoi(argv[1]) : 1024, windows = argc > 2 ? atoi(argv[2]) : 6;
-    char *out = malloc((size_t)batch * sample);
-    memset(out, 0, (size_t)batch * sample);
-    for (int w = 0; w < windows; w++) {
-        char *base;
-        MPI_Win win;
-        MPI_Win_allocate((MPI_Aint)shard, 1, MPI_INFO_NULL, MPI_COMM_WORLD, &base, &win);
-        memset(base, rank + 1, shard);
-        MPI_Win_lock_all(MPI_MODE_NOCHECK, win);
-        MPI_Win_sync(win);
-        MPI_Barrier(MPI_COMM_WORLD);
-        uint64_t rng = 12345 + (uint64_t)rank + (uint64_t)w * 7;
-        double times[STEPS];
-        for (int step = 0; step < STEPS; step++) {
-            MPI_Barrier(MPI_COMM_WORLD);
-            double t0 = MPI_Wtime();
-            for (int k = 0; k < batch; k++) {
-                rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-                MPI_Aint at = (MPI_Aint)((rng % (shard / sample)) * sample);
-                MPI_Get(out + (size_t)k * sample, (int)sample, MPI_BYTE, 1 - rank, at, (int)sample, MPI_BYTE, win);
-            }
-            MPI_Win_flush_all(win);
-            double mine = MPI_Wtime() - t0;
-            MPI_Allreduce(&mine, &times[step], 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-        }
-        for (int i = 0; i < STEPS; i++)
-            for (int j = i + 1; j < STEPS; j++)
-                if (times[j] < times[i]) {
-                    double t = times[i];
-                    times[i] = times[j], times[j] = t;
-                }
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    if (size != 2) {
         if (rank == 0)
-            printf("window %d (base %% 4096 = %lu): median %.0f us\n", w, (unsigned long)((uintptr_t)base % 4096),
-                   times[STEPS / 2] * 1e6);
-        MPI_Win_unlock_all(win);
-        MPI_Win_free(&win);
+            fprintf(stderr, "run with 2 ranks\n");
+        MPI_Abort(MPI_COMM_WORLD, 2);
     }
-    free(out);
+    const int batch = argc > 1 ? atoi(argv[1]) : 1024, steps = argc > 2 ? atoi(argv[2]) : 300;
+    const size_t offset = argc > 3 ? (size_t)atoi(argv[3]) : 0;
+    char *allocation = aligned_alloc(4096, (size_t)batch * SAMPLE + 4096);
+    char *out = allocation + offset;
+    memset(out, 0, (size_t)batch * SAMPLE);
+
+    char *base;
+    MPI_Win win;
+    MPI_Win_allocate((MPI_Aint)SHARD, 1, MPI_INFO_NULL, MPI_COMM_WORLD, &base, &win);
+    memset(base, rank + 1, SHARD);
+    MPI_Win_lock_all(MPI_MODE_NOCHECK, win);
+    MPI_Win_sync(win);
+    uint64_t rng = 12345 + (uint64_t)rank;
+    double get_min = 1e9, copy_min = 1e9, rtt_min = 1e9;
+    for (int step = 0; step < steps; step++) {
+        MPI_Barrier(MPI_COMM_WORLD);
+        double start = MPI_Wtime();
+        for (int k = 0; k < batch; k++) {
+            MPI_Aint at = (MPI_Aint)((next_random(&rng) % (SHARD / SAMPLE)) * SAMPLE);
+            MPI_Get(out + (size_t)k * SAMPLE, (int)SAMPLE, MPI_BYTE, 1 - rank, at, (int)SAMPLE, MPI_BYTE, win);
+        }
+        MPI_Win_flush_all(win);
+        double get = slowest_since(start);
+
+        MPI_Barrier(MPI_COMM_WORLD);
+        start = MPI_Wtime();
+        for (int k = 0; k < batch; k++)
+            memcpy(out + (size_t)k * SAMPLE, base + (next_random(&rng) % (SHARD / SAMPLE)) * SAMPLE, SAMPLE);
+        double copy = slowest_since(start);
+
+        double rtt = round_trip(rank);
+        get_min = get < get_min ? get : get_min;
+        copy_min = copy < copy_min ? copy : copy_min;
+        rtt_min = rtt < rtt_min ? rtt : rtt_min;
+        if (step % REPORT_EVERY == REPORT_EVERY - 1) {
+            if (rank == 0)
+                printf("steps %3d: get %6.0f us  copy %5.0f us  rtt %.2f us\n", step, get_min * 1e6, copy_min * 1e6,
+                       rtt_min * 1e6);
+            fflush(stdout);
+            get_min = copy_min = rtt_min = 1e9;
+        }
+    }
+    MPI_Win_unlock_all(win);
+    MPI_Win_free(&win);
+    free(allocation);
     MPI_Finalize();
     return 0;
 }
