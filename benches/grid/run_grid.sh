@@ -133,6 +133,11 @@ for mpi in $MPIS; do
         say "SKIP all $mpi runs: no $lib/libmdloader.so (scripts/build.sh $mpi)"
         continue
     fi
+    # runs.md names the checkout's commit: say so when the library is older than its sources.
+    stale=$(find "$ROOT/src" "$ROOT/Cargo.toml" -newer "$lib/libmdloader.so" -type f | head -n 1)
+    if [ -n "$stale" ]; then
+        say "WARNING: $lib/libmdloader.so is older than ${stale#"$ROOT"/}: the $mpi figures are not those of this checkout (drop --no-build)"
+    fi
     if ! "mpicc.$mpi" -std=c11 -O2 -Wall -Wextra -Wno-stringop-overflow -I"$ROOT/include" -I"$ROOT/benches" \
         "$ROOT/benches/grid/grid_bench.c" -o "$BIN/grid_bench-$mpi" -L"$lib" -lmdloader \
         -Wl,-rpath,"$lib" -lm 2>"$LOGS/cc-$mpi.log"; then
