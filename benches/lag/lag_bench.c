@@ -2,19 +2,22 @@
  * Sampler steps agreed ahead against steps that wait for their agreement, side by
  * side in one run, with AUTO and both engines forced (the oracle).
  *
- * Six loaders over the same data, built with different MDL_AGREEMENT_LAG and backends
+ * Seven loaders over the same data, built with different MDL_AGREEMENT_LAG and backends
  * (the variable is read at mdl_init): AUTO with lag 0, AUTO with lag L, and the
- * one-sided and collective engines forced, with lag L; and the same ids as a user's
+ * one-sided and collective engines forced, with lag L; the same ids as a user's
  * sampler would hand them over (AUTO): the whole epoch given to mdl_epoch_begin_ids
- * (lag L), or one blocking mdl_fetch_batch per step. Their epochs are interleaved
- * (loader by loader, round after round), so that every loader sees the same machine. Between two
+ * (lag L), or one blocking mdl_fetch_batch per step; and the forced one-sided engine a
+ * second time, whose ratio to the first is the noise floor of any comparison between
+ * two loaders here. Their epochs are interleaved (loader by loader, round after round,
+ * each round starting one loader later), so that every loader sees the same machine. Between two
  * batches each rank "computes" for a random time of mean C us and spread J us (a
  * training step whose length varies across ranks): this is where waiting for the
  * slowest rank costs, and what agreeing ahead avoids.
  *
  * Reported per (batch size, loader): the median time the caller waits in
  * mdl_next_batch (the slowest rank's, per step), and AUTO's engine steps. AUTO "right"
- * means within 10% of the faster forced engine, as in benches/grid.
+ * means within 10% of the faster forced engine, as in benches/grid. A last line per
+ * batch size on stderr: that ratio, and the two forced one-sided loaders' ratio.
  *
  *   mpicc -O2 -Iinclude -Ibenches benches/lag/lag_bench.c -o lag_bench \
  *       -Ltarget/openmpi/release -lmdloader -Wl,-rpath,$PWD/target/openmpi/release
@@ -34,9 +37,9 @@
 #include <string.h>
 #include <time.h>
 
-enum { LOADERS = 6, GIVEN = 4, FETCH = 5 };
-static const char *NAMES[LOADERS] = {"auto-lag0",       "auto-lagL",   "onesided-lagL",
-                                     "collective-lagL", "given-lagL", "fetch-per-step"};
+enum { LOADERS = 7, AUTO_L = 1, ONESIDED = 2, COLLECTIVE = 3, GIVEN = 4, FETCH = 5, ONESIDED_AGAIN = 6 };
+static const char *NAMES[LOADERS] = {"auto-lag0",  "auto-lagL",      "onesided-lagL",      "collective-lagL",
+                                     "given-lagL", "fetch-per-step", "onesided-lagL-again"};
 
 static const uint64_t PER_RANK = 8192;
 static uint64_t size_of(uint64_t g) { return 1024 + mix64(g) % 2048; } /* 1-3 KB, mean 2 KB */
@@ -124,8 +127,9 @@ int main(int argc, char **argv)
         fill(7, first + i, data + offsets[i], size_of(first + i));
 
     mdl_loader *h[LOADERS];
-    static const mdl_backend backends[LOADERS] = {MDL_BACKEND_AUTO,       MDL_BACKEND_AUTO, MDL_BACKEND_ONESIDED,
-                                                  MDL_BACKEND_COLLECTIVE, MDL_BACKEND_AUTO, MDL_BACKEND_AUTO};
+    static const mdl_backend backends[LOADERS] = {MDL_BACKEND_AUTO, MDL_BACKEND_AUTO, MDL_BACKEND_ONESIDED,
+                                                  MDL_BACKEND_COLLECTIVE, MDL_BACKEND_AUTO, MDL_BACKEND_AUTO,
+                                                  MDL_BACKEND_ONESIDED};
     /* The engines are what is measured: on one machine the default node-local path would
        copy every sample and run no engine. */
     setenv("MDL_NODE_LOCAL", "off", 1);
@@ -169,8 +173,11 @@ int main(int argc, char **argv)
         uint64_t *fetched_offsets = malloc((B + 1) * sizeof *fetched_offsets);
         uint8_t *fetched = malloc(B * 3072);
         for (long r = 0; r < rounds; r++)
-            for (int l = 0; l < LOADERS; l++) {
-                if (l >= GIVEN) {
+            for (int k = 0; k < LOADERS; k++) {
+                /* Each round starts one loader later: none always runs first (after the
+                   batch size changed) or right after the same neighbour. */
+                const int l = (int)((k + r) % LOADERS);
+                if (l == GIVEN || l == FETCH) {
                     for (uint64_t s = 0; s <= steps_per_epoch; s++)
                         bounds[s] = s * B;
                     for (uint64_t s = 0; s < steps_per_epoch; s++) {
@@ -216,6 +223,7 @@ int main(int argc, char **argv)
         free(bounds);
         free(fetched_offsets);
         free(fetched);
+        double medians[LOADERS];
         for (int l = 0; l < LOADERS; l++) {
             /* The slowest rank's wait, per step, then the median over steps. */
             double *slowest = malloc((size_t)n[l] * sizeof(double));
@@ -237,8 +245,15 @@ int main(int argc, char **argv)
                         (unsigned long long)B, NAMES[l], med, (unsigned long long)os, (unsigned long long)co, excess,
                         engines);
             }
+            medians[l] = med;
             free(slowest);
             free(waits[l]);
+        }
+        if (rank == 0) {
+            double best = medians[ONESIDED] < medians[COLLECTIVE] ? medians[ONESIDED] : medians[COLLECTIVE];
+            double a = medians[ONESIDED], b = medians[ONESIDED_AGAIN];
+            fprintf(stderr, "B %4llu AUTO / the better forced engine %.2f; the same forced engine twice %.2f\n",
+                    (unsigned long long)B, medians[AUTO_L] / best, (a > b ? a / b : b / a));
         }
     }
     int all_bad = 0;
