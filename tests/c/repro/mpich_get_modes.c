@@ -22,7 +22,7 @@
  *   mpicc.mpich -O2 mpich_get_modes.c -o r && for i in 1 2 3 4 5 6; do mpiexec.mpich -n 2 ./r; done
  *
  * Seen (MPICH 4.0.2 ch4:ucx, UCX 1.13, 2-core AMD EPYC VM, idle, 2026-12-04) in 3 of 8
- * jobs and 2 of 6 in a second series, and in none of 6 jobs an hour later: the state
+ * jobs and 2 of 6 in a second series, and in none of 6 jobs a few minutes later: the state
  * comes and goes with the machine, not with the program. For example:
  *     steps  39: get  4172 us  copy 1985 us  rtt 0.35 us      (most jobs, all along)
  *     steps 279: get 12430 us  copy 1566 us  rtt 1.27 us      (a job that switched)
