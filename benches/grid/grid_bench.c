@@ -59,7 +59,8 @@
  * gets, bytes, bytes served; collective: rounds, samples, max(bytes, served)), and
  * model_params, the AUTO loader's calibrated a_os;g_os;b_os;c_os;a_coll;s_coll;b_coll.
  * rtt_us (after them, so that older files keep their columns): the round trip between
- * ranks 0 and 1 before the point, see round_trip_us().
+ * ranks 0 and 1 before the point, empty at one rank; see round_trip_us() for what it
+ * can and cannot say.
  *
  * Usage: mpirun -n P grid_bench --mpi openmpi --transport shm [--batches 1,4,16,64,256,1024]
  *        [--sizes 256,2048,16384] [--samples-per-rank 4000] [--samples-per-rank-large 1000]
@@ -151,21 +152,26 @@ static void allreduce(const void *in, void *out, int n, MPI_Datatype t, MPI_Op o
     g_yield = save;
 }
 
-/* The machine's state at a point: the mean round trip of an 8-byte message between
-   ranks 0 and 1 (the best of 3 runs of 100), in microseconds. On a virtual machine it
-   changes while a job runs (0.3 us or 1.3 us between this project's two cores, for
-   minutes), and MPICH's shared-memory gets, which need the target, slow 3x with it:
-   a model miss at a point with a high value is the machine, not the calibration
-   (tests/c/repro/mpich_get_modes.c). The other ranks wait in the barrier. */
+/* A hint of the machine's state at a point: the mean round trip of an 8-byte message
+   between ranks 0 and 1 (the best of 3 runs of 100), in microseconds; NAN with one
+   rank. On a virtual machine it changes while a job runs (0.3 us or 1.3 us between this
+   project's two cores, for minutes), and MPICH's shared-memory gets, which are served
+   by the target, slowed about 3x with it (tests/c/repro/mpich_get_modes.c). One sample
+   before the point: the state can change during it. It reads the machine only with
+   no more ranks than cores and --wait block; oversubscribed, or with --wait yield, it
+   mostly measures the scheduler, so compare it only within one combination. The other
+   ranks wait in the barrier. */
 static double round_trip_us(void)
 {
     enum { TRIPS = 100, RUNS = 3 };
+    if (g_P < 2)
+        return NAN;
     double best = INFINITY;
     char msg[8] = {0};
     for (int run = 0; run < RUNS; run++) {
         sync_all();
         double t0 = MPI_Wtime();
-        for (int i = 0; i < TRIPS && g_rank < 2 && g_P > 1; i++) {
+        for (int i = 0; i < TRIPS && g_rank < 2; i++) {
             MPI_Request r;
             if (g_rank == 0) {
                 MPI_Isend(msg, 8, MPI_BYTE, 1, 0, MPI_COMM_WORLD, &r);
@@ -989,7 +995,10 @@ int main(int argc, char **argv)
                     fprintf(csv, "%c%.17g", t ? ';' : ',', terms[t]);
                 for (int t = 0; t < 7; t++)
                     fprintf(csv, "%c%.17g", t ? ';' : ',', params[t]);
-                fprintf(csv, ",%.2f\n", rtt_us);
+                if (isnan(rtt_us))
+                    fprintf(csv, ",\n");
+                else
+                    fprintf(csv, ",%.2f\n", rtt_us);
                 fflush(csv);
                 fprintf(stderr,
                         "  %s/%s np=%d B=%4llu m=%5llu: os %.1f coll %.1f auto %.1f (os %.0f/coll %.0f) node %.1f "

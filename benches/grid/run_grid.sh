@@ -122,7 +122,7 @@ wait_quiet() {
 }
 
 # ---------------------------------------------------------------- build
-declare -A HAVE
+declare -A HAVE STALE
 for mpi in $MPIS; do
     case $mpi in openmpi | mpich) ;; *) echo "unknown MPI $mpi" >&2; exit 2 ;; esac
     lib=$ROOT/target/$mpi/release
@@ -133,10 +133,13 @@ for mpi in $MPIS; do
         say "SKIP all $mpi runs: no $lib/libmdloader.so (scripts/build.sh $mpi)"
         continue
     fi
-    # runs.md names the checkout's commit: say so when the library is older than its sources.
-    stale=$(find "$ROOT/src" "$ROOT/Cargo.toml" -newer "$lib/libmdloader.so" -type f | head -n 1)
+    # runs.md names the checkout's commit: say so (there too) when the library is older
+    # than what it is built from.
+    stale=$(find "$ROOT/src" "$ROOT/Cargo.toml" "$ROOT/Cargo.lock" "$ROOT/build.rs" "$ROOT/cbindgen.toml" \
+        -newer "$lib/libmdloader.so" -type f 2>/dev/null | head -n 1)
     if [ -n "$stale" ]; then
-        say "WARNING: $lib/libmdloader.so is older than ${stale#"$ROOT"/}: the $mpi figures are not those of this checkout (drop --no-build)"
+        STALE[$mpi]="libmdloader.so older than ${stale#"$ROOT"/}: not this checkout's library"
+        say "WARNING: $lib/libmdloader.so is older than ${stale#"$ROOT"/}: the $mpi figures are not those of this checkout (rebuild: scripts/build.sh $mpi)"
     fi
     if ! "mpicc.$mpi" -std=c11 -O2 -Wall -Wextra -Wno-stringop-overflow -I"$ROOT/include" -I"$ROOT/benches" \
         "$ROOT/benches/grid/grid_bench.c" -o "$BIN/grid_bench-$mpi" -L"$lib" -lmdloader \
@@ -226,6 +229,7 @@ cp "$tmp_header" "$CSV"
 {
     echo "# Grid runs ($(date -u +%Y-%m-%dT%H:%M:%SZ), $(git -C "$ROOT" rev-parse --short HEAD), $CORES cores, quick=$QUICK)"
     echo
+    for mpi in "${!STALE[@]}"; do echo "WARNING, $mpi: ${STALE[$mpi]}."; echo; done
     echo "| mpi | transport | ranks | status | seconds | rows | note |"
     echo "|---|---|---|---|---:|---:|---|"
 } >"$MANIFEST"

@@ -9,7 +9,7 @@
  * (lag L), or one blocking mdl_fetch_batch per step; and the forced one-sided engine a
  * second time, whose ratio to the first is the noise floor of any comparison between
  * two loaders here. Their epochs are interleaved (loader by loader, round after round,
- * each round starting one loader later), so that every loader sees the same machine. Between two
+ * in an order shuffled per round), so that every loader sees the same machine. Between two
  * batches each rank "computes" for a random time of mean C us and spread J us (a
  * training step whose length varies across ranks): this is where waiting for the
  * slowest rank costs, and what agreeing ahead avoids.
@@ -21,7 +21,7 @@
  *
  *   mpicc -O2 -Iinclude -Ibenches benches/lag/lag_bench.c -o lag_bench \
  *       -Ltarget/openmpi/release -lmdloader -Wl,-rpath,$PWD/target/openmpi/release
- *   mpirun -n 2 ./lag_bench [--lag 2] [--compute-us 200] [--jitter-us 100] [--rounds 5] [--prefetch 0]
+ *   mpirun -n 2 ./lag_bench [--lag 2] [--compute-us 200] [--jitter-us 100] [--rounds 15] [--prefetch 0]
  *                           [--compute busy|sleep]
  *
  * CSV on rank 0's stdout: batch,loader,wait_us_median,onesided_steps,collective_steps,
@@ -65,6 +65,21 @@ static void compute_for_us(double us, int sleeping)
     nanosleep(&t, NULL);
 }
 
+/* The loaders' order in one round: a shuffle of its own (seeded by the round alone, so
+   the same on every rank, whose collective calls must match), so that no loader always
+   runs first after the batch size changed, or right after the same neighbour. */
+static void shuffled_loaders(uint64_t seed, int *order)
+{
+    for (int l = 0; l < LOADERS; l++)
+        order[l] = l;
+    uint64_t state = mix64(seed + 0x5eed);
+    for (int l = LOADERS - 1; l > 0; l--) {
+        state = mix64(state);
+        int k = (int)(state % (uint64_t)(l + 1)), t = order[l];
+        order[l] = order[k], order[k] = t;
+    }
+}
+
 /* The engines' step counts from mdl_stats_json: the first "steps" after each key. */
 static uint64_t steps_of(const char *json, const char *engine)
 {
@@ -99,7 +114,9 @@ int main(int argc, char **argv)
     MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
-    long lag = 2, rounds = 5, prefetch = 0;
+    /* 15 rounds: with 5, two loaders forcing the same engine differed by up to 1.23
+       (benches/lag/README.md, "The noise floor"). */
+    long lag = 2, rounds = 15, prefetch = 0;
     double compute_us = 200, jitter_us = 100;
     int sleeping = 0;
     for (int i = 1; i + 1 < argc; i += 2) {
@@ -172,11 +189,11 @@ int main(int argc, char **argv)
         uint64_t *order = malloc(PER_RANK * sizeof *order), *bounds = malloc((steps_per_epoch + 1) * sizeof *bounds);
         uint64_t *fetched_offsets = malloc((B + 1) * sizeof *fetched_offsets);
         uint8_t *fetched = malloc(B * 3072);
-        for (long r = 0; r < rounds; r++)
+        for (long r = 0; r < rounds; r++) {
+            int order_of_loaders[LOADERS];
+            shuffled_loaders((uint64_t)bi * 1000 + (uint64_t)r, order_of_loaders);
             for (int k = 0; k < LOADERS; k++) {
-                /* Each round starts one loader later: none always runs first (after the
-                   batch size changed) or right after the same neighbour. */
-                const int l = (int)((k + r) % LOADERS);
+                const int l = order_of_loaders[k];
                 if (l == GIVEN || l == FETCH) {
                     for (uint64_t s = 0; s <= steps_per_epoch; s++)
                         bounds[s] = s * B;
@@ -219,6 +236,7 @@ int main(int argc, char **argv)
                     compute_for_us(compute_us + jitter_us * ((double)(rng % 2001) / 1000.0 - 1.0), sleeping);
                 }
             }
+        }
         free(order);
         free(bounds);
         free(fetched_offsets);

@@ -2,10 +2,12 @@
  * Pure-MPI reproduction (no MDLoader involved): on this project's 2-core virtual machines
  * the round trip between the two cores changes while a job runs (0.27-0.38 us, or
  * 0.7-1.3 us, for minutes, switching either way), most likely the hypervisor moving a
- * virtual CPU; and MPICH's MPI_Get over shared memory, whose every get is served by
- * the target through UCX's shared-memory transport, slows with it by about 3x. A local
- * memcpy of the same pattern does not slow (it gets a little faster), and Open MPI's
- * shared-memory get, a copy by the origin out of the target's window, does not slow.
+ * virtual CPU (a guess: a guest cannot see its host); and MPICH's MPI_Get over shared
+ * memory, whose every get is served by the target through UCX's shared-memory
+ * transport, slows with it by about 3x: a path that pays every hand-off between
+ * cores. A local memcpy of the same pattern does not slow (it gets a little faster),
+ * and Open MPI's shared-memory get, a copy by the origin out of the target's window,
+ * does not slow.
  *
  * This is why the estimator's calibration, taken once at init, can mispredict MPICH's
  * one-sided engine at large samples on one node, and why benches/grid's model-alone
@@ -30,7 +32,8 @@
  * also in the two jobs whose rtt read 0.71-0.80 us. UCX_TLS=self,sysv or self,posix did
  * not avoid the slow state.
  *
- * Arguments: [batch=1024] [steps=300] [offset of the destination past a page=0]
+ * Arguments: [batch=1024] [steps=300, at least 20] [offset of the destination past a
+ * page=0, below 4096]
  */
 #include <mpi.h>
 #include <stdint.h>
@@ -83,7 +86,13 @@ int main(int argc, char **argv)
         MPI_Abort(MPI_COMM_WORLD, 2);
     }
     const int batch = argc > 1 ? atoi(argv[1]) : 1024, steps = argc > 2 ? atoi(argv[2]) : 300;
-    const size_t offset = argc > 3 ? (size_t)atoi(argv[3]) : 0;
+    const int offset_arg = argc > 3 ? atoi(argv[3]) : 0;
+    if (batch < 1 || steps < REPORT_EVERY || offset_arg < 0 || offset_arg >= 4096) {
+        if (rank == 0)
+            fprintf(stderr, "usage: %s [batch >= 1] [steps >= %d] [offset 0-4095]\n", argv[0], REPORT_EVERY);
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+    const size_t offset = (size_t)offset_arg;
     char *allocation = aligned_alloc(4096, (size_t)batch * SAMPLE + 4096);
     char *out = allocation + offset;
     memset(out, 0, (size_t)batch * SAMPLE);
