@@ -181,6 +181,29 @@ pub fn agree_on_checks(comm: &Comm, checks: Result<()>) -> Result<()> {
     agree(comm, &proposal)?.outcome(error)
 }
 
+/// A failure every rank answers alike, by falling back (no error reaches the caller).
+pub struct Fallback {
+    pub error: Error,
+    /// Whether this rank should say why: the lowest failing rank, which knows the
+    /// cause (the others know only that it failed), so that a job of thousands of
+    /// ranks says it once. Every rank says so where the agreement itself failed.
+    pub report_here: bool,
+}
+
+/// Agree on the outcome of local checks whose failure on any rank makes every rank
+/// fall back the same way: None where every rank passed.
+pub fn agree_on_fallback(comm: &Comm, checks: Result<()>) -> Option<Fallback> {
+    let error = checks.err();
+    let proposal = Proposal { error: error.clone(), backend: Backend::Auto, maxima: Vec::new(), same: 0 };
+    match agree(comm, &proposal) {
+        Err(error) => Some(Fallback { error, report_here: true }),
+        Ok(agreed) => {
+            let report_here = agreed.first_failure.is_some_and(|(rank, _)| rank == comm.rank());
+            agreed.outcome(error).err().map(|error| Fallback { error, report_here })
+        }
+    }
+}
+
 /// How a [`Setting`] combines over the ranks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Combine {

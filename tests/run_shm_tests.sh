@@ -98,6 +98,24 @@ space_case() {
     mdl_verdict "$mpi/shm-$name" $rc "$log"
 }
 
+# mpi_cannot_share_case <name> <np>: Open MPI with only its pt2pt one-sided component,
+# which makes no shared-memory windows (MPI_Win_allocate_shared fails on every rank):
+# every rank keeps the index and its shard private, and the job says so once for each,
+# not once per rank (at 2048 ranks, 4096 identical lines).
+mpi_cannot_share_case() {
+    local name=$1 np=$2 log=$LOGDIR/openmpi-shm-$1.log rc index_lines shard_lines
+    mdl_mpirun openmpi "$np" "$log" OMPI_MCA_osc=pt2pt -- "$BUILDROOT/openmpi/shm_test" --samples 4096 --bytes 256 \
+        --expect private
+    rc=$?
+    index_lines=$(grep -c 'WARN.*the index cannot be shared within nodes' "$log")
+    shard_lines=$(grep -c 'WARN.*the shards cannot be shared within nodes' "$log")
+    if [ "$rc" -eq 0 ] && { [ "$index_lines" -ne 1 ] || [ "$shard_lines" -ne 1 ]; }; then
+        fail "openmpi/shm-$name ($index_lines index and $shard_lines shard warnings, expected 1 each)" "$log"
+        return
+    fi
+    mdl_verdict "openmpi/shm-$name" $rc "$log"
+}
+
 build() {
     local mpi=$1 libdir=$ROOT/target/$1/release log=$LOGDIR/$1-shm-build.log
     mkdir -p "$BUILDROOT/$mpi"
@@ -145,5 +163,10 @@ for mpi in "${MPIS[@]}"; do
     space_case "$mpi" address-space-just-short "--samples 32768 --bytes 4096 --space-after-shard 133" private
     space_case "$mpi" address-space-enough "--samples 32768 --bytes 4096 --space-after-shard 512" shared
 done
+
+if [[ " ${MPIS[*]} " == *" openmpi "* ]] && [ -x "$BUILDROOT/openmpi/shm_test" ]; then
+    mpi_cannot_share_case mpi-cannot-share-np2 2
+    mpi_cannot_share_case mpi-cannot-share-np4 4
+fi
 
 mdl_summary

@@ -22,7 +22,7 @@
 use super::ShardView;
 use super::index::Starts;
 use crate::memory;
-use crate::agree::agree_on_checks;
+use crate::agree::{agree_on_checks, agree_on_fallback};
 use crate::error::{Error, Result};
 use crate::mpi::{Comm, GathervLayout, SharedArray};
 
@@ -51,15 +51,16 @@ pub fn build(comm: &Comm, shard: &ShardView, per_rank: &[u64], max_message: u64)
     }
     let (entries, scratch) = (entries.expect("agreed that the index fits"), scratch.expect("agreed that every leader allocated"));
     let shared = SharedArray::allocate(&node, entries);
-    let shared_everywhere = agree_on_checks(comm, shared.as_ref().map(|_| ()).map_err(Clone::clone));
-    let starts = match (shared_everywhere, shared) {
-        (Ok(()), Ok(shared)) => fill(comm, &node, shard, &layout, scratch, &shared).map(|()| Starts::Node(shared)),
-        (Err(err), shared) => {
-            log::warn!("the index cannot be shared within nodes ({}); every rank keeps its own copy", err.message);
+    let fallback = agree_on_fallback(comm, shared.as_ref().map(|_| ()).map_err(Clone::clone));
+    let starts = match (fallback, shared) {
+        (None, Ok(shared)) => fill(comm, &node, shard, &layout, scratch, &shared).map(|()| Starts::Node(shared)),
+        (Some(fallback), shared) => {
+            let why = format!("the index cannot be shared within nodes ({}); every rank keeps its own copy", fallback.error.message);
+            if fallback.report_here { log::warn!("{why}") } else { log::info!("{why}") }
             super::release_where_whole_node(&node, shared, SharedArray::free)?;
             gather_private(comm, shard, per_rank).map(Starts::Private)
         }
-        (Ok(()), Err(_)) => unreachable!("agreed that every rank allocated"),
+        (None, Err(_)) => unreachable!("agreed that every rank allocated"),
     };
     let freed = node.free();
     let starts = starts?;

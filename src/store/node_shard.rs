@@ -19,7 +19,7 @@
 //! share, and the plain window (`MPI_Win_allocate`, the faster one for RMA) is kept.
 
 use super::topology::Topology;
-use crate::agree::agree_on_checks;
+use crate::agree::{agree_on_checks, agree_on_fallback};
 use crate::error::{Error, Result};
 use crate::mpi::{Comm, Segment, Window};
 
@@ -77,8 +77,12 @@ fn plain(comm: &Comm, data: &[u8]) -> Result<Placed> {
 fn place_shared(comm: &Comm, node: &Comm, data: &[u8], node_key: u32) -> Result<Placed> {
     // Emulated nodes of one machine would otherwise create their windows at once.
     let shared = comm.one_part_per_node_at_a_time(u64::from(node_key), || Window::allocate_shared(node, data))?;
-    if let Err(err) = agree_on_checks(comm, shared.as_ref().map(|_| ()).map_err(Clone::clone)) {
-        log::warn!("the shards cannot be shared within nodes ({}): node-local samples go through the engines", err.message);
+    if let Some(fallback) = agree_on_fallback(comm, shared.as_ref().map(|_| ()).map_err(Clone::clone)) {
+        let why = format!(
+            "the shards cannot be shared within nodes ({}): on every rank node-local samples go through the engines",
+            fallback.error.message
+        );
+        if fallback.report_here { log::warn!("{why}") } else { log::info!("{why}") }
         super::release_where_whole_node(node, shared, Window::free)?;
         return plain(comm, data);
     }
