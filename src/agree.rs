@@ -183,25 +183,28 @@ pub fn agree_on_checks(comm: &Comm, checks: Result<()>) -> Result<()> {
 
 /// A failure every rank answers alike, by falling back (no error reaches the caller).
 pub struct Fallback {
-    pub error: Error,
-    /// Whether this rank should say why: the lowest failing rank, which knows the
-    /// cause (the others know only that it failed), so that a job of thousands of
-    /// ranks says it once. Every rank says so where the agreement itself failed.
+    /// This rank's own failure, or which rank failed (the others know no more).
+    pub reason: String,
+    /// Whether this rank should say it as a warning: the lowest failing rank, which
+    /// knows the cause, so that a job of thousands of ranks says it once.
     pub report_here: bool,
 }
 
-/// Agree on the outcome of local checks whose failure on any rank makes every rank
-/// fall back the same way: None where every rank passed.
-pub fn agree_on_fallback(comm: &Comm, checks: Result<()>) -> Option<Fallback> {
+/// Collective: agree on the outcome of local checks whose failure on any rank makes
+/// every rank fall back the same way: None where every rank passed. An agreement that
+/// fails itself (`MDL_TIMEOUT`) is an error: some ranks may not have taken part, and
+/// falling back into the next collective would hang them.
+pub fn agree_on_fallback(comm: &Comm, checks: Result<()>) -> Result<Option<Fallback>> {
     let error = checks.err();
     let proposal = Proposal { error: error.clone(), backend: Backend::Auto, maxima: Vec::new(), same: 0 };
-    match agree(comm, &proposal) {
-        Err(error) => Some(Fallback { error, report_here: true }),
-        Ok(agreed) => {
-            let report_here = agreed.first_failure.is_some_and(|(rank, _)| rank == comm.rank());
-            agreed.outcome(error).err().map(|error| Fallback { error, report_here })
-        }
-    }
+    let agreed = agree(comm, &proposal)?;
+    Ok(agreed.first_failure.map(|(first, status)| match error {
+        Some(own) => Fallback { reason: own.message, report_here: first == comm.rank() },
+        None => Fallback {
+            reason: format!("rank {first} of this communicator failed with {}, and says why", status.name()),
+            report_here: false,
+        },
+    }))
 }
 
 /// How a [`Setting`] combines over the ranks.

@@ -98,29 +98,53 @@ space_case() {
     mdl_verdict "$mpi/shm-$name" $rc "$log"
 }
 
-# mpi_cannot_share_case <name> <np>: Open MPI with only its pt2pt one-sided component,
-# which makes no shared-memory windows (MPI_Win_allocate_shared fails on every rank):
-# every rank keeps the index and its shard private, and the job says so once for each,
-# not once per rank (at 2048 ranks, 4096 identical lines).
+# mpi_cannot_share_case <name> <np> <lengths: same|varying>: Open MPI with only its pt2pt
+# one-sided component, which makes no shared-memory windows (MPI_Win_allocate_shared
+# fails on every rank): every rank keeps its shard (and the index, where samples vary
+# in length and there is one) private, and the job says so once for each, not once per
+# rank (at 2048 ranks, 4096 identical lines), nor again for calibration's scratch store.
 mpi_cannot_share_case() {
-    local name=$1 np=$2 log=$LOGDIR/openmpi-shm-$1.log rc index_lines shard_lines
+    local name=$1 np=$2 lengths=$3 log=$LOGDIR/openmpi-shm-$1.log rc index_lines shard_lines want_index=0 varying=()
+    if [ "$lengths" = varying ]; then
+        want_index=1
+        varying=(--varying 1)
+    fi
     mdl_mpirun openmpi "$np" "$log" OMPI_MCA_osc=pt2pt -- "$BUILDROOT/openmpi/shm_test" --samples 4096 --bytes 256 \
-        --expect private
+        "${varying[@]}" --expect private
     rc=$?
     index_lines=$(grep -c 'WARN.*the index cannot be shared within nodes' "$log")
     shard_lines=$(grep -c 'WARN.*the shards cannot be shared within nodes' "$log")
-    if [ "$rc" -eq 0 ] && { [ "$index_lines" -ne 1 ] || [ "$shard_lines" -ne 1 ]; }; then
-        fail "openmpi/shm-$name ($index_lines index and $shard_lines shard warnings, expected 1 each)" "$log"
+    if [ "$rc" -eq 0 ] && { [ "$index_lines" -ne "$want_index" ] || [ "$shard_lines" -ne 1 ]; }; then
+        fail "openmpi/shm-$name ($index_lines index and $shard_lines shard warnings, expected $want_index and 1)" "$log"
         return
     fi
     mdl_verdict "openmpi/shm-$name" $rc "$log"
+}
+
+# late_window_case <mpi>: 2 ranks, MDL_TIMEOUT=2, rank 1 back from its first
+# MPI_Win_allocate_shared 6 s late (tests/c/shims/late_shared_window.c). Rank 0 times
+# out waiting for it; rank 1 must then time out in the agreement on the window, not
+# take that for a fallback into MPI_Win_allocate, where it hung for ever.
+late_window_case() {
+    local mpi=$1 log=$LOGDIR/$1-shm-late-window.log rc reported
+    mdl_mpirun "$mpi" 2 "$log" MDL_TIMEOUT=2 -- env LD_PRELOAD="$BUILDROOT/$mpi/late_shared_window.so" MDL_SHIM_RANK=1 \
+        MDL_SHIM_SLEEP=6 "$BUILDROOT/$mpi/shm_test" --samples 4096 --bytes 256 --expect timeout
+    rc=$?
+    reported=$(grep -c 'mdl_register_shard returned a collective call timed out' "$log")
+    if [ "$reported" -ne 2 ]; then
+        fail "$mpi/shm-late-window ($reported of 2 ranks returned MDL_ERR_TIMEOUT; exit $rc)" "$log"
+        return
+    fi
+    mdl_verdict "$mpi/shm-late-window" 0 "$log"
 }
 
 build() {
     local mpi=$1 libdir=$ROOT/target/$1/release log=$LOGDIR/$1-shm-build.log
     mkdir -p "$BUILDROOT/$mpi"
     "mpicc.$mpi" -std=c11 -O2 -g -Wall -Wextra -Werror -I"$ROOT/include" -I"$ROOT/tests/c" "$ROOT/tests/c/shm_test.c" \
-        -o "$BUILDROOT/$mpi/shm_test" -L"$libdir" -lmdloader -Wl,-rpath,"$libdir" -lm >"$log" 2>&1
+        -o "$BUILDROOT/$mpi/shm_test" -L"$libdir" -lmdloader -Wl,-rpath,"$libdir" -lm >"$log" 2>&1 &&
+        "mpicc.$mpi" -std=c11 -O2 -Wall -Wextra -Werror -shared -fPIC "$ROOT/tests/c/shims/late_shared_window.c" \
+            -o "$BUILDROOT/$mpi/late_shared_window.so" >>"$log" 2>&1
 }
 
 for mpi in "${MPIS[@]}"; do
@@ -164,9 +188,14 @@ for mpi in "${MPIS[@]}"; do
     space_case "$mpi" address-space-enough "--samples 32768 --bytes 4096 --space-after-shard 512" shared
 done
 
+for mpi in "${MPIS[@]}"; do
+    [ -x "$BUILDROOT/$mpi/shm_test" ] && late_window_case "$mpi"
+done
+
 if [[ " ${MPIS[*]} " == *" openmpi "* ]] && [ -x "$BUILDROOT/openmpi/shm_test" ]; then
-    mpi_cannot_share_case mpi-cannot-share-np2 2
-    mpi_cannot_share_case mpi-cannot-share-np4 4
+    mpi_cannot_share_case mpi-cannot-share-np2 2 same
+    mpi_cannot_share_case mpi-cannot-share-np4 4 same
+    mpi_cannot_share_case mpi-cannot-share-varying-np4 4 varying
 fi
 
 mdl_summary

@@ -124,6 +124,10 @@ pub struct Store {
     pub index: Arc<GlobalIndex>,
     /// Whether the index and the shards are in node-shared memory.
     pub placement: SharedPlacement,
+    /// MPI refused a node-shared window (agreed on every rank, and said once): later
+    /// stores of this loader (calibration's scratch store) do not ask again, and so do
+    /// not warn again.
+    pub shared_windows_refused: bool,
 }
 
 impl Store {
@@ -139,20 +143,26 @@ impl Store {
         // A uniform index has no table to place.
         let entries = if uniform.is_some() { 0 } else { per_rank.iter().fold(1u64, |sum, &n| sum.saturating_add(n)) };
         let shared = shm_budget::decide(comm, shard.data.len(), entries, settings)?;
-        let index = match uniform {
-            Some(len) => GlobalIndex::uniform(&per_rank, len),
-            None if shared.index => GlobalIndex::from_starts(&per_rank, node_index::build(comm, shard, &per_rank, settings.limits.max_message)?),
-            None => GlobalIndex::from_starts(&per_rank, Starts::Private(node_index::gather_private(comm, shard, &per_rank)?)),
+        let (index, index_refused) = match uniform {
+            Some(len) => (GlobalIndex::uniform(&per_rank, len), false),
+            None if shared.index => {
+                let starts = node_index::build(comm, shard, &per_rank, settings.limits.max_message)?;
+                let refused = matches!(starts, Starts::Private(_));
+                (GlobalIndex::from_starts(&per_rank, starts), refused)
+            }
+            None => (GlobalIndex::from_starts(&per_rank, Starts::Private(node_index::gather_private(comm, shard, &per_rank)?)), false),
         };
-        let (window, node, topology) = if !shared.shards {
-            (private_window(comm, shard.data)?, None, Topology::default())
+        let (window, node, topology, shards_refused) = if !shared.shards {
+            (private_window(comm, shard.data)?, None, Topology::default(), false)
         } else if settings.node_local {
             let placed = node_shard::place(comm, shard.data, settings.node_key)?;
-            (placed.window, placed.node, placed.topology)
+            (placed.window, placed.node, placed.topology, placed.refused)
         } else {
-            (Window::allocate(comm, shard.data)?, None, Topology::default())
+            (Window::allocate(comm, shard.data)?, None, Topology::default(), false)
         };
-        let store = Store { window, node, topology, index: Arc::new(index), placement: shared };
+        let shared_windows_refused = index_refused || shards_refused;
+        let placement = SharedPlacement { index: shared.index && !shared_windows_refused, ..shared };
+        let store = Store { window, node, topology, index: Arc::new(index), placement, shared_windows_refused };
         let warmed = warm_up(&store, comm.rank(), settings.limits, settings.warm_up_gets);
         // Every rank stays inside MPI until all have warmed up (over transports where a
         // get needs its target's progress, no rank waits for one that has left), and a

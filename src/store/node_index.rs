@@ -51,11 +51,11 @@ pub fn build(comm: &Comm, shard: &ShardView, per_rank: &[u64], max_message: u64)
     }
     let (entries, scratch) = (entries.expect("agreed that the index fits"), scratch.expect("agreed that every leader allocated"));
     let shared = SharedArray::allocate(&node, entries);
-    let fallback = agree_on_fallback(comm, shared.as_ref().map(|_| ()).map_err(Clone::clone));
+    let fallback = agree_on_fallback(comm, shared.as_ref().map(|_| ()).map_err(Clone::clone))?;
     let starts = match (fallback, shared) {
         (None, Ok(shared)) => fill(comm, &node, shard, &layout, scratch, &shared).map(|()| Starts::Node(shared)),
         (Some(fallback), shared) => {
-            let why = format!("the index cannot be shared within nodes ({}); every rank keeps its own copy", fallback.error.message);
+            let why = format!("the index cannot be shared within nodes ({}); every rank keeps its own copy", fallback.reason);
             if fallback.report_here { log::warn!("{why}") } else { log::info!("{why}") }
             super::release_where_whole_node(&node, shared, SharedArray::free)?;
             gather_private(comm, shard, per_rank).map(Starts::Private)

@@ -53,6 +53,9 @@ pub struct Placed {
     pub window: Window,
     pub node: Option<NodeShards>,
     pub topology: Topology,
+    /// MPI refused the node-shared window (on some rank; agreed): the plain window
+    /// instead.
+    pub refused: bool,
 }
 
 /// Collective over `comm`: copy `data` into node-shared memory where MPI allows it
@@ -71,20 +74,20 @@ pub fn place(comm: &Comm, data: &[u8], node_key: u32) -> Result<Placed> {
 }
 
 fn plain(comm: &Comm, data: &[u8]) -> Result<Placed> {
-    Ok(Placed { window: Window::allocate(comm, data)?, node: None, topology: Topology::default() })
+    Ok(Placed { window: Window::allocate(comm, data)?, node: None, topology: Topology::default(), refused: false })
 }
 
 fn place_shared(comm: &Comm, node: &Comm, data: &[u8], node_key: u32) -> Result<Placed> {
     // Emulated nodes of one machine would otherwise create their windows at once.
     let shared = comm.one_part_per_node_at_a_time(u64::from(node_key), || Window::allocate_shared(node, data))?;
-    if let Some(fallback) = agree_on_fallback(comm, shared.as_ref().map(|_| ()).map_err(Clone::clone)) {
+    if let Some(fallback) = agree_on_fallback(comm, shared.as_ref().map(|_| ()).map_err(Clone::clone))? {
         let why = format!(
             "the shards cannot be shared within nodes ({}): on every rank node-local samples go through the engines",
-            fallback.error.message
+            fallback.reason
         );
         if fallback.report_here { log::warn!("{why}") } else { log::info!("{why}") }
         super::release_where_whole_node(node, shared, Window::free)?;
-        return plain(comm, data);
+        return plain(comm, data).map(|placed| Placed { refused: true, ..placed });
     }
     let shared = shared.expect("agreed that every node shares memory");
     let rma = (node.size() < comm.size()).then(|| Window::create_over(comm, &shared));
@@ -109,5 +112,10 @@ fn place_shared(comm: &Comm, node: &Comm, data: &[u8], node_key: u32) -> Result<
         Some(rma) => (rma.expect("agreed that every rank created its window"), Some(shared)),
         None => (shared, None),
     };
-    Ok(Placed { window, node: Some(NodeShards { members, segments, shared }), topology: Topology::from_leaders(node_of) })
+    Ok(Placed {
+        window,
+        node: Some(NodeShards { members, segments, shared }),
+        topology: Topology::from_leaders(node_of),
+        refused: false,
+    })
 }

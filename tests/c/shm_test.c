@@ -16,7 +16,8 @@
  * then fetches batches of random ids with the library's defaults and checks them.
  * --expect says whether the shards should have stayed in shared memory (node-local
  * copies, no engine bytes on one node) or gone to private memory (engine bytes only);
- * anything else (alone: one rank) checks the bytes only.
+ * anything else (alone: one rank) checks the bytes only. --expect timeout: registration
+ * only, whose status each rank prints; then the job aborts (see main).
  */
 #define _POSIX_C_SOURCE 200809L /* statvfs */
 #include <mpi.h>
@@ -129,6 +130,15 @@ int main(int argc, char **argv)
     mdl_loader *h = NULL;
     check(mdl_init(MPI_COMM_WORLD, &h) == MDL_OK, "mdl_init");
     mdl_status st = mdl_register_shard(h, data, offsets, n);
+    if (!strcmp(expect, "timeout")) {
+        /* A rank late beyond MDL_TIMEOUT (tests/c/shims/late_shared_window.c): every
+           rank must return an error, none hang. Wait outside MPI until the late rank
+           has timed out too, then abort: after a timeout MPI_Finalize may hang. */
+        printf("rank %d: mdl_register_shard returned %s\n", g_rank, mdl_status_string(st));
+        fflush(stdout);
+        sleep(12);
+        MPI_Abort(MPI_COMM_WORLD, 0);
+    }
     if (st != MDL_OK) {
         char why[512];
         mdl_last_error(why, sizeof why);
