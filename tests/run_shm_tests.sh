@@ -98,19 +98,23 @@ space_case() {
     mdl_verdict "$mpi/shm-$name" $rc "$log"
 }
 
-# mpi_cannot_share_case <name> <np> <lengths: same|varying>: Open MPI with only its pt2pt
-# one-sided component, which makes no shared-memory windows (MPI_Win_allocate_shared
-# fails on every rank): every rank keeps its shard (and the index, where samples vary
-# in length and there is one) private, and the job says so once for each, not once per
-# rank (at 2048 ranks, 4096 identical lines), nor again for calibration's scratch store.
+# mpi_cannot_share_case <name> <np> <lengths: same|varying> [<nodes: one|two>]: Open MPI
+# with only its pt2pt one-sided component, which makes no shared-memory windows
+# (MPI_Win_allocate_shared fails on every rank): every rank keeps its shard (and the
+# index, where samples vary in length and there is one) private, and the job says so
+# once for each, not once per rank (at 2048 ranks, 4096 identical lines), nor again for
+# calibration's scratch store (which runs only where the job spans nodes: two nodes
+# emulated with tests/node_key.sh).
 mpi_cannot_share_case() {
-    local name=$1 np=$2 lengths=$3 log=$LOGDIR/openmpi-shm-$1.log rc index_lines shard_lines want_index=0 varying=()
+    local name=$1 np=$2 lengths=$3 nodes=${4:-one} log=$LOGDIR/openmpi-shm-$1.log rc index_lines shard_lines
+    local want_index=0 varying=() launch=()
     if [ "$lengths" = varying ]; then
         want_index=1
         varying=(--varying 1)
     fi
-    mdl_mpirun openmpi "$np" "$log" OMPI_MCA_osc=pt2pt -- "$BUILDROOT/openmpi/shm_test" --samples 4096 --bytes 256 \
-        "${varying[@]}" --expect private
+    [ "$nodes" = two ] && launch=("$ROOT/tests/node_key.sh")
+    mdl_mpirun openmpi "$np" "$log" OMPI_MCA_osc=pt2pt -- "${launch[@]}" "$BUILDROOT/openmpi/shm_test" --samples 4096 \
+        --bytes 256 "${varying[@]}" --expect private
     rc=$?
     index_lines=$(grep -c 'WARN.*the index cannot be shared within nodes' "$log")
     shard_lines=$(grep -c 'WARN.*the shards cannot be shared within nodes' "$log")
@@ -196,6 +200,8 @@ if [[ " ${MPIS[*]} " == *" openmpi "* ]] && [ -x "$BUILDROOT/openmpi/shm_test" ]
     mpi_cannot_share_case mpi-cannot-share-np2 2 same
     mpi_cannot_share_case mpi-cannot-share-np4 4 same
     mpi_cannot_share_case mpi-cannot-share-varying-np4 4 varying
+    mpi_cannot_share_case mpi-cannot-share-two-nodes-np4 4 varying two
+    mpi_cannot_share_case mpi-cannot-share-two-nodes-same-np4 4 same two
 fi
 
 mdl_summary

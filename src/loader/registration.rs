@@ -176,13 +176,8 @@ impl Core {
         let settings = CalibrationSettings {
             budget_seconds: self.config.calibration_seconds,
             matrix_max_ranks: self.config.matrix_max_ranks,
-            // The scratch store's windows are of the kind the registered store's are
-            // (also where MPI refused node-shared ones: the plain window, no new try).
-            store: StoreSettings {
-                placement: self.store.as_ref().map(|s| s.placement),
-                node_local: self.config.node_local && !self.store.as_ref().is_some_and(|s| s.shared_windows_refused),
-                ..self.store_settings()
-            },
+            // The scratch store's windows are of the kind the registered store's are.
+            store: StoreSettings { placement: self.store.as_ref().map(|s| s.placement), ..self.store_settings() },
             topology: self.store.as_ref().map(|s| s.topology.clone()).unwrap_or_default(),
         };
         let Some(group) = &self.group else { return calibrate::measure(&self.comm, &settings) };

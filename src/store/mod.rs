@@ -124,10 +124,6 @@ pub struct Store {
     pub index: Arc<GlobalIndex>,
     /// Whether the index and the shards are in node-shared memory.
     pub placement: SharedPlacement,
-    /// MPI refused a node-shared window (agreed on every rank, and said once): later
-    /// stores of this loader (calibration's scratch store) do not ask again, and so do
-    /// not warn again.
-    pub shared_windows_refused: bool,
 }
 
 impl Store {
@@ -160,9 +156,13 @@ impl Store {
         } else {
             (Window::allocate(comm, shard.data)?, None, Topology::default(), false)
         };
-        let shared_windows_refused = index_refused || shards_refused;
-        let placement = SharedPlacement { index: shared.index && !shared_windows_refused, ..shared };
-        let store = Store { window, node, topology, index: Arc::new(index), placement, shared_windows_refused };
+        // Where MPI refused a node-shared window (agreed, and said once), calibration's
+        // scratch store, which takes this placement, does not ask again (nor warn
+        // again): an index that could not be shared, or, with no index table to tell
+        // (samples of one length), shards that could not.
+        let index_refused = index_refused || (uniform.is_some() && shards_refused);
+        let placement = SharedPlacement { index: shared.index && !index_refused, ..shared };
+        let store = Store { window, node, topology, index: Arc::new(index), placement };
         let warmed = warm_up(&store, comm.rank(), settings.limits, settings.warm_up_gets);
         // Every rank stays inside MPI until all have warmed up (over transports where a
         // get needs its target's progress, no rank waits for one that has left), and a
