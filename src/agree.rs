@@ -190,6 +190,17 @@ pub struct Fallback {
     pub report_here: bool,
 }
 
+impl Fallback {
+    /// Log `what` happened and why: a warning on the reporting rank, info elsewhere.
+    pub fn log(&self, what: &str) {
+        if self.report_here {
+            log::warn!("{what} ({})", self.reason)
+        } else {
+            log::info!("{what} ({})", self.reason)
+        }
+    }
+}
+
 /// Collective: agree on the outcome of local checks whose failure on any rank makes
 /// every rank fall back the same way: None where every rank passed. An agreement that
 /// fails itself (`MDL_TIMEOUT`) is an error: some ranks may not have taken part, and

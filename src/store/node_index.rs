@@ -55,8 +55,7 @@ pub fn build(comm: &Comm, shard: &ShardView, per_rank: &[u64], max_message: u64)
     let starts = match (fallback, shared) {
         (None, Ok(shared)) => fill(comm, &node, shard, &layout, scratch, &shared).map(|()| Starts::Node(shared)),
         (Some(fallback), shared) => {
-            let why = format!("the index cannot be shared within nodes ({}); every rank keeps its own copy", fallback.reason);
-            if fallback.report_here { log::warn!("{why}") } else { log::info!("{why}") }
+            fallback.log("the index cannot be shared within nodes: every rank keeps its own copy");
             super::release_where_whole_node(&node, shared, SharedArray::free)?;
             gather_private(comm, shard, per_rank).map(Starts::Private)
         }

@@ -81,11 +81,7 @@ fn place_shared(comm: &Comm, node: &Comm, data: &[u8], node_key: u32) -> Result<
     // Emulated nodes of one machine would otherwise create their windows at once.
     let shared = comm.one_part_per_node_at_a_time(u64::from(node_key), || Window::allocate_shared(node, data))?;
     if let Some(fallback) = agree_on_fallback(comm, shared.as_ref().map(|_| ()).map_err(Clone::clone))? {
-        let why = format!(
-            "the shards cannot be shared within nodes ({}): on every rank node-local samples go through the engines",
-            fallback.reason
-        );
-        if fallback.report_here { log::warn!("{why}") } else { log::info!("{why}") }
+        fallback.log("the shards cannot be shared within nodes: on every rank node-local samples go through the engines");
         super::release_where_whole_node(node, shared, Window::free)?;
         return plain(comm, data).map(|placed| Placed { refused: true, ..placed });
     }
