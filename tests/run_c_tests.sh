@@ -174,6 +174,20 @@ for mpi in "${MPIS[@]}"; do
     # launch): every rank fetches without prefetch instead of failing mdl_epoch_begin.
     run_case "$mpi" 1 "sampler_test-np2-mixed-thread-levels" -- "$bin/sampler_test" : -n 1 "$bin/sampler_test" --funneled
     run_case "$mpi" 1 "given_order_test-np2-mixed-thread-levels" -- "$bin/given_order_test" : -n 1 "$bin/given_order_test" --funneled
+    # Said once per job, not once per rank: with ranks 1 and 2 below MPI_THREAD_MULTIPLE,
+    # rank 1 alone warns that prefetch cannot run, and that MDL_PROGRESS=on's thread
+    # cannot; the others say it at info level.
+    log=$LOGDIR/$mpi-thread_level_warnings-np3.log
+    mdl_mpirun "$mpi" 1 "$log" MDL_PROGRESS=on -- "$bin/sampler_test" : -n 2 "$bin/sampler_test" --funneled
+    rc=$?
+    prefetch_warned=$(grep -c 'WARN.*prefetch needs MPI initialised with MPI_THREAD_MULTIPLE' "$log")
+    progress_warned=$(grep -c 'WARN.*MDL_PROGRESS=on: the progress thread needs' "$log")
+    from_rank1=$(grep 'WARN.*MPI_THREAD_MULTIPLE' "$log" | grep -vc 'WARN rank 1\]')
+    if [ "$rc" -eq 0 ] && [ "$prefetch_warned" -eq 1 ] && [ "$progress_warned" -eq 1 ] && [ "$from_rank1" -eq 0 ]; then
+        pass "$mpi/thread_level_warnings-np3 (one warning each, from rank 1)"
+    else
+        fail "$mpi/thread_level_warnings-np3 (exit $rc; $prefetch_warned prefetch and $progress_warned progress warnings, $from_rank1 not from rank 1)" "$log"
+    fi
     run_case "$mpi" 2 "sampler_test-np2-lag0" MDL_AGREEMENT_LAG=0 -- "$bin/sampler_test"
     # The info log: one line per sampler epoch on rank 0 alone, saying which engine ran
     # and why; every line names its rank.

@@ -14,7 +14,7 @@ use super::epoch::Batch;
 use super::published::Published;
 use super::replica::{GroupSpec, ReplicaGroup, ReplicaInfo};
 use super::step::PendingMeasurement;
-use crate::agree::{AgreementBuffers, Setting, agree_identical, agree_on_checks, agree_settings};
+use crate::agree::{AgreementBuffers, Fallback, Setting, agree_identical, agree_on_checks, agree_settings};
 use crate::config::{Backend, Config, Wait};
 use crate::engine::ExchangeBuffers;
 use crate::error::{Error, Result};
@@ -43,6 +43,10 @@ pub struct Core {
     /// Agreed: every rank reads one clock (`node::monotonic_seconds`): one machine, one
     /// time namespace's offsets.
     pub(super) one_clock: bool,
+    /// Agreed: where some rank's MPI was initialised below `MPI_THREAD_MULTIPLE`, so
+    /// that the library's threads (prefetch, progress) cannot run there; reported by
+    /// the lowest such rank alone.
+    pub(super) threads_refused: Option<Fallback>,
     /// The host's ranks (a duplicate): agreements, the sampler's split, job statistics.
     pub(super) comm: Comm,
     /// This rank's replica group, when the host is split into several
@@ -83,7 +87,7 @@ impl Core {
         let mut comm = Comm::duplicate(host)?;
         let spec = group_size.map_or(Ok(GroupSpec::Whole), |size| GroupSpec::from_arg(size, comm.size()));
         let agreed = Self::agree_on_config(&comm, local_check, spec);
-        let (config, policy, spec, one_clock) = match agreed {
+        let (config, policy, spec, facts) = match agreed {
             Ok(agreed) => agreed,
             Err(err) => {
                 comm.free()?;
@@ -116,7 +120,8 @@ impl Core {
             spare_batches: Vec::new(),
             progress: None,
             gets_end_in_barrier: false,
-            one_clock,
+            one_clock: facts.one_clock,
+            threads_refused: facts.threads_refused,
             estimator: Estimator::new(CostParams::default(), Settings { probe_interval: 0, hysteresis: 0.0, probe_budget: 0.0 }),
             calibration: Calibration::default_params("default"),
             stats: Stats::default(),
@@ -133,7 +138,7 @@ impl Core {
     /// blocking collective never matches a nonblocking one, so if any node is
     /// oversubscribed every rank yields. Open MPI's blocking calls yield by themselves
     /// when oversubscribed (and beat test-and-yield 2-3x there, measured).
-    fn agree_on_config(comm: &Comm, local_check: Result<()>, spec: Result<GroupSpec>) -> Result<(Config, WaitPolicy, GroupSpec, bool)> {
+    fn agree_on_config(comm: &Comm, local_check: Result<()>, spec: Result<GroupSpec>) -> Result<(Config, WaitPolicy, GroupSpec, JobFacts)> {
         let read = Config::from_env();
         // A rank whose environment is invalid still sends a full set of values, so
         // that every rank's all-reduce has the same length.
@@ -149,7 +154,9 @@ impl Core {
         // and one time namespace's offsets (the highest clock key and the lowest, from
         // the highest of its complement, are equal; 52-bit keys, exact in the
         // agreement). On one clock the steps' arrival times show the job's skew
-        // (`Core::learn`).
+        // (`Core::learn`). And the lowest rank without MPI_THREAD_MULTIPLE (as
+        // size - rank, so that the highest value names it; 0: none), which alone warns
+        // that the library's threads cannot run.
         let ranks_here = comm.ranks_on_node(node::machine_key());
         let oversubscribed = ranks_here.as_ref().map_or(false, |&n| n > node::online_cores());
         let spans_machines = ranks_here.as_ref().map_or(true, |&n| n < comm.size());
@@ -159,9 +166,11 @@ impl Core {
             Setting::max("spans machines", spans_machines as u64),
             Setting::max("clock key", clock_key),
             Setting::max("clock key's complement", CLOCK_KEY_MAX - clock_key),
+            Setting::max("lowest rank without MPI_THREAD_MULTIPLE", without_thread_multiple(comm)),
         ];
         let facts = agree_settings(comm, ranks_here.map(|_| ()), &facts)?;
         let one_clock = facts[1] == 0 && facts[2] == CLOCK_KEY_MAX - facts[3];
+        let threads_refused = threads_refused(comm, facts[4]);
         let yield_between_tests = match config.wait {
             Wait::Spin => false,
             Wait::Yield => true,
@@ -172,7 +181,7 @@ impl Core {
             trust_flush: !mpi::is_mpich(),
             timeout_seconds: config.timeout_seconds,
         };
-        Ok((config, policy, spec, one_clock))
+        Ok((config, policy, spec, JobFacts { one_clock, threads_refused }))
     }
 
     /// The communicator the store and the engines use: the group's, or the host's.
@@ -276,4 +285,29 @@ impl Core {
         let freed_comm = comm.free();
         freed_store.and(freed_group).and(freed_comm)
     }
+}
+
+/// Facts about the job's machines and MPI, agreed at `mdl_init` (see [`Core::agree_on_config`]).
+struct JobFacts {
+    one_clock: bool,
+    threads_refused: Option<Fallback>,
+}
+
+/// This rank's part of "the lowest rank without `MPI_THREAD_MULTIPLE`": size - rank
+/// where it is one, else 0.
+fn without_thread_multiple(comm: &Comm) -> u64 {
+    if mpi::thread_multiple() { 0 } else { (comm.size() - comm.rank()) as u64 }
+}
+
+/// The agreed lowest rank without `MPI_THREAD_MULTIPLE` (`agreed`: the highest of
+/// [`without_thread_multiple`]) as a fallback to report once per job.
+fn threads_refused(comm: &Comm, agreed: u64) -> Option<Fallback> {
+    let first = comm.size().checked_sub(usize::try_from(agreed).ok().filter(|&v| v > 0)?)?;
+    let here = first == comm.rank();
+    let reason = if here {
+        "this rank's MPI was initialised below MPI_THREAD_MULTIPLE".to_string()
+    } else {
+        format!("rank {first}'s MPI was initialised below MPI_THREAD_MULTIPLE, and it says so")
+    };
+    Some(Fallback { reason, report_here: here })
 }

@@ -116,11 +116,12 @@ impl Core {
             return None;
         }
         if !mpi::thread_multiple() {
-            let why = "the progress thread needs MPI initialised with MPI_THREAD_MULTIPLE";
-            if self.config.progress == Progress::On {
-                log::warn!("MDL_PROGRESS=on: {why}; not started");
-            } else {
-                log::info!("{why}; not started (a one-sided get then waits for its target to call MPI)");
+            // Said as a warning once per job, by the lowest rank without it, where the
+            // user asked for the thread.
+            let why = "the progress thread needs MPI initialised with MPI_THREAD_MULTIPLE; not started on this rank";
+            match (self.config.progress, &self.threads_refused) {
+                (Progress::On, Some(refused)) => refused.log(&format!("MDL_PROGRESS=on: {why}")),
+                _ => log::info!("{why} (a one-sided get then waits for its target to call MPI)"),
             }
             return None;
         }
