@@ -80,6 +80,9 @@ build() {
             ok=1
         fi
     done
+    echo "+ $cc -shared -fPIC tests/c/shims/failing_type_commit.c -o $out/failing_type_commit.so" >>"$log"
+    "$cc" -std=c11 -O2 -Wall -Wextra -shared -fPIC "$ROOT/tests/c/shims/failing_type_commit.c" \
+        -o "$out/failing_type_commit.so" >>"$log" 2>&1 || ok=1
     # Warnings are bugs in test code too: make them visible as a failure of the build.
     if grep -q "warning:" "$log"; then
         echo "compiler warnings (see above)" >>"$log"
@@ -301,6 +304,10 @@ for mpi in "${MPIS[@]}"; do
             "$bin/large_count_test" --gather
         run_case "$mpi" 3 "large_count_test-np3-scatter-no-matrix" MDL_NODE_LOCAL=off MDL_MATRIX_MAX_RANKS=0 -- \
             "$bin/large_count_test" --scatter
+        # The per-peer datatypes are made after the step's agreement: one rank's failure
+        # must fail the step on every rank (it left the others in MPI_Alltoallw).
+        run_case "$mpi" 2 "large_count_test-np2-type-fails-on-rank1" MDL_NODE_LOCAL=off -- \
+            env LD_PRELOAD="$bin/failing_type_commit.so" MDL_SHIM_RANK=1 "$bin/large_count_test" --first-fetch-fails
     else
         echo "SKIP $mpi/large_count_test: needs 11 GiB of MemAvailable, this machine has $((${available_kib:-0} / 1024)) MiB"
     fi

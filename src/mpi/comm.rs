@@ -402,8 +402,23 @@ impl Comm {
         recv_counts: &[u64],
     ) -> Result<()> {
         let in_bytes = |counts: &[u64]| -> Vec<u64> { counts.iter().map(|&c| c * size_of::<T>() as u64).collect() };
-        let send_types = PeerTypes::consecutive(&in_bytes(send_counts))?;
-        let recv_types = PeerTypes::consecutive(&in_bytes(recv_counts))?;
+        let types = PeerTypes::consecutive(&in_bytes(send_counts))
+            .and_then(|send| PeerTypes::consecutive(&in_bytes(recv_counts)).map(|recv| (send, recv)));
+        // Making a type can fail on one rank alone (MPI short of memory), after the
+        // step's agreement: every rank learns it before any enters the exchange, which
+        // would wait for that rank for ever. One all-reduce of one value, on a path
+        // that moves parts of 2 GiB or more.
+        let failed_somewhere = self.allreduce_max(&[u8::from(types.is_err())])?[0] != 0;
+        let (send_types, recv_types) = match types {
+            Err(err) => return Err(err),
+            Ok(_) if failed_somewhere => {
+                return Err(Error::new(
+                    mdl_status::MDL_ERR_REMOTE,
+                    "another rank could not make the MPI datatypes of an exchange beyond int counts",
+                ));
+            }
+            Ok(types) => types,
+        };
         let (sp, rp) = (send_ptr(send), recv_ptr(recv));
         let (sc, sd, st) = (send_types.counts.as_ptr(), send_types.displacements.as_ptr(), send_types.as_ptr());
         let (rc, rd, rt) = (recv_types.counts.as_ptr(), recv_types.displacements.as_ptr(), recv_types.as_ptr());

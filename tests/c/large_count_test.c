@@ -14,6 +14,9 @@
  *   - without MDL_MAX_MESSAGE_BYTES (no limit) the step takes exactly one exchange
  *     (MPI_Alltoallw with a derived type per peer);
  *   - with MDL_MAX_MESSAGE_BYTES=2147483647 and --expect-rounds it takes several.
+ * --first-fetch-fails: one rank's first MPI_Type_commit fails (the runner preloads
+ *   tests/c/shims/failing_type_commit.c): the first fetch must fail on every rank (that
+ *   rank MDL_ERR_MPI, the others MDL_ERR_REMOTE), and the same fetch then succeed.
  * Every fetched byte is checked. Needs about 7 GiB (the runner checks MemAvailable).
  */
 #include "mdloader.h"
@@ -40,10 +43,11 @@ int main(int argc, char **argv)
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &g_size);
-    int expect_rounds = 0, scatter = 0;
+    int expect_rounds = 0, scatter = 0, first_fetch_fails = 0;
     for (int i = 1; i < argc; i++) {
         expect_rounds |= !strcmp(argv[i], "--expect-rounds");
         scatter |= !strcmp(argv[i], "--scatter");
+        first_fetch_fails |= !strcmp(argv[i], "--first-fetch-fails");
     }
     check(g_size >= 2, "large_count_test runs on 2 or more ranks");
 
@@ -76,6 +80,17 @@ int main(int argc, char **argv)
     size_t cap = n * SAMPLE;
     uint8_t *out = malloc(cap);
     check(out != NULL, "an output buffer");
+    if (first_fetch_fails) {
+        int failed = mdl_fetch_batch(h, ids, n, out, cap, out_offsets);
+        const char *shim_rank = getenv("MDL_SHIM_RANK");
+        int expected = shim_rank && atoi(shim_rank) == g_rank ? MDL_ERR_MPI : MDL_ERR_REMOTE;
+        if (failed != expected) {
+            char why[512];
+            mdl_last_error(why, sizeof why);
+            fprintf(stderr, "[rank %d] first mdl_fetch_batch: %s (%s)\n", g_rank, mdl_status_string(failed), why);
+        }
+        check(failed == expected, "a datatype failing on one rank fails the step on every rank");
+    }
     char json[8192];
     check(mdl_stats_json(h, json, sizeof json) < sizeof json, "mdl_stats_json");
     double before = tc_json_number(json, NULL, "exchange_rounds");
