@@ -266,12 +266,13 @@ fn exchange(step: &StepContext, requests: &[RemoteSample], asked: Requests, out:
 
     let mut buffers = step.buffers.borrow_mut();
     let ExchangeBuffers { packed, received, asked, rounds } = &mut *buffers;
-    *rounds += 1;
     let bytes_to = pack(step, asked, ids_from, packed)?;
     let received = grown(received, wanted.bytes.iter().sum::<u64>())?;
     // After a timeout the buffers stay with the loader, which is then poisoned and
     // leaked, never freed (calibration leaks its own).
     comm.alltoallv(packed, &bytes_to, received, &wanted.bytes, width)?;
+    // Counted once it has happened: a failed exchange is no round of the statistics.
+    *rounds += 1;
     unpack(requests, received, out);
     Ok(())
 }

@@ -300,14 +300,14 @@ fn without_thread_multiple(comm: &Comm) -> u64 {
 }
 
 /// The agreed lowest rank without `MPI_THREAD_MULTIPLE` (`agreed`: the highest of
-/// [`without_thread_multiple`]) as a fallback to report once per job.
+/// [`without_thread_multiple`]) as a fallback to report once per loader.
 fn threads_refused(comm: &Comm, agreed: u64) -> Option<Fallback> {
     let first = comm.size().checked_sub(usize::try_from(agreed).ok().filter(|&v| v > 0)?)?;
     let here = first == comm.rank();
     let reason = if here {
         "this rank's MPI was initialised below MPI_THREAD_MULTIPLE".to_string()
     } else {
-        format!("rank {first}'s MPI was initialised below MPI_THREAD_MULTIPLE, and it says so")
+        format!("rank {first} of the loader's communicator initialised MPI below MPI_THREAD_MULTIPLE, and says so")
     };
     Some(Fallback { reason, report_here: here })
 }

@@ -116,7 +116,7 @@ impl Core {
             return None;
         }
         if !mpi::thread_multiple() {
-            // Said as a warning once per job, by the lowest rank without it, where the
+            // Said as a warning once per loader, by the lowest rank without it, where the
             // user asked for the thread.
             let why = "the progress thread needs MPI initialised with MPI_THREAD_MULTIPLE; not started on this rank";
             match (self.config.progress, &self.threads_refused) {
