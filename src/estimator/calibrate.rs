@@ -3,8 +3,9 @@
 //! At registration, every rank registers a scratch shard of small (64 B) and large
 //! (8 KiB) samples, then runs both real engines on a few synthetic batches chosen so
 //! that the features vary independently: one small sample, many small samples, a few
-//! large ones, many large ones, a step of megabytes (the large samples over again), and
-//! (at three ranks or more) every rank reading one target. Each batch runs once to warm up and `REPS` times measured; the step time is
+//! large ones, many large ones, (at three ranks or more) every rank reading one
+//! target, and a step of megabytes (the large samples over again) where the budget
+//! left and the memory allow. Each batch runs once to warm up and `REPS` times measured; the step time is
 //! the slowest rank's, and the median over repetitions is kept. A non-negative least
 //! squares fit of the model's terms to these times gives the parameters.
 //!
@@ -18,11 +19,12 @@
 //! memory are not a term of the engines' model: they are timed apart in each step.
 
 use super::features;
-use crate::agree::agree_on_checks;
+use crate::agree::{agree_on_checks, agree_on_fallback};
 use super::model::{CostParams, StepFeatures, features_of, fit_nonnegative};
 use crate::config::Backend;
 use crate::engine::{ExchangeBuffers, StepContext, exchange_shape, execute};
 use crate::error::{Error, Result};
+use crate::memory;
 use crate::mpi::{self, Comm};
 use std::cell::RefCell;
 use crate::plan::BatchPlan;
@@ -50,25 +52,39 @@ struct Probe {
     size: Size,
     count: usize,
     hot_target: bool,
+    /// Taken only where the budget left covers its time, predicted from the largest
+    /// probe before it (see `run_probes`).
+    costly: bool,
 }
 
 /// Most informative first, since the budget may cut the list short.
 const PROBES: [Probe; 7] = [
-    Probe { size: Size::Small, count: 1, hot_target: false },
-    Probe { size: Size::Small, count: 32, hot_target: false },
-    Probe { size: Size::Large, count: 8, hot_target: false },
-    Probe { size: Size::Small, count: 256, hot_target: false },
-    Probe { size: Size::Large, count: 64, hot_target: false },
+    Probe { size: Size::Small, count: 1, hot_target: false, costly: false },
+    Probe { size: Size::Small, count: 32, hot_target: false, costly: false },
+    Probe { size: Size::Large, count: 8, hot_target: false, costly: false },
+    Probe { size: Size::Small, count: 256, hot_target: false, costly: false },
+    Probe { size: Size::Large, count: 64, hot_target: false, costly: false },
+    Probe { size: Size::Large, count: 16, hot_target: true, costly: false },
     // 4 MiB per rank, the scratch shard's 64 large samples over again: the buffers of
     // a step this size outgrow the caches, and the cost of a byte grows with them (the
     // collective engine's most: over TCP, 2 ranks, 0.34 ns fitted without this probe
     // against 0.7-0.9 ns measured in steps of 2-8 MB). Without it the model named
     // the wrong engine for such steps (benches/grid on an Intel Xeon: the model
     // alone right at 91-94% of the decisive points, AUTO / oracle 1.08-1.12; with it
-    // 93-97% and 1.01-1.03). It adds 35-75 ms to calibration.
-    Probe { size: Size::Large, count: 512, hot_target: false },
-    Probe { size: Size::Large, count: 16, hot_target: true },
+    // 93-97% and 1.01-1.03). The costliest probe: the last, and only within the
+    // budget (4 MiB at 8 ranks on 2 cores took 0.5 s alone).
+    Probe { size: Size::Large, count: 512, hot_target: false, costly: true },
 ];
+
+impl Probe {
+    /// The bytes each rank fetches.
+    fn bytes(&self) -> u64 {
+        self.count as u64 * match self.size {
+            Size::Small => SMALL_BYTES,
+            Size::Large => LARGE_BYTES,
+        }
+    }
+}
 
 pub struct CalibrationSettings {
     pub budget_seconds: f64,
@@ -157,22 +173,55 @@ fn run_probes(comm: &Comm, store: &Store, settings: &CalibrationSettings, starte
     let mut times: [Vec<f64>; 2] = Default::default();
     let buffers = RefCell::new(ExchangeBuffers::default());
     let targets = Targets::of(rank, ranks, &settings.topology);
+    // Agreed (the slowest rank's): the time since calibration started, after the
+    // first probe; and the bytes and seconds of the largest probe timed so far.
+    let mut elapsed: Option<f64> = None;
+    let mut largest: Option<(u64, f64)> = None;
     for probe in PROBES.iter().filter(|p| !p.hot_target || ranks >= 3) {
+        if probe.costly {
+            // Its time predicted from the largest probe's, scaled by the bytes; the
+            // same on every rank. Without a figure to scale, it is not taken.
+            let fits = match (elapsed, largest) {
+                (Some(now), Some((bytes, seconds))) => {
+                    now + seconds * probe.bytes() as f64 / bytes as f64 <= settings.budget_seconds
+                }
+                _ => false,
+            };
+            if !fits {
+                continue;
+            }
+        }
+        let probe_started = elapsed;
         let ids = probe_ids(probe, &targets, &store.index.first_ids(), &mut rng);
-        // A plan this rank cannot make, or a receive buffer it cannot hold (no memory),
-        // fails the probe on every rank, before any rank waits for this one in the
-        // probe's collectives.
-        let plan = BatchPlan::new(&store.index, rank, &ids)
-            .and_then(|plan| buffers.borrow_mut().reserve_received(plan.remote_bytes()).map(|()| plan));
-        agree_on_checks(comm, plan.as_ref().map(|_| ()).map_err(Error::clone))?;
-        let plan = plan?;
+        // A plan this rank cannot make, or a buffer it cannot hold (no memory), fails
+        // the probe on every rank, before any rank waits for this one in the probe's
+        // collectives.
+        // The costly probe also reserves what this rank will send, twice its own bytes
+        // (the requests fall at random on the others: a rank serves its own bytes on
+        // average, and at 2 ranks exactly), so that a short memory skips it here.
+        let sends = if probe.costly { 2 * probe.bytes() } else { 0 };
+        let planned = BatchPlan::new(&store.index, rank, &ids)
+            .and_then(|plan| buffers.borrow_mut().reserve_received(plan.remote_bytes()).map(|()| plan))
+            .and_then(|plan| buffers.borrow_mut().reserve_packed(sends).map(|()| plan))
+            .and_then(|plan| memory::filled(plan.total_bytes(), 0u8).map(|out| (plan, out)));
+        let checked = planned.as_ref().map(|_| ()).map_err(Error::clone);
+        if probe.costly {
+            // Its buffers (some 16 MiB) may be more than a tight memory limit allows:
+            // then no rank takes it, and registration goes on without it.
+            if let Some(short) = agree_on_fallback(comm, checked)? {
+                log::info!("calibration without its probe of {} bytes per rank ({})", probe.bytes(), short.reason);
+                continue;
+            }
+        } else {
+            agree_on_checks(comm, checked)?;
+        }
+        let (plan, mut out) = planned?;
         let shape = exchange_shape(&plan.remote, ranks, settings.store.limits.max_message);
         let mut mine = vec![0.0; features::encoded_len(ranks, settings.matrix_max_ranks)];
         features::encode(&plan, &shape, rank, settings.matrix_max_ranks, buffers.borrow().room(), &mut mine);
         let agreed = comm.allreduce_max(&mine)?;
         let f: StepFeatures = features::decode(&agreed, ranks, settings.matrix_max_ranks, settings.store.limits.max_message);
         let requests_to_me = features::requests_to(&agreed, ranks, settings.matrix_max_ranks, rank, settings.store.limits.max_message);
-        let mut out = vec![0u8; plan.total_bytes() as usize];
         let step = StepContext {
             comm,
             store,
@@ -206,7 +255,13 @@ fn run_probes(comm: &Comm, store: &Store, settings: &CalibrationSettings, starte
             let e = (engine == Backend::Collective) as usize;
             rows[e].push(features_of(engine, &f));
             times[e].push(reps[REPS / 2]);
+            elapsed = Some(slowest[REPS + 1]);
             out_of_time |= slowest[REPS + 1] > settings.budget_seconds;
+        }
+        if let (Some(start), Some(end)) = (probe_started, elapsed) {
+            if largest.is_none_or(|(bytes, _)| probe.bytes() >= bytes) {
+                largest = Some((probe.bytes(), end - start));
+            }
         }
         if out_of_time {
             break;
