@@ -71,7 +71,7 @@ const PROBES: [Probe; 7] = [
     // against 0.7-0.9 ns measured in steps of 2-8 MB). Without it the model named
     // the wrong engine for such steps (benches/grid on an Intel Xeon: the model
     // alone right at 91-94% of the decisive points, AUTO / oracle 1.08-1.12; with it
-    // 93-97% and 1.01-1.03). The costliest probe: the last, and only within the
+    // 93-97% and 1.01-1.04). The costliest probe: the last, and only within the
     // budget (4 MiB at 8 ranks on 2 cores took 0.5 s alone).
     Probe { size: Size::Large, count: 512, hot_target: false, costly: true },
 ];
