@@ -182,7 +182,6 @@ pub fn agree_on_checks(comm: &Comm, checks: Result<()>) -> Result<()> {
 }
 
 /// A failure every rank answers alike, by falling back (no error reaches the caller).
-#[derive(Clone, Debug)]
 pub struct Fallback {
     /// This rank's own failure, or which rank failed (the others know no more).
     pub reason: String,

@@ -5,9 +5,10 @@
 //! that the features vary independently: one small sample, many small samples, a few
 //! large ones, many large ones, (at three ranks or more) every rank reading one
 //! target, and a step of megabytes (the large samples over again) where the budget
-//! left and the memory allow. Each batch runs once to warm up and `REPS` times measured; the step time is
-//! the slowest rank's, and the median over repetitions is kept. A non-negative least
-//! squares fit of the model's terms to these times gives the parameters.
+//! left and the memory allow. Each batch runs once to warm up and `REPS` times
+//! measured; the step time is the slowest rank's, and the median over repetitions is
+//! kept. A non-negative least squares fit of the model's terms to these times gives
+//! the parameters.
 //!
 //! The time spent is bounded: after each batch all ranks see the same elapsed time (it
 //! rides the timing all-reduce) and stop together once the budget is spent, fitting

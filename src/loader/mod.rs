@@ -17,7 +17,7 @@ pub use epoch::Batch;
 pub use published::Published;
 
 use self::core::Core;
-use crate::agree::{Fallback, Setting, agree_identical, agree_settings};
+use crate::agree::{Setting, agree_identical, agree_settings};
 use crate::config::Backend;
 use crate::error::{Error, Result};
 use crate::sampler::Epoch;
@@ -40,8 +40,6 @@ pub struct Loader {
     epoch: Option<EpochRun>,
     /// The order of the last epoch begun, for seeks.
     current: Option<Arc<EpochOrder>>,
-    /// Agreed at init: some rank cannot run the prefetch thread (`Core::threads_refused`).
-    threads_refused: Option<Fallback>,
     /// Whether the fall-back to no prefetch has been logged.
     told_no_thread_multiple: bool,
 }
@@ -70,7 +68,6 @@ impl Loader {
         let core = Core::init(host, local_check, group_size)?;
         Ok(Loader {
             published: core.published().clone(),
-            threads_refused: core.threads_refused.clone(),
             core: Arc::new(Mutex::new(core)),
             prefetch_depth: 0,
             epoch: None,
@@ -285,9 +282,11 @@ impl Loader {
     /// to start it: thread levels may differ between ranks. Said once per loader, as a
     /// warning by the lowest such rank only.
     fn requested_prefetch(&mut self) -> u32 {
-        if let Some(refused) = self.threads_refused.as_ref().filter(|_| self.prefetch_depth > 0 && !self.told_no_thread_multiple) {
-            refused.log("prefetch needs MPI initialised with MPI_THREAD_MULTIPLE on every rank; every rank fetches without prefetch");
-            self.told_no_thread_multiple = true;
+        if self.prefetch_depth > 0 && !self.told_no_thread_multiple {
+            if let Some(refused) = &self.core.lock().threads_refused {
+                refused.log("prefetch needs MPI initialised with MPI_THREAD_MULTIPLE on every rank; every rank fetches without prefetch");
+                self.told_no_thread_multiple = true;
+            }
         }
         self.prefetch_depth
     }
