@@ -157,12 +157,18 @@ pub struct Estimator {
     probe_excess_seconds: f64,
     /// The job's skew (seconds): how long a collective step's first rank waits for the
     /// last to arrive, an exponential average. The last one's time is the exchange
-    /// itself, which the model predicts. One-sided steps wait for no one. Lockstep
+    /// itself, which the model predicts. One-sided steps wait for no one where gets
+    /// need no target (what they do pay is priced apart: `priced_skew`). Lockstep
     /// calibration cannot see it; a training loop whose ranks arrive apart (compute
     /// that varies, a prefetch thread that waits for a core) has it. Learned from every
     /// step's arrival times where the ranks read one clock (one machine), otherwise
     /// from collective steps alone.
     skew: f64,
+    /// What one-sided steps pay of it, where the ranks read one clock: exponential
+    /// averages of their arrival spread and of the part of it their slowest rank's
+    /// time shows (see [`Estimator::priced_skew`]).
+    onesided_spread: f64,
+    onesided_waited: f64,
 }
 
 /// A multiplicative hash over 64-bit words: the estimator's fingerprint.
@@ -213,6 +219,8 @@ impl Estimator {
             measured_seconds: 0.0,
             probe_excess_seconds: 0.0,
             skew: 0.0,
+            onesided_spread: 0.0,
+            onesided_waited: 0.0,
         }
     }
 
@@ -267,7 +275,8 @@ impl Estimator {
             f.word(b.probes as u64);
         }
         let c = &self.counters;
-        let seconds = [self.measured_seconds, self.probe_excess_seconds, self.skew].map(f64::to_bits);
+        let seconds = [self.measured_seconds, self.probe_excess_seconds, self.skew, self.onesided_spread, self.onesided_waited]
+            .map(f64::to_bits);
         for w in [c.decisions, c.probes, c.switches].into_iter().chain(seconds) {
             f.word(w);
         }
@@ -280,7 +289,20 @@ impl Estimator {
         let bucket = *self.bucket(f);
         let global = self.global;
         let predict = |e: Backend| params.predict(e, f) * portable::exp(global[slot(e)] + bucket.residual[slot(e)]);
-        (predict(Backend::OneSided), predict(Backend::Collective) + self.skew)
+        (predict(Backend::OneSided), predict(Backend::Collective) + self.priced_skew())
+    }
+
+    /// The skew a collective step pays beyond what a one-sided step pays of it: the
+    /// one-sided engine's measured times already hold its share. Open MPI's gets are
+    /// served without the target (a share of 1-3% in `benches/lag`'s loop); MPICH's
+    /// wait for the target's progress, so its one-sided steps pay 30-80% of the
+    /// arrival spread too, and pricing the whole skew into the collective engine alone
+    /// counted it twice: AUTO kept to the one-sided engine where the collective one
+    /// made the caller wait 10-20% less. Across machines (no one clock) the share is
+    /// not seen, and the whole skew is priced.
+    fn priced_skew(&self) -> f64 {
+        let onesided_share = if self.onesided_spread > 0.0 { self.onesided_waited / self.onesided_spread } else { 0.0 };
+        self.skew * (1.0 - onesided_share.clamp(0.0, 1.0))
     }
 
     /// The engine for a step. `requested` is the backend in force (AUTO or forced).
@@ -301,7 +323,7 @@ impl Estimator {
             // Nothing remote anywhere: the one-sided engine communicates not at all.
             return Backend::OneSided;
         }
-        let (settings, skew) = (self.settings, self.skew);
+        let (settings, skew) = (self.settings, self.priced_skew());
         let (spent, earned) = (self.probe_excess_seconds, settings.probe_budget * self.measured_seconds);
         let bucket = self.bucket(f);
         let predicted = |e: Backend| if e == Backend::Collective { coll } else { os };
@@ -355,6 +377,14 @@ impl Estimator {
             // Every step shows what a collective step's first rank waits for the last,
             // one-sided ones too: the skew is seen without running the engine that pays it.
             self.learn_skew(f, spread, SKEW_RATE_ARRIVALS);
+            if engine != Backend::Collective && times.fastest <= measured {
+                // An early rank whose gets wait for a late target's progress takes the
+                // spread longer than the late rank: their difference, up to the spread,
+                // is the one-sided step's share of the skew.
+                let waited = (measured - times.fastest).min(spread);
+                self.onesided_spread += SKEW_RATE_ARRIVALS * (spread - self.onesided_spread);
+                self.onesided_waited += SKEW_RATE_ARRIVALS * (waited - self.onesided_waited);
+            }
             if collective {
                 // Only the exchange itself is what its model learns.
                 modelled_time = measured - spread.min(measured - times.fastest);
@@ -477,6 +507,34 @@ mod tests {
         let mut apart = Estimator::new(CostParams::default(), settings());
         apart.observe(Backend::OneSided, &f, same(os), None);
         assert_eq!(apart.predict(&f).1, coll);
+    }
+
+    /// MPICH's gets wait for their target's progress: on one clock, a one-sided step's
+    /// early rank takes the arrival spread longer than the late one, so the one-sided
+    /// engine's measured times already hold that share of the skew, and only the rest
+    /// is priced into the collective engine. Gets served without the target (Open MPI)
+    /// leave the whole skew to the collective engine.
+    #[test]
+    fn the_skew_one_sided_steps_pay_too_is_not_priced_into_the_collective_engine() {
+        let f = step(64.0, 65536.0);
+        let spread = 3e-4;
+        let after_one_sided_steps = |share: f64| {
+            let mut e = Estimator::new(CostParams::default(), settings());
+            let os = e.predict(&f).0;
+            let step_times = Measured { slowest: os + share * spread, fastest: os, arrival_spread: Some(spread) };
+            for _ in 0..500 {
+                e.observe(Backend::OneSided, &f, step_times, None);
+            }
+            let exchange = e.params().predict(Backend::Collective, &f);
+            (e.skew, e.predict(&f).1 - exchange)
+        };
+        let (skew, priced) = after_one_sided_steps(0.0);
+        assert!(skew > 0.99 * spread && (priced - skew).abs() < 1e-12, "gets without the target: the whole skew");
+        let (skew, priced) = after_one_sided_steps(0.75);
+        assert!((priced - 0.25 * skew).abs() < 1e-9 * skew, "a share of 75% paid by one-sided steps: {priced} of {skew}");
+        // A one-sided step's time spread beyond the arrivals' is not skew it paid.
+        let (skew, priced) = after_one_sided_steps(3.0);
+        assert!(priced.abs() < 1e-12 * skew, "all of it paid: {priced}");
     }
 
     /// With the arrivals known, a collective step's skew is what its first rank waited,
