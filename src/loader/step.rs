@@ -11,7 +11,7 @@ use crate::engine::{ExchangeShape, KnownBatches, RequestsToOwner, StepContext, c
 use crate::error::{Error, Result, mdl_status};
 use crate::estimator::model::StepFeatures;
 use crate::estimator::features::NodeFeatures;
-use crate::estimator::{Measured, Decision, features};
+use crate::estimator::{Decision, Measured, ProbePrediction, features};
 use crate::memory;
 use crate::mpi;
 use crate::node;
@@ -52,8 +52,8 @@ pub(super) struct PendingMeasurement {
     pub(super) seconds: f64,
     /// When this rank started the step's engine (`node::monotonic_seconds`).
     pub(super) arrived: f64,
-    /// For a probe: the corrected prediction of the engine it stood in for.
-    pub(super) probe_instead_of: Option<f64>,
+    /// For a probe: what was predicted at its decision.
+    pub(super) probe: Option<ProbePrediction>,
 }
 
 /// The values each rank contributes to a step's agreement: the times of the steps it
@@ -188,15 +188,15 @@ impl Core {
                 arrival_spread.map_or("not known".to_string(), |s| format!("{:.1} us", s * 1e6))
             );
             let times = Measured { slowest, fastest, arrival_spread };
-            self.estimator.observe(previous.engine, &previous.features, times, previous.probe_instead_of);
+            self.estimator.observe(previous.engine, &previous.features, times, previous.probe);
             let stats = self.stats.engine_mut(previous.engine);
             stats.measured_slowest_seconds += slowest;
             stats.measured_steps += 1;
-            if let Some(preferred) = previous.probe_instead_of {
+            if let Some(probe) = previous.probe {
                 let probes = &mut self.stats.probes;
                 probes.steps += 1;
                 probes.seconds += slowest;
-                probes.excess_seconds += slowest - preferred;
+                probes.excess_seconds += slowest - probe.preferred;
             }
         }
     }
@@ -322,7 +322,7 @@ impl Core {
                 features,
                 seconds: if result.is_ok() { seconds } else { 0.0 },
                 arrived,
-                probe_instead_of: decision.probe.then(|| decision.predicted(other_engine(decision.engine))),
+                probe: decision.probe_prediction(),
             });
             self.stats.exchange_rounds += self.buffers.borrow_mut().take_rounds();
             result?;
@@ -369,7 +369,7 @@ mod tests {
 
     fn measurement(seconds: f64, arrived: f64) -> PendingMeasurement {
         let features = StepFeatures { gets: 1.0, samples: 1.0, bytes: 1.0, rounds: 1.0, served: 1.0 };
-        PendingMeasurement { step: 0, engine: Backend::OneSided, features, seconds, arrived, probe_instead_of: None }
+        PendingMeasurement { step: 0, engine: Backend::OneSided, features, seconds, arrived, probe: None }
     }
 
     /// What each rank proposes, combined as the agreement's all-reduce does (maximum),
