@@ -97,8 +97,9 @@ pub struct Config {
     /// before AUTO switches (default 0.1).
     pub hysteresis: f64,
     /// `MDL_PROBE_BUDGET`: what AUTO's probes may cost, their time over the preferred
-    /// engine's prediction (spent, and predicted for the next probe) as a fraction of
-    /// all measured steps' time (default 0.05).
+    /// engine's prediction (spent, and predicted for the next probe, scaled by how far
+    /// the probes so far overran their predictions) as a fraction of all measured
+    /// steps' time (default 0.05).
     pub probe_budget: f64,
     /// `MDL_MATRIX_MAX_RANKS`: up to this many ranks, each step's agreement carries the
     /// full request matrix (2 * P * P values: bytes and samples per requester and
