@@ -21,9 +21,7 @@
 //! scale, then its bucket's residual by what is left, each by at most `MAX_STEP_RATIO`
 //! before weighting, so an outlier (a descheduled rank, the first, slower steps on a
 //! fresh window) cannot flip a decision on its own, and a probe in one bucket informs
-//! all the others. A new bucket starts from the nearest bucket's residuals. An engine
-//! not measured yet takes the other's corrections, so that AUTO does not switch to it
-//! at its calibrated cost when the machine turns out slower than calibrated. (A median of the last few measurements, which follows a
+//! all the others. A new bucket starts from the nearest bucket's residuals. (A median of the last few measurements, which follows a
 //! wrong calibration faster, chose the slower engine far more often in the grid: the
 //! first steps of a fresh loader are several times slower, and the engine not in use
 //! is measured only by probes, so its few values stayed stale.)
@@ -170,10 +168,8 @@ pub struct Estimator {
     /// By (batch class, sample-size class). Ordered, so that the search for the nearest
     /// bucket breaks ties alike on every rank.
     buckets: BTreeMap<(usize, usize), Bucket>,
-    /// log of the global correction, per engine; an engine not yet measured takes the
-    /// other's (see `correction`).
+    /// log of the global correction, per engine.
     global: [f64; 2],
-    global_measured: [bool; 2],
     counters: EstimatorCounters,
     /// Seconds of all measured steps, and of the probes' excess over the preferred
     /// engine's prediction: a probe is taken only while the excess is within
@@ -244,7 +240,6 @@ impl Estimator {
             settings,
             buckets: BTreeMap::new(),
             global: [0.0; 2],
-            global_measured: [false; 2],
             counters: Default::default(),
             measured_seconds: 0.0,
             probe_excess_seconds: 0.0,
@@ -295,7 +290,6 @@ impl Estimator {
         for v in [p.a_os, p.g_os, p.b_os, p.c_os, p.a_coll, p.s_coll, p.b_coll, self.global[0], self.global[1]] {
             f.word(v.to_bits());
         }
-        f.word(self.global_measured[0] as u64 | (self.global_measured[1] as u64) << 1);
         for (&(batch, size), b) in &self.buckets {
             f.word(batch as u64);
             f.word(size as u64);
@@ -328,24 +322,9 @@ impl Estimator {
     pub fn predict(&mut self, f: &StepFeatures) -> (f64, f64) {
         let params = self.params;
         let bucket = *self.bucket(f);
-        let correction = [0, 1].map(|e| self.correction(e, &bucket));
-        let predict = |e: Backend| params.predict(e, f) * portable::exp(correction[slot(e)]);
+        let global = self.global;
+        let predict = |e: Backend| params.predict(e, f) * portable::exp(global[slot(e)] + bucket.residual[slot(e)]);
         (predict(Backend::OneSided), predict(Backend::Collective) + self.priced_skew())
-    }
-
-    /// The log correction of engine slot `e` in `bucket`: global and the bucket's
-    /// residual. Until an engine is measured, it takes the other's: what made the engine in use slower than calibrated (a loaded
-    /// machine, more ranks than cores, a transport the probes saw otherwise) most
-    /// likely slows the other too. Left at its calibrated cost, the engine never
-    /// measured looked cheaper as soon as the one in use was corrected upwards, and AUTO
-    /// switched to it without the probes' budget: in `benches/grid` at 4 ranks on 2
-    /// cores (1024 x 16 KB, Open MPI) one-sided steps measured 5x their calibrated cost,
-    /// AUTO switched to the collective engine at its calibrated cost, and each of its
-    /// steps took 15-80 ms against one-sided's 5 ms. Its own measurements start from
-    /// the borrowed correction (see `observe`).
-    fn correction(&self, e: usize, bucket: &Bucket) -> f64 {
-        let from = if self.global_measured[e] { e } else { 1 - e };
-        self.global[from] + bucket.residual[from]
     }
 
     /// The skew a collective step pays beyond what a one-sided step pays of it: the
@@ -476,12 +455,6 @@ impl Estimator {
         }
         let e = slot(engine);
         let error = portable::ln(modelled_time / modelled);
-        if !self.global_measured[e] {
-            // The first measurement corrects the correction borrowed so far.
-            let bucket = *self.bucket(f);
-            self.global[e] = self.correction(e, &bucket);
-            self.global_measured[e] = true;
-        }
         let residual = self.bucket(f).residual[e];
         let global = corrected(self.global[e], error - residual);
         self.global[e] = global;
@@ -548,8 +521,6 @@ mod tests {
         let mut e = Estimator::new(CostParams::default(), settings());
         let f = step(64.0, 65536.0);
         let (os, coll) = e.predict(&f);
-        // Measured as predicted: the one-sided engine keeps a correction of its own.
-        e.observe(Backend::OneSided, &f, same(os), None);
         let exchange = e.params().predict(Backend::Collective, &f);
         e.observe(Backend::Collective, &f, Measured { slowest: 6e-3 + exchange, fastest: exchange, arrival_spread: None }, None);
         let (os_after, coll_after) = e.predict(&f);
@@ -611,7 +582,8 @@ mod tests {
             for _ in 0..500 {
                 e.observe(Backend::OneSided, &f, step_times, None);
             }
-            (e.skew, e.priced_skew())
+            let exchange = e.params().predict(Backend::Collective, &f);
+            (e.skew, e.predict(&f).1 - exchange)
         };
         let (skew, priced) = after_one_sided_steps(0.0);
         assert!(skew > 0.99 * spread && (priced - skew).abs() < 1e-12, "gets without the target: the whole skew");
@@ -743,10 +715,6 @@ mod tests {
         let mut e = Estimator::new(CostParams::default(), Settings { probe_budget: 1e9, ..settings() });
         let f = step(16.0, 32768.0);
         let first = e.decide(&f, Backend::Auto).engine;
-        // The other engine measured as calibrated, in a bucket of its own: it keeps a
-        // correction of its own, and this bucket has not measured it.
-        let elsewhere = step(1024.0, 1024.0 * 32768.0);
-        e.observe(other(first), &elsewhere, same(e.params().predict(other(first), &elsewhere)), None);
         // The engine in use measures 100x faster than modelled: the other looks far slower.
         let modelled = e.params().predict(first, &f);
         for _ in 0..100 {
@@ -784,8 +752,6 @@ mod tests {
         let params = CostParams { a_os: 10e-6, g_os: 0.0, b_os: 0.0, c_os: 0.0, a_coll: 10.5e-6, s_coll: 0.0, b_coll: 0.0 };
         let mut e = Estimator::new(params, Settings { probe_interval: 64, hysteresis: 0.1, probe_budget: 0.0 });
         let f = step(16.0, 32768.0);
-        // Collective measured once, as calibrated: it keeps its own correction.
-        e.observe(Backend::Collective, &f, same(10.5e-6), None);
         let first_probe = (1..=16).find(|_| {
             let d = e.decide(&f, Backend::Auto);
             // One-sided measures 11 us: predicted above collective's 10.5 us, within the margin.
@@ -893,29 +859,6 @@ mod tests {
         }
         assert!((e.probe_overshoot() - 3.0).abs() < 1e-9, "{}", e.probe_overshoot());
         assert!(probes >= 100, "{probes} probes: the budget still lets them run");
-    }
-
-    /// Both engines 5x slower than calibrated (a machine more loaded than at
-    /// calibration): the one-sided engine in use is corrected upwards, and the
-    /// collective one, never measured, with it; AUTO does not switch to it at its
-    /// calibrated cost. Its first measurement starts from the borrowed correction.
-    #[test]
-    fn an_engine_never_measured_takes_the_correction_of_the_one_in_use() {
-        let params = CostParams { a_os: 1e-3, g_os: 0.0, b_os: 0.0, c_os: 0.0, a_coll: 2.7e-3, s_coll: 0.0, b_coll: 0.0 };
-        // No probes: what is tested is the choice between probes.
-        let mut e = Estimator::new(params, Settings { probe_interval: 0, ..settings() });
-        let f = step(16.0, 32768.0);
-        for _ in 0..30 {
-            let d = e.decide(&f, Backend::Auto);
-            assert_eq!(d.engine, Backend::OneSided, "probe {}: predicted {:?}", d.probe, e.predict(&f));
-            e.observe(d.engine, &f, same(5e-3), d.probe_prediction());
-        }
-        assert_eq!(e.counters().switches, 0);
-        let (os, coll) = e.predict(&f);
-        assert!(os > 4e-3 && (coll / os - 2.7).abs() < 1e-9, "{os} {coll}");
-        // Measured at 5x its calibrated cost: its correction stays near 5x.
-        e.observe(Backend::Collective, &f, same(13.5e-3), None);
-        assert!((e.predict(&f).1 / coll - 1.0).abs() < 0.05, "{coll} -> {}", e.predict(&f).1);
     }
 
     #[test]
