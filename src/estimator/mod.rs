@@ -77,13 +77,21 @@ const SKEW_RATE_DOWN: f64 = 0.5;
 const SKEW_RATE_ARRIVALS: f64 = 0.02;
 
 /// A step's engine time on the slowest and on the fastest rank (as agreed), and where
-/// every rank reads one clock (one machine), how far apart the first and the last rank
-/// started it.
+/// every rank reads one clock (one machine), how far apart the ranks started and left
+/// it.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Measured {
     pub slowest: f64,
     pub fastest: f64,
-    pub arrival_spread: Option<f64>,
+    pub spreads: Option<Spreads>,
+}
+
+/// How far apart (seconds) the first and the last rank started a step's engine, and
+/// left it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Spreads {
+    pub arrivals: f64,
+    pub departures: f64,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -190,8 +198,8 @@ pub struct Estimator {
     /// from collective steps alone.
     skew: f64,
     /// What one-sided steps pay of it, where the ranks read one clock: exponential
-    /// averages of their arrival spread and of the part of it their slowest rank's
-    /// time shows (see [`Estimator::priced_skew`]).
+    /// averages of their arrival spread and of the part of it they paid (see
+    /// `learn_onesided_share`).
     onesided_spread: f64,
     onesided_waited: f64,
 }
@@ -412,17 +420,14 @@ impl Estimator {
         let measured = times.slowest;
         let mut modelled_time = measured;
         let collective = engine == Backend::Collective && times.fastest > 0.0 && times.fastest <= measured;
-        if let Some(spread) = times.arrival_spread {
+        if let Some(spreads) = times.spreads {
+            let spread = spreads.arrivals;
             // Every step shows what a collective step's first rank waits for the last,
             // one-sided ones too: the skew is seen without running the engine that pays it.
             self.learn_skew(f, spread, SKEW_RATE_ARRIVALS);
-            if engine != Backend::Collective && times.fastest <= measured {
-                // An early rank whose gets wait for a late target's progress takes the
-                // spread longer than the late rank: their difference, up to the spread,
-                // is the one-sided step's share of the skew.
-                let waited = (measured - times.fastest).min(spread);
-                self.onesided_spread += SKEW_RATE_ARRIVALS * (spread - self.onesided_spread);
-                self.onesided_waited += SKEW_RATE_ARRIVALS * (waited - self.onesided_waited);
+            // (A rank whose step failed reports no time, and no departure to compare.)
+            if engine != Backend::Collective && times.fastest > 0.0 {
+                self.learn_onesided_share(f, spreads);
             }
             if collective {
                 // Only the exchange itself is what its model learns.
@@ -476,6 +481,20 @@ impl Estimator {
         }
     }
 
+    /// What a one-sided step paid of the ranks' arrival spread: how much closer together
+    /// they left it than they came. An early rank whose gets wait for a late target's
+    /// progress (MPICH) leaves with the late one; where gets need no target (Open MPI)
+    /// the ranks leave as far apart as they came, or further where the late rank is
+    /// also the slower one (a busy core), which is no wait. Capped as the skew's own
+    /// samples, so that one rank's pause does not move the share for long.
+    fn learn_onesided_share(&mut self, f: &StepFeatures, spreads: Spreads) {
+        let cap = SKEW_CAP * self.predict(f).0;
+        let spread = spreads.arrivals.min(cap);
+        let waited = (spreads.arrivals - spreads.departures).clamp(0.0, spread);
+        self.onesided_spread += SKEW_RATE_ARRIVALS * (spread - self.onesided_spread);
+        self.onesided_waited += SKEW_RATE_ARRIVALS * (waited - self.onesided_waited);
+    }
+
     /// One step's wait for the last rank (`waited`, seconds) into the job's skew, with
     /// weight `rate`.
     fn learn_skew(&mut self, f: &StepFeatures, waited: f64, rate: f64) {
@@ -508,7 +527,7 @@ mod tests {
 
     /// A step's time on every rank alike (lockstep: no skew).
     fn same(seconds: f64) -> Measured {
-        Measured { slowest: seconds, fastest: seconds, arrival_spread: None }
+        Measured { slowest: seconds, fastest: seconds, spreads: None }
     }
 
     /// A training loop's ranks arrive up to 6 ms apart: a collective step's first ranks
@@ -522,7 +541,7 @@ mod tests {
         let f = step(64.0, 65536.0);
         let (os, coll) = e.predict(&f);
         let exchange = e.params().predict(Backend::Collective, &f);
-        e.observe(Backend::Collective, &f, Measured { slowest: 6e-3 + exchange, fastest: exchange, arrival_spread: None }, None);
+        e.observe(Backend::Collective, &f, Measured { slowest: 6e-3 + exchange, fastest: exchange, spreads: None }, None);
         let (os_after, coll_after) = e.predict(&f);
         assert_eq!(os_after, os, "one-sided steps wait for no one");
         let waited = (6e-3 - SKEW_NOISE * exchange).min(SKEW_CAP * os);
@@ -546,7 +565,8 @@ mod tests {
         let f = step(4.0, 4096.0);
         let (os, coll) = e.predict(&f);
         assert!(os < coll, "one-sided preferred at first");
-        let arriving_apart = |seconds: f64| Measured { slowest: seconds, fastest: seconds, arrival_spread: Some(3e-4) };
+        let apart = Spreads { arrivals: 3e-4, departures: 3e-4 };
+        let arriving_apart = |seconds: f64| Measured { slowest: seconds, fastest: seconds, spreads: Some(apart) };
         // One step moves the average by its small weight: a loop's spreads are heavy-tailed.
         e.observe(Backend::OneSided, &f, arriving_apart(os), None);
         assert_eq!(e.skew, SKEW_RATE_ARRIVALS * 3e-4);
@@ -567,31 +587,56 @@ mod tests {
     }
 
     /// MPICH's gets wait for their target's progress: on one clock, a one-sided step's
-    /// early rank takes the arrival spread longer than the late one, so the one-sided
-    /// engine's measured times already hold that share of the skew, and only the rest
-    /// is priced into the collective engine. Gets served without the target (Open MPI)
-    /// leave the whole skew to the collective engine.
+    /// early rank leaves with the late one, so the one-sided engine's measured times
+    /// already hold that share of the skew, and only the rest is priced into the
+    /// collective engine. Ranks that leave as far apart as they came (gets served
+    /// without the target, Open MPI), or further (the late rank also the slower), paid
+    /// nothing of it; a failed step teaches nothing; one rank's pause moves the share
+    /// for about a hundred steps (uncapped: 320).
     #[test]
     fn the_skew_one_sided_steps_pay_too_is_not_priced_into_the_collective_engine() {
         let f = step(64.0, 65536.0);
         let spread = 3e-4;
-        let after_one_sided_steps = |share: f64| {
+        let after_one_sided_steps = |departures: f64, fastest_factor: f64| {
             let mut e = Estimator::new(CostParams::default(), settings());
             let os = e.predict(&f).0;
-            let step_times = Measured { slowest: os + share * spread, fastest: os, arrival_spread: Some(spread) };
+            let spreads = Spreads { arrivals: spread, departures };
+            let step_times = Measured { slowest: os + spread, fastest: fastest_factor * os, spreads: Some(spreads) };
             for _ in 0..500 {
                 e.observe(Backend::OneSided, &f, step_times, None);
             }
-            let exchange = e.params().predict(Backend::Collective, &f);
-            (e.skew, e.predict(&f).1 - exchange)
+            (e.skew, e.priced_skew())
         };
-        let (skew, priced) = after_one_sided_steps(0.0);
+        let (skew, priced) = after_one_sided_steps(spread, 1.0);
         assert!(skew > 0.99 * spread && (priced - skew).abs() < 1e-12, "gets without the target: the whole skew");
-        let (skew, priced) = after_one_sided_steps(0.75);
-        assert!((priced - 0.25 * skew).abs() < 1e-9 * skew, "a share of 75% paid by one-sided steps: {priced} of {skew}");
-        // A one-sided step's time spread beyond the arrivals' is not skew it paid.
-        let (skew, priced) = after_one_sided_steps(3.0);
-        assert!(priced.abs() < 1e-12 * skew, "all of it paid: {priced}");
+        let (skew, priced) = after_one_sided_steps(0.25 * spread, 1.0);
+        assert!((priced - 0.25 * skew).abs() < 1e-9 * skew, "75% of the spread closed in one-sided steps: {priced} of {skew}");
+        let (skew, priced) = after_one_sided_steps(3.0 * spread, 1.0);
+        assert!((priced - skew).abs() < 1e-12, "the late rank the slower: no wait, {priced} of {skew}");
+        let (skew, priced) = after_one_sided_steps(0.0, 0.0);
+        assert!((priced - skew).abs() < 1e-12, "failed steps: nothing learned, {priced} of {skew}");
+        // A one-sided loop that pays 70% of a 300 us spread, and one step in which a
+        // rank paused for 2 s (a checkpoint).
+        let mut e = Estimator::new(CostParams::default(), settings());
+        let os = e.predict(&f).0;
+        let step_with = |arrivals: f64| Measured {
+            slowest: os + arrivals,
+            fastest: os,
+            spreads: Some(Spreads { arrivals, departures: 0.3 * arrivals }),
+        };
+        for _ in 0..500 {
+            e.observe(Backend::OneSided, &f, step_with(spread), None);
+        }
+        let share = |e: &Estimator| 1.0 - e.priced_skew() / e.skew;
+        assert!((share(&e) - 0.7).abs() < 1e-6, "{}", share(&e));
+        // Every other rank's gets waited for the paused one.
+        let paused = Measured { slowest: 2.0, fastest: os, spreads: Some(Spreads { arrivals: 2.0, departures: 0.0 }) };
+        e.observe(Backend::OneSided, &f, paused, None);
+        let back = (1..=1000).find(|_| {
+            e.observe(Backend::OneSided, &f, step_with(spread), None);
+            (share(&e) - 0.7).abs() < 0.05
+        });
+        assert!(back.is_some_and(|steps| steps <= 150), "back within 0.05 of the share after {back:?} steps");
     }
 
     /// With the arrivals known, a collective step's skew is what its first rank waited,
@@ -602,12 +647,13 @@ mod tests {
         let mut e = Estimator::new(CostParams::default(), settings());
         let f = step(64.0, 65536.0);
         let exchange = e.params().predict(Backend::Collective, &f);
-        let late = Measured { slowest: 3.0 * exchange, fastest: exchange, arrival_spread: Some(1.5 * exchange) };
+        let spreads = Spreads { arrivals: 1.5 * exchange, departures: 0.0 };
+        let late = Measured { slowest: 3.0 * exchange, fastest: exchange, spreads: Some(spreads) };
         e.observe(Backend::Collective, &f, late, None);
         assert_eq!(e.skew, SKEW_RATE_ARRIVALS * (1.5 * exchange), "the arrivals' spread, weighted as every step's");
         // Without the arrivals, only the spread beyond twice the fastest rank's time.
         let mut apart = Estimator::new(CostParams::default(), settings());
-        apart.observe(Backend::Collective, &f, Measured { arrival_spread: None, ..late }, None);
+        apart.observe(Backend::Collective, &f, Measured { spreads: None, ..late }, None);
         assert_eq!(apart.skew, 0.0);
     }
 
@@ -617,7 +663,7 @@ mod tests {
         let f = step(64.0, 65536.0);
         let exchange = e.params().predict(Backend::Collective, &f);
         for _ in 0..50 {
-            e.observe(Backend::Collective, &f, Measured { slowest: 2.0 * exchange, fastest: 0.8 * exchange, arrival_spread: None }, None);
+            e.observe(Backend::Collective, &f, Measured { slowest: 2.0 * exchange, fastest: 0.8 * exchange, spreads: None }, None);
         }
         assert_eq!(e.skew, 0.0);
         let mut lockstep = Estimator::new(CostParams::default(), settings());
@@ -641,7 +687,7 @@ mod tests {
         assert!(coll < os, "a batch the collective engine moves faster ({coll} vs {os})");
         let exchange = e.params().predict(Backend::Collective, &f);
         // One rank a second late.
-        e.observe(Backend::Collective, &f, Measured { slowest: 1.0 + exchange, fastest: exchange, arrival_spread: None }, None);
+        e.observe(Backend::Collective, &f, Measured { slowest: 1.0 + exchange, fastest: exchange, spreads: None }, None);
         assert_eq!(e.decide(&f, Backend::Auto).engine, Backend::OneSided, "priced out by the skew");
         let collective_steps = (0..200)
             .filter(|_| {

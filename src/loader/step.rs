@@ -11,7 +11,7 @@ use crate::engine::{ExchangeShape, KnownBatches, RequestsToOwner, StepContext, c
 use crate::error::{Error, Result, mdl_status};
 use crate::estimator::model::StepFeatures;
 use crate::estimator::features::NodeFeatures;
-use crate::estimator::{Decision, Measured, ProbePrediction, features};
+use crate::estimator::{Decision, Measured, ProbePrediction, Spreads, features};
 use crate::memory;
 use crate::mpi;
 use crate::node;
@@ -60,7 +60,8 @@ pub(super) struct PendingMeasurement {
 /// ran since the last agreement started (the same number on every rank, since all
 /// ran the same steps), then the same times negated (the all-reduce's maximum of
 /// those is the fastest rank's time), then when it started each of those steps'
-/// engines, and the same negated (the last and the first rank's arrival), then the
+/// engines, and the same negated (the last and the first rank's arrival), then when
+/// it left them, and the same negated (the last and the first departure), then the
 /// step's features (see `estimator::features`). The features start at [`times_len`].
 pub(super) fn agreement_values(measured: &[PendingMeasurement], features_len: usize) -> Vec<f64> {
     let n = measured.len();
@@ -70,12 +71,14 @@ pub(super) fn agreement_values(measured: &[PendingMeasurement], features_len: us
         values[n + k] = -m.seconds;
         values[2 * n + k] = m.arrived;
         values[3 * n + k] = -m.arrived;
+        values[4 * n + k] = m.arrived + m.seconds;
+        values[5 * n + k] = -(m.arrived + m.seconds);
     }
     values
 }
 
 /// Values per measured step in an agreement (see [`agreement_values`]).
-const VALUES_PER_MEASUREMENT: usize = 4;
+const VALUES_PER_MEASUREMENT: usize = 6;
 
 /// One earlier step as the ranks agreed on it.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -83,8 +86,9 @@ struct AgreedStep {
     /// The slowest and the fastest rank's engine time.
     slowest: f64,
     fastest: f64,
-    /// When the last rank started the engine, less when the first did (on one clock).
-    arrival_spread: f64,
+    /// When the last rank started the engine, less when the first did, and the same
+    /// for when they left it (on one clock).
+    spreads: Spreads,
 }
 
 /// The `n` measured steps of an agreement, from the maxima of every rank's
@@ -94,7 +98,10 @@ fn agreed_steps(maxima: &[f64], n: usize) -> impl Iterator<Item = AgreedStep> + 
     (0..n).map(move |k| AgreedStep {
         slowest: column(0, k),
         fastest: -column(1, k),
-        arrival_spread: (column(2, k) + column(3, k)).max(0.0),
+        spreads: Spreads {
+            arrivals: (column(2, k) + column(3, k)).max(0.0),
+            departures: (column(4, k) + column(5, k)).max(0.0),
+        },
     })
 }
 
@@ -173,21 +180,21 @@ impl Core {
     /// all learn the same.
     pub(super) fn learn(&mut self, measured: Vec<PendingMeasurement>, times: &[f64]) {
         let agreed = agreed_steps(times, measured.len());
-        for (previous, AgreedStep { slowest, fastest, arrival_spread }) in measured.into_iter().zip(agreed) {
+        for (previous, AgreedStep { slowest, fastest, spreads }) in measured.into_iter().zip(agreed) {
             // With replica groups every group runs its own exchange: the slowest and
             // fastest ranks may be of different groups, and their spread no skew. The
             // arrivals compare only on one clock.
             let fastest = if self.group.is_some() { slowest } else { fastest };
-            let arrival_spread = (self.one_clock && self.group.is_none()).then_some(arrival_spread);
+            let spreads = (self.one_clock && self.group.is_none()).then_some(spreads);
             log::trace!(
                 "step {}: measured {} {:.1} us (slowest rank), {:.1} us (fastest), arrivals {} apart",
                 previous.step,
                 previous.engine.name(),
                 slowest * 1e6,
                 fastest * 1e6,
-                arrival_spread.map_or("not known".to_string(), |s| format!("{:.1} us", s * 1e6))
+                spreads.map_or("not known".to_string(), |s| format!("{:.1} us", s.arrivals * 1e6))
             );
-            let times = Measured { slowest, fastest, arrival_spread };
+            let times = Measured { slowest, fastest, spreads };
             self.estimator.observe(previous.engine, &previous.features, times, previous.probe);
             let stats = self.stats.engine_mut(previous.engine);
             stats.measured_slowest_seconds += slowest;
@@ -387,7 +394,10 @@ mod tests {
         let close = |a: f64, b: f64| (a - b).abs() < 1e-9;
         assert_eq!((agreed[0].slowest, agreed[0].fastest), (5e-6, 1e-6));
         assert_eq!((agreed[1].slowest, agreed[1].fastest), (9e-6, 4e-6));
-        assert!(close(agreed[0].arrival_spread, 8e-6), "{:?}", agreed[0]);
-        assert!(close(agreed[1].arrival_spread, 400e-6), "{:?}", agreed[1]);
+        assert!(close(agreed[0].spreads.arrivals, 8e-6), "{:?}", agreed[0]);
+        assert!(close(agreed[1].spreads.arrivals, 400e-6), "{:?}", agreed[1]);
+        // Departures: 100.000_013, 100.000_007, 100.000_005; 100.000_509, 100.000_904, 100.000_806.
+        assert!(close(agreed[0].spreads.departures, 8e-6), "{:?}", agreed[0]);
+        assert!(close(agreed[1].spreads.departures, 395e-6), "{:?}", agreed[1]);
     }
 }
