@@ -337,9 +337,9 @@ impl Estimator {
 
     /// The skew a collective step pays beyond what a one-sided step pays of it: the
     /// one-sided engine's measured times already hold its share. Open MPI's gets are
-    /// served without the target (a share of 1-3% in `benches/lag`'s loop); MPICH's
-    /// wait for the target's progress, so its one-sided steps pay 30-80% of the
-    /// arrival spread too, and pricing the whole skew into the collective engine alone
+    /// served without the target (a share of 1-3% in `benches/lag`'s loop, measured as
+    /// the slowest rank's time less the fastest's); MPICH's wait for the target's
+    /// progress, so its one-sided steps pay 30-80% of the arrival spread too, and pricing the whole skew into the collective engine alone
     /// counted it twice: AUTO kept to the one-sided engine where the collective one
     /// made the caller wait 10-20% less. Across machines (no one clock) the share is
     /// not seen, and the whole skew is priced.

@@ -52,6 +52,10 @@ pub(super) struct PendingMeasurement {
     pub(super) seconds: f64,
     /// When this rank started the step's engine (`node::monotonic_seconds`).
     pub(super) arrived: f64,
+    /// When this rank left it, on the same clock: `arrived + seconds` would mix the
+    /// shared clock with `MPI_Wtime`, which may be another clock (MPICH's may follow
+    /// wall time, and a wall clock may be stepped between the two readings).
+    pub(super) departed: f64,
     /// For a probe: what was predicted at its decision.
     pub(super) probe: Option<ProbePrediction>,
 }
@@ -71,8 +75,8 @@ pub(super) fn agreement_values(measured: &[PendingMeasurement], features_len: us
         values[n + k] = -m.seconds;
         values[2 * n + k] = m.arrived;
         values[3 * n + k] = -m.arrived;
-        values[4 * n + k] = m.arrived + m.seconds;
-        values[5 * n + k] = -(m.arrived + m.seconds);
+        values[4 * n + k] = m.departed;
+        values[5 * n + k] = -m.departed;
     }
     values
 }
@@ -323,12 +327,14 @@ impl Core {
         if let Some(decision) = decision {
             let result = fetch_remote(&step, decision.engine, out);
             let seconds = mpi::wtime() - copied;
+            let departed = node::monotonic_seconds();
             self.pending.push(PendingMeasurement {
                 step: self.estimator.counters().decisions,
                 engine: decision.engine,
                 features,
                 seconds: if result.is_ok() { seconds } else { 0.0 },
                 arrived,
+                departed,
                 probe: decision.probe_prediction(),
             });
             self.stats.exchange_rounds += self.buffers.borrow_mut().take_rounds();
@@ -376,7 +382,8 @@ mod tests {
 
     fn measurement(seconds: f64, arrived: f64) -> PendingMeasurement {
         let features = StepFeatures { gets: 1.0, samples: 1.0, bytes: 1.0, rounds: 1.0, served: 1.0 };
-        PendingMeasurement { step: 0, engine: Backend::OneSided, features, seconds, arrived, probe: None }
+        let departed = arrived + seconds;
+        PendingMeasurement { step: 0, engine: Backend::OneSided, features, seconds, arrived, departed, probe: None }
     }
 
     /// What each rank proposes, combined as the agreement's all-reduce does (maximum),
@@ -389,6 +396,7 @@ mod tests {
             vec![measurement(1e-6, 100.000_004), measurement(6e-6, 100.000_800)],
         ];
         let proposals: Vec<Vec<f64>> = ranks.iter().map(|m| agreement_values(m, 3)).collect();
+        assert_eq!(proposals[0].len(), 6 * 2 + 3, "six values per step, then the features");
         let maxima: Vec<f64> = (0..proposals[0].len()).map(|i| proposals.iter().map(|p| p[i]).fold(f64::MIN, f64::max)).collect();
         let agreed: Vec<AgreedStep> = agreed_steps(&maxima[..times_len(&ranks[0])], 2).collect();
         let close = |a: f64, b: f64| (a - b).abs() < 1e-9;
