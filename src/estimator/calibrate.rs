@@ -259,6 +259,13 @@ fn run_probes(comm: &Comm, store: &Store, settings: &CalibrationSettings, starte
             elapsed = Some(slowest[REPS + 1]);
             out_of_time |= slowest[REPS + 1] > settings.budget_seconds;
         }
+        log::debug!(
+            "calibration probe of {} x {} bytes per rank: one-sided {:.1} us, collective {:.1} us",
+            probe.count,
+            probe.bytes() / probe.count as u64,
+            times[0].last().copied().unwrap_or(0.0) * 1e6,
+            times[1].last().copied().unwrap_or(0.0) * 1e6
+        );
         if let (Some(start), Some(end)) = (probe_started, elapsed) {
             if largest.is_none_or(|(bytes, _)| probe.bytes() >= bytes) {
                 largest = Some((probe.bytes(), end - start));
