@@ -99,7 +99,10 @@ pub struct Config {
     /// `MDL_PROBE_BUDGET`: what AUTO's probes may cost, their time over the preferred
     /// engine's prediction (spent, and predicted for the next probe, scaled by how far
     /// the probes so far overran their predictions) as a fraction of all measured
-    /// steps' time (default 0.05).
+    /// steps' time (default 0.04: the probes overran this predictive budget by up to
+    /// 1.3x in `benches/lag`'s training loop, where the first costly probe of a bucket
+    /// has no overrun to be scaled by; at 0.05 they cost 5.2-6.5% of the fetch time at
+    /// 5 of 12 Open MPI points, at 0.04 2.9-4.9% at all 9).
     pub probe_budget: f64,
     /// `MDL_MATRIX_MAX_RANKS`: up to this many ranks, each step's agreement carries the
     /// full request matrix (2 * P * P values: bytes and samples per requester and
@@ -188,7 +191,7 @@ impl Default for Config {
             calibration_seconds: 0.4,
             probe_interval: 64,
             hysteresis: 0.1,
-            probe_budget: 0.05,
+            probe_budget: 0.04,
             matrix_max_ranks: 32,
             warm_up_gets: 512,
             wait: Wait::Auto,
