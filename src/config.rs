@@ -101,8 +101,8 @@ pub struct Config {
     /// the probes so far overran their predictions) as a fraction of all measured
     /// steps' time (default 0.04: the probes overran this predictive budget by up to
     /// 1.3x in `benches/lag`'s training loop, where the first costly probe of a bucket
-    /// has no overrun to be scaled by; at 0.05 they cost 5.2-6.5% of the fetch time at
-    /// 5 of 12 Open MPI points, at 0.04 2.9-4.9% at all 9).
+    /// has no overrun to be scaled by; at 0.05 they cost 5.1-6.5% of the fetch time at
+    /// 4 of 12 Open MPI points, at 0.04 2.4-4.3% at all 9).
     pub probe_budget: f64,
     /// `MDL_MATRIX_MAX_RANKS`: up to this many ranks, each step's agreement carries the
     /// full request matrix (2 * P * P values: bytes and samples per requester and

@@ -425,7 +425,8 @@ impl Estimator {
             // Every step shows what a collective step's first rank waits for the last,
             // one-sided ones too: the skew is seen without running the engine that pays it.
             self.learn_skew(f, spread, SKEW_RATE_ARRIVALS);
-            // (A rank whose step failed reports no time, and no departure to compare.)
+            // A step that failed on some rank (its fastest time 0) is skipped: that
+            // rank's departure is not the end of an engine's work.
             if engine != Backend::Collective && times.fastest > 0.0 {
                 self.learn_onesided_share(f, spreads);
             }
@@ -592,7 +593,7 @@ mod tests {
     /// collective engine. Ranks that leave as far apart as they came (gets served
     /// without the target, Open MPI), or further (the late rank also the slower), paid
     /// nothing of it; a failed step teaches nothing; one rank's pause moves the share
-    /// for about a hundred steps (uncapped: 320).
+    /// for some 120 steps (uncapped: 320).
     #[test]
     fn the_skew_one_sided_steps_pay_too_is_not_priced_into_the_collective_engine() {
         let f = step(64.0, 65536.0);

@@ -179,8 +179,8 @@ impl Core {
     }
 
     /// Learn earlier steps' times as agreed (`times`: the slowest rank's, the fastest
-    /// rank's negated, the last arrival, the first arrival negated, see
-    /// `agreement_values`). Every rank has the same earlier steps (all ran them), so
+    /// rank's negated, the last arrival, the first arrival negated, the last departure,
+    /// the first departure negated, see `agreement_values`). Every rank has the same earlier steps (all ran them), so
     /// all learn the same.
     pub(super) fn learn(&mut self, measured: Vec<PendingMeasurement>, times: &[f64]) {
         let agreed = agreed_steps(times, measured.len());
@@ -380,9 +380,10 @@ fn other_engine(engine: Backend) -> Backend {
 mod tests {
     use super::*;
 
-    fn measurement(seconds: f64, arrived: f64) -> PendingMeasurement {
+    /// `departed` is not `arrived + seconds` here: the departure is read on its own, on
+    /// the arrivals' clock, after the engine.
+    fn measurement(seconds: f64, arrived: f64, departed: f64) -> PendingMeasurement {
         let features = StepFeatures { gets: 1.0, samples: 1.0, bytes: 1.0, rounds: 1.0, served: 1.0 };
-        let departed = arrived + seconds;
         PendingMeasurement { step: 0, engine: Backend::OneSided, features, seconds, arrived, departed, probe: None }
     }
 
@@ -391,9 +392,9 @@ mod tests {
     #[test]
     fn the_agreement_brings_each_steps_extremes() {
         let ranks = [
-            vec![measurement(3e-6, 100.000_010), measurement(9e-6, 100.000_500)],
-            vec![measurement(5e-6, 100.000_002), measurement(4e-6, 100.000_900)],
-            vec![measurement(1e-6, 100.000_004), measurement(6e-6, 100.000_800)],
+            vec![measurement(3e-6, 100.000_010, 100.000_020), measurement(9e-6, 100.000_500, 100.000_600)],
+            vec![measurement(5e-6, 100.000_002, 100.000_012), measurement(4e-6, 100.000_900, 100.000_950)],
+            vec![measurement(1e-6, 100.000_004, 100.000_009), measurement(6e-6, 100.000_800, 100.000_820)],
         ];
         let proposals: Vec<Vec<f64>> = ranks.iter().map(|m| agreement_values(m, 3)).collect();
         assert_eq!(proposals[0].len(), 6 * 2 + 3, "six values per step, then the features");
@@ -404,8 +405,8 @@ mod tests {
         assert_eq!((agreed[1].slowest, agreed[1].fastest), (9e-6, 4e-6));
         assert!(close(agreed[0].spreads.arrivals, 8e-6), "{:?}", agreed[0]);
         assert!(close(agreed[1].spreads.arrivals, 400e-6), "{:?}", agreed[1]);
-        // Departures: 100.000_013, 100.000_007, 100.000_005; 100.000_509, 100.000_904, 100.000_806.
-        assert!(close(agreed[0].spreads.departures, 8e-6), "{:?}", agreed[0]);
-        assert!(close(agreed[1].spreads.departures, 395e-6), "{:?}", agreed[1]);
+        // The departures as read (arrival + time would give 8 and 395 us).
+        assert!(close(agreed[0].spreads.departures, 11e-6), "{:?}", agreed[0]);
+        assert!(close(agreed[1].spreads.departures, 350e-6), "{:?}", agreed[1]);
     }
 }
