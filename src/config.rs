@@ -99,10 +99,9 @@ pub struct Config {
     /// `MDL_PROBE_BUDGET`: what AUTO's probes may cost, their time over the preferred
     /// engine's prediction (spent, and predicted for the next probe, scaled by how far
     /// the probes so far overran their predictions) as a fraction of all measured
-    /// steps' time (default 0.04: the probes overran this predictive budget by up to
-    /// 1.3x in `benches/lag`'s training loop, where the first costly probe of a bucket
-    /// has no overrun to be scaled by; at 0.05 they cost 5.1-6.5% of the fetch time at
-    /// 4 of 12 Open MPI points, at 0.04 2.4-4.3% at all 9).
+    /// steps' time (default 0.04, below the 5% the probes should cost at most: a
+    /// bucket's first costly probe has no overrun to be scaled by, and overran the
+    /// budget by up to 1.3x in `benches/lag`'s training loop; see its README).
     pub probe_budget: f64,
     /// `MDL_MATRIX_MAX_RANKS`: up to this many ranks, each step's agreement carries the
     /// full request matrix (2 * P * P values: bytes and samples per requester and

@@ -339,10 +339,11 @@ impl Estimator {
     /// one-sided engine's measured times already hold its share. Open MPI's gets are
     /// served without the target (a share of 1-3% in `benches/lag`'s loop, measured as
     /// the slowest rank's time less the fastest's); MPICH's wait for the target's
-    /// progress, so its one-sided steps pay 30-80% of the arrival spread too, and pricing the whole skew into the collective engine alone
-    /// counted it twice: AUTO kept to the one-sided engine where the collective one
-    /// made the caller wait 10-20% less. Across machines (no one clock) the share is
-    /// not seen, and the whole skew is priced.
+    /// progress, so its one-sided steps pay 30-80% of the arrival spread too, and
+    /// pricing the whole skew into the collective engine alone counted it twice: AUTO
+    /// kept to the one-sided engine where the collective one made the caller wait
+    /// 10-20% less. Across machines (no one clock) the share is not seen, and the whole
+    /// skew is priced.
     fn priced_skew(&self) -> f64 {
         let onesided_share = if self.onesided_spread > 0.0 { self.onesided_waited / self.onesided_spread } else { 0.0 };
         self.skew * (1.0 - onesided_share.clamp(0.0, 1.0))

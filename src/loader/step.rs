@@ -180,8 +180,8 @@ impl Core {
 
     /// Learn earlier steps' times as agreed (`times`: the slowest rank's, the fastest
     /// rank's negated, the last arrival, the first arrival negated, the last departure,
-    /// the first departure negated, see `agreement_values`). Every rank has the same earlier steps (all ran them), so
-    /// all learn the same.
+    /// the first departure negated, see `agreement_values`). Every rank has the same
+    /// earlier steps (all ran them), so all learn the same.
     pub(super) fn learn(&mut self, measured: Vec<PendingMeasurement>, times: &[f64]) {
         let agreed = agreed_steps(times, measured.len());
         for (previous, AgreedStep { slowest, fastest, spreads }) in measured.into_iter().zip(agreed) {
