@@ -16,7 +16,8 @@
 //!                                  per round: a log-depth MPI_Alltoall of counts, and two
 //!                                  MPI_Alltoallv that post a message to every peer
 //! s_coll = 2 * 8 / W               request id out, plus packing bookkeeping
-//! b_coll = 1 / W + 2 / M           transfer, pack on the owner, unpack on the requester
+//! b_coll = 1 / W + 1 / M           transfer and unpack, on the requester
+//! c_coll = 1 / M                   pack, on the owner
 //! ```
 //!
 //! A batch of B samples per rank drawn uniformly over all ranks, of mean size s, has
@@ -116,7 +117,8 @@ impl Interconnect {
             c_os: 1.0 / self.bandwidth,
             a_coll: 3.0 * self.latency * p.log2() + 2.0 * (p - 1.0) * self.injection_overhead,
             s_coll: 16.0 / self.bandwidth,
-            b_coll: 1.0 / self.bandwidth + 2.0 / self.memcpy_bandwidth,
+            b_coll: 1.0 / self.bandwidth + 1.0 / self.memcpy_bandwidth,
+            c_coll: 1.0 / self.memcpy_bandwidth,
         }
     }
 }

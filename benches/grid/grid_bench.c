@@ -57,7 +57,9 @@
  * replayed without MPI (benches/grid/replay_fixture.py, the estimator's unit test):
  * model_terms, the model's terms averaged over the predicted batches (one-sided: 1,
  * gets, bytes, bytes served; collective: rounds, samples, max(bytes, served)), and
- * model_params, the AUTO loader's calibrated a_os;g_os;b_os;c_os;a_coll;s_coll;b_coll.
+ * model_params, the AUTO loader's calibrated a_os;g_os;b_os;c_os;a_coll;s_coll;b_coll;c_coll.
+ * (Files from before c_coll have 7 terms and 7 parameters: the collective's per-byte
+ * term was b_coll * max(bytes, served); replay_fixture.py reads both layouts.)
  * rtt_us (after them, so that older files keep their columns): the round trip between
  * ranks 0 and 1 before the point, empty at one rank; see round_trip_us() for what it
  * can and cannot say.
@@ -310,7 +312,7 @@ static double json_num(const char *p, const char *key)
 
 typedef struct lstats {
     double os_steps, coll_steps, probes, switches;
-    double params[7]; /* a_os g_os b_os c_os a_coll s_coll b_coll */
+    double params[8]; /* a_os g_os b_os c_os a_coll s_coll b_coll c_coll */
 } lstats;
 
 static lstats read_stats(mdl_loader *h)
@@ -324,8 +326,8 @@ static lstats read_stats(mdl_loader *h)
     s.coll_steps = co ? json_num(co, "steps") : NAN;
     s.probes = json_num(buf, "probes");
     s.switches = json_num(buf, "switches");
-    static const char *names[7] = {"a_os", "g_os", "b_os", "c_os", "a_coll", "s_coll", "b_coll"};
-    for (int i = 0; i < 7; i++)
+    static const char *names[8] = {"a_os", "g_os", "b_os", "c_os", "a_coll", "s_coll", "b_coll", "c_coll"};
+    for (int i = 0; i < 8; i++)
         s.params[i] = cal ? json_num(cal, names[i]) : NAN;
     return s;
 }
@@ -707,9 +709,9 @@ typedef struct auto_rec {
 /* Mean raw-model predictions (seconds) over measured steps 0..K-1 (features as the
    library computes them: maxima over ranks, served bytes = column sums). */
 /* The model's terms averaged over the K batches (the model is linear in them):
-   one-sided 1, gets, bytes, bytes served; collective rounds, samples, max(bytes,
-   served), as features_of in src/estimator/model.rs. */
-enum { MODEL_TERMS = 7 };
+   one-sided 1, gets, bytes, bytes served; collective rounds, samples, bytes, bytes
+   served, as features_of in src/estimator/model.rs. */
+enum { MODEL_TERMS = 8 };
 
 static void model_predict(ctx *c, const double *prm, double *pos, double *pcoll, double *terms)
 {
@@ -752,8 +754,8 @@ static void model_predict(ctx *c, const double *prm, double *pos, double *pcoll,
         for (int p = 0; p < P; p++)
             IN = fmax(IN, sm[3 + p]);
         so += prm[0] + prm[1] * G + prm[2] * Bb + prm[3] * IN;
-        sc += (S > 0 ? 1.0 : 0.0) * prm[4] + prm[5] * S + prm[6] * fmax(Bb, IN);
-        const double row[MODEL_TERMS] = {1, G, Bb, IN, S > 0 ? 1.0 : 0.0, S, fmax(Bb, IN)};
+        sc += (S > 0 ? 1.0 : 0.0) * prm[4] + prm[5] * S + prm[6] * Bb + prm[7] * IN;
+        const double row[MODEL_TERMS] = {1, G, Bb, IN, S > 0 ? 1.0 : 0.0, S, Bb, IN};
         for (int t = 0; t < MODEL_TERMS; t++)
             terms[t] += row[t] / K;
     }
@@ -785,8 +787,8 @@ static mdl_loader *new_loader(ctx *c, mdl_backend backend)
 
 static void fmt_params(char *buf, size_t len, const double *p)
 {
-    snprintf(buf, len, "a_os=%.3g g_os=%.3g b_os=%.3g c_os=%.3g a_coll=%.3g s_coll=%.3g b_coll=%.3g", p[0], p[1],
-             p[2], p[3], p[4], p[5], p[6]);
+    snprintf(buf, len, "a_os=%.3g g_os=%.3g b_os=%.3g c_os=%.3g a_coll=%.3g s_coll=%.3g b_coll=%.3g c_coll=%.3g", p[0],
+             p[1], p[2], p[3], p[4], p[5], p[6], p[7]);
 }
 
 /* The data of a point: the raw windows (filled), the forced engines' loaders and, with
@@ -935,7 +937,7 @@ int main(int argc, char **argv)
             result res[NV];
             auto_rec ar;
             memset(&ar, 0, sizeof ar);
-            double pred_os = NAN, pred_coll = NAN, terms[MODEL_TERMS] = {0}, params[7] = {0};
+            double pred_os = NAN, pred_coll = NAN, terms[MODEL_TERMS] = {0}, params[8] = {0};
             char pbuf[256] = "";
             const double rtt_us = round_trip_us();
             /* the interleaved group: forced engines, AUTO (own loader), floors */
@@ -993,7 +995,7 @@ int main(int argc, char **argv)
                    and the calibrated parameters, ';'-separated, full precision. */
                 for (int t = 0; t < MODEL_TERMS; t++)
                     fprintf(csv, "%c%.17g", t ? ';' : ',', terms[t]);
-                for (int t = 0; t < 7; t++)
+                for (int t = 0; t < 8; t++)
                     fprintf(csv, "%c%.17g", t ? ';' : ',', params[t]);
                 if (isnan(rtt_us))
                     fprintf(csv, ",\n");

@@ -21,8 +21,13 @@ FIELDS = ["mpi", "transport", "ranks", "batch", "sample", "t_onesided", "t_colle
 
 
 def predictions(row):
+    """Both engines' predicted seconds. The one-sided engine's 4 terms come first; the
+    collective's follow: 4 (rounds, samples, bytes, served) or, in files from before
+    c_coll, 3 (rounds, samples, max(bytes, served)). Each term has its parameter."""
     terms = [float(x) for x in row["model_terms"].split(";")]
     params = [float(x) for x in row["model_params"].split(";")]
+    if len(terms) != len(params) or len(terms) not in (7, 8):
+        raise ValueError(f"{len(terms)} model terms and {len(params)} parameters: neither layout")
     onesided = sum(t * p for t, p in zip(terms[:4], params[:4]))
     collective = sum(t * p for t, p in zip(terms[4:], params[4:]))
     return onesided, collective

@@ -236,10 +236,14 @@ fn run_probes(comm: &Comm, store: &Store, settings: &CalibrationSettings, starte
             // The probes run in lockstep: every rank stays in MPI until all have done.
             gets_end_in_barrier: false,
         };
-        let mut out_of_time = false;
-        for engine in [Backend::OneSided, Backend::Collective] {
-            let mut local = Vec::with_capacity(REPS + 1);
-            for _ in 0..=REPS {
+        // The engines take turns, repetition by repetition, as a training loop's steps
+        // follow other work: one engine's repetitions back to back would run on the
+        // caches, sockets and schedule its own previous run left warm.
+        let mut local = [Vec::with_capacity(REPS + 2), Vec::with_capacity(REPS + 2)];
+        for _ in 0..=REPS {
+            for engine in [Backend::OneSided, Backend::Collective] {
+                // Lined up, so that neither engine's time holds the other's tail.
+                comm.barrier()?;
                 let t0 = mpi::wtime();
                 let done = execute(&step, engine, &mut out);
                 if mpi::timed_out(&done) {
@@ -247,20 +251,25 @@ fn run_probes(comm: &Comm, store: &Store, settings: &CalibrationSettings, starte
                     std::mem::forget((std::mem::take(&mut *buffers.borrow_mut()), std::mem::take(&mut out)));
                 }
                 done?;
-                local.push(mpi::wtime() - t0);
+                local[(engine == Backend::Collective) as usize].push(mpi::wtime() - t0);
             }
-            local.push(mpi::wtime() - started);
-            let slowest = comm.allreduce_max(&local)?;
-            let mut reps = slowest[1..=REPS].to_vec(); // [0] was the warm-up
+        }
+        let mut both: Vec<f64> = local.concat();
+        both.push(mpi::wtime() - started);
+        let slowest = comm.allreduce_max(&both)?;
+        for e in 0..2 {
+            let engine = if e == 0 { Backend::OneSided } else { Backend::Collective };
+            let of_engine = &slowest[e * (REPS + 1)..(e + 1) * (REPS + 1)];
+            let mut reps = of_engine[1..].to_vec(); // [0] was the warm-up
             reps.sort_by(f64::total_cmp);
-            let e = (engine == Backend::Collective) as usize;
             rows[e].push(features_of(engine, &f));
             times[e].push(reps[REPS / 2]);
-            elapsed = Some(slowest[REPS + 1]);
-            out_of_time |= slowest[REPS + 1] > settings.budget_seconds;
         }
+        let now = slowest[2 * (REPS + 1)];
+        elapsed = Some(now);
+        let out_of_time = now > settings.budget_seconds;
         log::debug!(
-            "calibration probe of {} x {} bytes per rank: one-sided {:.1} us, collective {:.1} us",
+            "calibration probe of {} x {} bytes per rank ({f:?}): one-sided {:.1} us, collective {:.1} us",
             probe.count,
             probe.bytes() / probe.count as u64,
             times[0].last().copied().unwrap_or(0.0) * 1e6,
@@ -369,7 +378,7 @@ mod tests {
     fn loads_the_calibration_object_of_the_stats() {
         let path = std::env::temp_dir().join(format!("mdl-cal-{}.json", std::process::id()));
         let text = "{\"source\": \"measured\", \"seconds\": 1e-1, \"a_os\": 1e-6, \"g_os\": 2.5e-7, \
-                    \"b_os\": 1e-10, \"c_os\": 0e0, \"a_coll\": 1.2e-5, \"s_coll\": 3e-8, \"b_coll\": 2e-10}";
+                    \"b_os\": 1e-10, \"c_os\": 0e0, \"a_coll\": 1.2e-5, \"s_coll\": 3e-8, \"b_coll\": 2e-10, \"c_coll\": 1e-11}";
         std::fs::write(&path, text).unwrap();
         let loaded = load(&path).unwrap();
         assert_eq!(loaded.params.g_os, 2.5e-7);

@@ -295,7 +295,7 @@ impl Estimator {
     pub fn fingerprint(&self) -> u64 {
         let mut f = Fingerprint::new();
         let p = &self.params;
-        for v in [p.a_os, p.g_os, p.b_os, p.c_os, p.a_coll, p.s_coll, p.b_coll, self.global[0], self.global[1]] {
+        for v in [p.a_os, p.g_os, p.b_os, p.c_os, p.a_coll, p.s_coll, p.b_coll, p.c_coll, self.global[0], self.global[1]] {
             f.word(v.to_bits());
         }
         for (&(batch, size), b) in &self.buckets {
@@ -782,7 +782,7 @@ mod tests {
     /// schedule.
     #[test]
     fn an_expensive_first_probe_waits_until_the_steps_have_earned_it() {
-        let params = CostParams { a_os: 10e-6, g_os: 0.0, b_os: 0.0, c_os: 0.0, a_coll: 30e-6, s_coll: 0.0, b_coll: 0.0 };
+        let params = CostParams { a_os: 10e-6, g_os: 0.0, b_os: 0.0, c_os: 0.0, a_coll: 30e-6, s_coll: 0.0, b_coll: 0.0, c_coll: 0.0 };
         let mut e = Estimator::new(params, Settings { probe_interval: 64, ..settings() });
         let f = step(16.0, 32768.0);
         let first_probe = (1..=200).find(|_| {
@@ -797,7 +797,7 @@ mod tests {
     /// cost nothing: even a zero budget lets it run on schedule.
     #[test]
     fn a_probe_predicted_cheaper_needs_no_budget() {
-        let params = CostParams { a_os: 10e-6, g_os: 0.0, b_os: 0.0, c_os: 0.0, a_coll: 10.5e-6, s_coll: 0.0, b_coll: 0.0 };
+        let params = CostParams { a_os: 10e-6, g_os: 0.0, b_os: 0.0, c_os: 0.0, a_coll: 10.5e-6, s_coll: 0.0, b_coll: 0.0, c_coll: 0.0 };
         let mut e = Estimator::new(params, Settings { probe_interval: 64, hysteresis: 0.1, probe_budget: 0.0 });
         let f = step(16.0, 32768.0);
         let first_probe = (1..=16).find(|_| {
@@ -863,7 +863,7 @@ mod tests {
         }
         // Probes predicted and measured to cost nothing over the preferred engine (the
         // engines predicted alike) keep their schedule.
-        let alike = CostParams { a_os: 10e-6, g_os: 0.0, b_os: 0.0, c_os: 0.0, a_coll: 10e-6, s_coll: 0.0, b_coll: 0.0 };
+        let alike = CostParams { a_os: 10e-6, g_os: 0.0, b_os: 0.0, c_os: 0.0, a_coll: 10e-6, s_coll: 0.0, b_coll: 0.0, c_coll: 0.0 };
         let mut e = Estimator::new(alike, settings());
         let f = step(16.0, 32768.0);
         let probes = (0..100)
@@ -885,7 +885,7 @@ mod tests {
     #[test]
     fn probes_that_overran_their_prediction_are_priced_at_what_they_cost() {
         let t = 10e-6;
-        let params = CostParams { a_os: t, g_os: 0.0, b_os: 0.0, c_os: 0.0, a_coll: 3.0 * t, s_coll: 0.0, b_coll: 0.0 };
+        let params = CostParams { a_os: t, g_os: 0.0, b_os: 0.0, c_os: 0.0, a_coll: 3.0 * t, s_coll: 0.0, b_coll: 0.0, c_coll: 0.0 };
         let mut e = Estimator::new(params, Settings { probe_interval: 8, ..settings() });
         let f = step(16.0, 32768.0);
         let (mut total, mut excess, mut probes) = (0.0, 0.0, 0);

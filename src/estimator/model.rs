@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! T_onesided   = a_os + g_os * G + b_os * B + c_os * IN
-//! T_collective = R * a_coll + s_coll * S + b_coll * max(B, IN)
+//! T_collective = R * a_coll + s_coll * S + b_coll * B + c_coll * IN
 //! ```
 //!
 //! Step features (all maxima over ranks, so that the step is as slow as its slowest rank):
@@ -12,7 +12,7 @@
 //! - `B`: remote bytes one rank receives,
 //! - `IN`: bytes one rank serves to the others (the sum over requesters of what they
 //!   read from it): the one-sided engine's contention when many ranks read one target,
-//!   and the collective engine's send side,
+//!   and the collective engine's send side (packing and sending),
 //! - `R`: rounds of the collective exchange (1 unless a batch exceeds the message limit).
 //!
 //! Parameters (seconds, seconds per get / sample / byte):
@@ -21,8 +21,13 @@
 //! - `a_coll`: cost of one exchange round (two `MPI_Alltoallv`, and an `MPI_Alltoall` of
 //!   counts when the agreement did not carry them);
 //!   it grows with the number of ranks P (`a_coll = a0 + a_peer * P` in the scale
-//!   model), `s_coll`: per sample (request, pack, unpack), `b_coll`: per byte moved,
-//!   taken at the busier side of the busiest rank (received or sent).
+//!   model), `s_coll`: per sample (request, pack, unpack), `b_coll`: per byte received
+//!   (unpacked), `c_coll`: per byte served. Two terms, not one per byte at the busier
+//!   side: calibration's hot-target probe (every rank reads one) shows that serving a
+//!   byte costs the collective engine a fraction of receiving one over TCP (4 ranks:
+//!   about 0.05 against 0.9 ns), and a single term fitted to it priced the uniform
+//!   steps' bytes at two thirds of what they cost. At two ranks B = IN, the two cannot
+//!   be told apart and the fit keeps `b_coll` alone.
 
 use crate::config::Backend;
 
@@ -62,6 +67,7 @@ pub struct CostParams {
     pub a_coll: f64,
     pub s_coll: f64,
     pub b_coll: f64,
+    pub c_coll: f64,
 }
 
 impl Default for CostParams {
@@ -75,13 +81,14 @@ impl Default for CostParams {
             a_coll: 10.0e-6,
             s_coll: 0.1e-6,
             b_coll: 2.0e-10,
+            c_coll: 0.0,
         }
     }
 }
 
 impl CostParams {
     /// The parameters as (name, value) pairs, in a fixed order (for JSON and loading).
-    pub fn named(&self) -> [(&'static str, f64); 7] {
+    pub fn named(&self) -> [(&'static str, f64); 8] {
         [
             ("a_os", self.a_os),
             ("g_os", self.g_os),
@@ -90,6 +97,7 @@ impl CostParams {
             ("a_coll", self.a_coll),
             ("s_coll", self.s_coll),
             ("b_coll", self.b_coll),
+            ("c_coll", self.c_coll),
         ]
     }
 
@@ -104,6 +112,7 @@ impl CostParams {
             a_coll: get("a_coll")?,
             s_coll: get("s_coll")?,
             b_coll: get("b_coll")?,
+            c_coll: get("c_coll")?,
         })
     }
 
@@ -116,14 +125,14 @@ impl CostParams {
     /// The model's coefficients for one engine, in the order of [`features_of`].
     pub fn coefficients(&self, engine: Backend) -> Vec<f64> {
         match engine {
-            Backend::Collective => vec![self.a_coll, self.s_coll, self.b_coll],
+            Backend::Collective => vec![self.a_coll, self.s_coll, self.b_coll, self.c_coll],
             Backend::OneSided | Backend::Auto => vec![self.a_os, self.g_os, self.b_os, self.c_os],
         }
     }
 
     pub fn set_coefficients(&mut self, engine: Backend, c: &[f64]) {
         match engine {
-            Backend::Collective => [self.a_coll, self.s_coll, self.b_coll] = [c[0], c[1], c[2]],
+            Backend::Collective => [self.a_coll, self.s_coll, self.b_coll, self.c_coll] = [c[0], c[1], c[2], c[3]],
             Backend::OneSided | Backend::Auto => {
                 [self.a_os, self.g_os, self.b_os, self.c_os] = [c[0], c[1], c[2], c[3]]
             }
@@ -134,7 +143,7 @@ impl CostParams {
 /// The terms each engine's cost is linear in.
 pub fn features_of(engine: Backend, f: &StepFeatures) -> Vec<f64> {
     match engine {
-        Backend::Collective => vec![f.rounds, f.samples, f.bytes.max(f.served)],
+        Backend::Collective => vec![f.rounds, f.samples, f.bytes, f.served],
         Backend::OneSided | Backend::Auto => vec![1.0, f.gets, f.bytes, f.served],
     }
 }
@@ -246,9 +255,9 @@ mod tests {
                 continue;
             }
             let (x, p) = (numbers(cells[terms]), numbers(cells[params]));
-            let model = CostParams { a_os: p[0], g_os: p[1], b_os: p[2], c_os: p[3], a_coll: p[4], s_coll: p[5], b_coll: p[6] };
+            let model = CostParams { a_os: p[0], g_os: p[1], b_os: p[2], c_os: p[3], a_coll: p[4], s_coll: p[5], b_coll: p[6], c_coll: p[7] };
             // The terms are averages over the point's batches (the model is linear in
-            // them; max(bytes, served) is averaged after the max), in features_of's order.
+            // them), in features_of's order.
             let predict = |engine: Backend, x: &[f64]| -> f64 {
                 let coefficients = model.coefficients(engine);
                 assert_eq!(coefficients.len(), x.len(), "the fixture's terms are features_of's");

@@ -120,7 +120,7 @@ int main(int argc, char **argv)
             MPI_Abort(MPI_COMM_WORLD, 2);
         }
         fprintf(f, "{\"a_os\": 0, \"g_os\": 1e-6, \"b_os\": 0, \"c_os\": 0, "
-                   "\"a_coll\": 5e-5, \"s_coll\": 1e-7, \"b_coll\": 0}\n");
+                   "\"a_coll\": 5e-5, \"s_coll\": 1e-7, \"b_coll\": 0, \"c_coll\": 0}\n");
         fclose(f);
     }
     MPI_Barrier(MPI_COMM_WORLD);
