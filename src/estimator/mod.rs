@@ -21,7 +21,9 @@
 //! scale, then its bucket's residual by what is left, each by at most `MAX_STEP_RATIO`
 //! before weighting, so an outlier (a descheduled rank, the first, slower steps on a
 //! fresh window) cannot flip a decision on its own, and a probe in one bucket informs
-//! all the others. A new bucket starts from the nearest bucket's residuals. (A median of the last few measurements, which follows a
+//! all the others. A new bucket starts from the nearest bucket's residuals. An engine
+//! not measured yet borrows the other's correction, and its first measurement sets its
+//! own (see `correction` and `observe`). (A median of the last few measurements, which follows a
 //! wrong calibration faster, chose the slower engine far more often in the grid: the
 //! first steps of a fresh loader are several times slower, and the engine not in use
 //! is measured only by probes, so its few values stayed stale.)
@@ -176,8 +178,10 @@ pub struct Estimator {
     /// By (batch class, sample-size class). Ordered, so that the search for the nearest
     /// bucket breaks ties alike on every rank.
     buckets: BTreeMap<(usize, usize), Bucket>,
-    /// log of the global correction, per engine.
+    /// log of the global correction, per engine; an engine not yet measured borrows the
+    /// other's (see `correction`).
     global: [f64; 2],
+    global_measured: [bool; 2],
     counters: EstimatorCounters,
     /// Seconds of all measured steps, and of the probes' excess over the preferred
     /// engine's prediction: a probe is taken only while the excess is within
@@ -248,6 +252,7 @@ impl Estimator {
             settings,
             buckets: BTreeMap::new(),
             global: [0.0; 2],
+            global_measured: [false; 2],
             counters: Default::default(),
             measured_seconds: 0.0,
             probe_excess_seconds: 0.0,
@@ -298,6 +303,7 @@ impl Estimator {
         for v in [p.a_os, p.g_os, p.b_os, p.c_os, p.a_coll, p.s_coll, p.b_coll, p.c_coll, self.global[0], self.global[1]] {
             f.word(v.to_bits());
         }
+        f.word(self.global_measured[0] as u64 | (self.global_measured[1] as u64) << 1);
         for (&(batch, size), b) in &self.buckets {
             f.word(batch as u64);
             f.word(size as u64);
@@ -330,9 +336,24 @@ impl Estimator {
     pub fn predict(&mut self, f: &StepFeatures) -> (f64, f64) {
         let params = self.params;
         let bucket = *self.bucket(f);
-        let global = self.global;
-        let predict = |e: Backend| params.predict(e, f) * portable::exp(global[slot(e)] + bucket.residual[slot(e)]);
+        let correction = [0, 1].map(|e| self.correction(e, &bucket));
+        let predict = |e: Backend| params.predict(e, f) * portable::exp(correction[slot(e)]);
         (predict(Backend::OneSided), predict(Backend::Collective) + self.priced_skew())
+    }
+
+    /// The log correction of engine slot `e` in `bucket`: global and the bucket's
+    /// residual; until the engine is measured, the other's. Whatever makes the engine
+    /// in use slower than calibrated (the caches a large step outgrows, ranks that share
+    /// cores) most likely slows the other as well: left at its calibrated cost, the
+    /// engine not measured looked cheaper as soon as the one in use was corrected
+    /// upwards, and AUTO switched to it outside the probes and their budget. In
+    /// `benches/grid` at 4 ranks on 2 cores (Open MPI over TCP, 1024 x 16 KB) the
+    /// one-sided steps took 1.5x their calibrated cost, and AUTO ran 6 of 8 steps on
+    /// the collective engine, whose steps took 2-7x theirs. The calibrated model names
+    /// the faster engine; the probes find out where it does not.
+    fn correction(&self, e: usize, bucket: &Bucket) -> f64 {
+        let from = if self.global_measured[e] || !self.global_measured[1 - e] { e } else { 1 - e };
+        self.global[from] + bucket.residual[from]
     }
 
     /// The skew a collective step pays beyond what a one-sided step pays of it: the
@@ -463,8 +484,21 @@ impl Estimator {
         let e = slot(engine);
         let error = portable::ln(modelled_time / modelled);
         let residual = self.bucket(f).residual[e];
-        let global = corrected(self.global[e], error - residual);
+        let global = if !self.global_measured[e] && self.global_measured[1 - e] {
+            // The first measurement of an engine that borrowed the other's correction
+            // replaces it, by at most MAX_STEP_RATIO: moved a fifth of the way, a probe
+            // that found the model's pick slower than the other left the borrowed
+            // correction nearly whole, and AUTO kept the slower engine until the next.
+            let bucket = *self.bucket(f);
+            let borrowed = self.correction(e, &bucket) - residual;
+            let limit = portable::ln(MAX_STEP_RATIO);
+            let bound = portable::ln(MAX_SCALE);
+            (error - residual).clamp(borrowed - limit, borrowed + limit).clamp(-bound, bound)
+        } else {
+            corrected(self.global[e], error - residual)
+        };
         self.global[e] = global;
+        self.global_measured[e] = true;
         let bucket = self.bucket(f);
         bucket.measured[e] += 1;
         bucket.residual[e] = corrected(bucket.residual[e], error - global);
@@ -542,6 +576,8 @@ mod tests {
         let mut e = Estimator::new(CostParams::default(), settings());
         let f = step(64.0, 65536.0);
         let (os, coll) = e.predict(&f);
+        // Measured as predicted: the one-sided engine has a correction of its own.
+        e.observe(Backend::OneSided, &f, same(os), None);
         let exchange = e.params().predict(Backend::Collective, &f);
         e.observe(Backend::Collective, &f, Measured { slowest: 6e-3 + exchange, fastest: exchange, spreads: None }, None);
         let (os_after, coll_after) = e.predict(&f);
@@ -730,6 +766,36 @@ mod tests {
         assert_eq!(e.decide(&f, Backend::Auto).engine, other(first));
     }
 
+    /// The model names the one-sided engine (10 us against 12 us), whose steps then
+    /// take 3x that: the collective engine, not measured, borrows the correction and
+    /// stays the slower one, so AUTO does not switch to it outside the probes. The first
+    /// probe finds it at its calibrated cost, and that measurement replaces the
+    /// borrowed correction at once (by at most MAX_STEP_RATIO): AUTO moves to it.
+    #[test]
+    fn an_engine_not_measured_borrows_the_correction_of_the_one_in_use() {
+        let params = CostParams { a_os: 10e-6, g_os: 0.0, b_os: 0.0, c_os: 0.0, a_coll: 12e-6, s_coll: 0.0, b_coll: 0.0, c_coll: 0.0 };
+        let mut e = Estimator::new(params, Settings { probe_budget: 1e9, ..settings() });
+        let f = step(16.0, 32768.0);
+        let mut first_probe = None;
+        for k in 1..=FIRST_PROBE_AFTER {
+            let d = e.decide(&f, Backend::Auto);
+            if d.probe {
+                first_probe = Some(k);
+                break;
+            }
+            assert_eq!(d.engine, Backend::OneSided, "step {k}: no switch to an engine not measured");
+            e.observe(Backend::OneSided, &f, same(30e-6), None);
+        }
+        assert_eq!(first_probe, Some(FIRST_PROBE_AFTER), "the first probe comes on schedule");
+        let (os, coll) = e.predict(&f);
+        assert!((coll / os - 1.2).abs() < 1e-9, "borrowed: the model's ratio stands ({os} vs {coll})");
+        e.observe(Backend::Collective, &f, same(12e-6), None);
+        let (os_after, coll_after) = e.predict(&f);
+        assert_eq!(os_after, os, "the probe leaves the one-sided engine's correction alone");
+        assert!(coll_after <= coll / MAX_STEP_RATIO * (1.0 + 1e-12), "{coll} -> {coll_after}: replaced, not nudged");
+        assert_eq!(e.decide(&f, Backend::Auto).engine, Backend::Collective);
+    }
+
     #[test]
     fn one_outlier_moves_a_scale_by_a_bounded_factor() {
         let mut e = Estimator::new(CostParams::default(), settings());
@@ -800,6 +866,8 @@ mod tests {
         let params = CostParams { a_os: 10e-6, g_os: 0.0, b_os: 0.0, c_os: 0.0, a_coll: 10.5e-6, s_coll: 0.0, b_coll: 0.0, c_coll: 0.0 };
         let mut e = Estimator::new(params, Settings { probe_interval: 64, hysteresis: 0.1, probe_budget: 0.0 });
         let f = step(16.0, 32768.0);
+        // The collective engine measured once, at 10 us: its correction is its own.
+        e.observe(Backend::Collective, &f, same(10e-6), None);
         let first_probe = (1..=16).find(|_| {
             let d = e.decide(&f, Backend::Auto);
             // One-sided measures 11 us: predicted above collective's 10.5 us, within the margin.
