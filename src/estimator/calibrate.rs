@@ -7,7 +7,10 @@
 //! target, and a step of megabytes (the large samples over again) where the budget
 //! left and the memory allow. Each batch runs once to warm up and `REPS` times
 //! measured; the step time is the slowest rank's, and the median over repetitions is
-//! kept. A non-negative least squares fit of the model's terms to these times gives
+//! kept. The probes run as a training loop's steps do: each batch also holds this
+//! rank's own share of samples (a uniform batch's: as many as each target serves it),
+//! copied before the engine's clock starts; the engines take turns; each run starts
+//! with the ranks lined up. A non-negative least squares fit of the model's terms to these times gives
 //! the parameters.
 //!
 //! The time spent is bounded: after each batch all ranks see the same elapsed time (it
@@ -23,7 +26,7 @@ use super::features;
 use crate::agree::{agree_on_checks, agree_on_fallback};
 use super::model::{CostParams, StepFeatures, features_of, fit_nonnegative};
 use crate::config::Backend;
-use crate::engine::{ExchangeBuffers, StepContext, exchange_shape, execute};
+use crate::engine::{ExchangeBuffers, StepContext, copy_local, exchange_shape, fetch_remote};
 use crate::error::{Error, Result};
 use crate::memory;
 use crate::mpi::{self, Comm};
@@ -48,7 +51,7 @@ enum Size {
 }
 
 /// A synthetic batch: `count` samples of one size per rank, from random other ranks or
-/// all from one hot target.
+/// all from one hot target, and (not for the hot target) this rank's own share.
 struct Probe {
     size: Size,
     count: usize,
@@ -59,22 +62,26 @@ struct Probe {
 }
 
 /// Most informative first, since the budget may cut the list short.
-const PROBES: [Probe; 7] = [
+const PROBES: [Probe; 8] = [
     Probe { size: Size::Small, count: 1, hot_target: false, costly: false },
     Probe { size: Size::Small, count: 32, hot_target: false, costly: false },
     Probe { size: Size::Large, count: 8, hot_target: false, costly: false },
     Probe { size: Size::Small, count: 256, hot_target: false, costly: false },
     Probe { size: Size::Large, count: 64, hot_target: false, costly: false },
     Probe { size: Size::Large, count: 16, hot_target: true, costly: false },
-    // 4 MiB per rank, the scratch shard's 64 large samples over again: the buffers of
-    // a step this size outgrow the caches, and the cost of a byte grows with them (the
-    // collective engine's most: over TCP, 2 ranks, 0.34 ns fitted without this probe
-    // against 0.7-0.9 ns measured in steps of 2-8 MB). Without it the model named
-    // the wrong engine for such steps (benches/grid on an Intel Xeon: the model
-    // alone right at 91-94% of the decisive points, AUTO / oracle 1.08-1.12; with it
-    // 93-97% and 1.01-1.04). The costliest probe: the last, and only within the
-    // budget (4 MiB at 8 ranks on 2 cores took 0.5 s alone).
+    // 4 and 8 MiB per rank from the others, the scratch shard's 64 large samples over
+    // again, and at 2 ranks as much again copied from this rank's own: the buffers of
+    // steps this size outgrow the caches, and the cost of a byte grows with them (the
+    // collective engine's most: it packs and unpacks every byte). Over TCP at 2
+    // ranks, the collective engine moved a byte in 0.5 ns in steps of 4-8 MiB from the
+    // others alone, but in 0.7 ns in steps of 16 MiB with half of them copied locally,
+    // as in a uniform batch (an Intel Xeon). Without these probes the model named the
+    // wrong engine for such steps (benches/grid: the model alone right at 91-94% of
+    // the decisive points); with the 4 MiB one alone, at 93-97%, missing the steps of
+    // 4-16 MiB with 16 KB samples in most runs. The costliest probes: the last, each
+    // only within the budget (4 MiB at 8 ranks on 2 cores took 0.5 s alone).
     Probe { size: Size::Large, count: 512, hot_target: false, costly: true },
+    Probe { size: Size::Large, count: 1024, hot_target: false, costly: true },
 ];
 
 impl Probe {
@@ -244,8 +251,11 @@ fn run_probes(comm: &Comm, store: &Store, settings: &CalibrationSettings, starte
             for engine in [Backend::OneSided, Backend::Collective] {
                 // Lined up, so that neither engine's time holds the other's tail.
                 comm.barrier()?;
+                // The local share copied first and outside the clock, as a step does: the
+                // estimator learns the engines' times alone.
+                copy_local(&step, &mut out);
                 let t0 = mpi::wtime();
-                let done = execute(&step, engine, &mut out);
+                let done = fetch_remote(&step, engine, &mut out);
                 if mpi::timed_out(&done) {
                     // MPI may still use the exchange's buffers and `out`: leaked.
                     std::mem::forget((std::mem::take(&mut *buffers.borrow_mut()), std::mem::take(&mut out)));
@@ -300,21 +310,28 @@ fn scratch_shard() -> (Vec<u8>, Vec<u64>) {
 
 /// The ranks a rank's probes read from: every rank its engines would read from (not
 /// itself, not its node's with the node-local path), and one hot target shared by as
-/// many readers as possible: the lowest such rank.
+/// many readers as possible: the lowest such rank. And the rank itself, for the local
+/// share.
 struct Targets {
     remote: Vec<usize>,
+    me: usize,
 }
 
 impl Targets {
     fn of(rank: usize, ranks: usize, topology: &Topology) -> Targets {
-        Targets { remote: (0..ranks).filter(|&r| !topology.shares(rank, r)).collect() }
+        Targets { remote: (0..ranks).filter(|&r| !topology.shares(rank, r)).collect(), me: rank }
     }
 }
 
+/// The probe's ids: `count` from the targets, and but for the hot target this rank's
+/// own share (`count` / targets, as a uniform batch holds), in a random order.
 fn probe_ids(probe: &Probe, targets: &Targets, first_ids: &[u64], rng: &mut SplitMix64) -> Vec<u64> {
-    (0..probe.count)
-        .map(|_| {
-            let owner = if probe.hot_target {
+    let own = if probe.hot_target { 0 } else { probe.count / targets.remote.len() };
+    let mut ids: Vec<u64> = (0..probe.count + own)
+        .map(|k| {
+            let owner = if k >= probe.count {
+                targets.me
+            } else if probe.hot_target {
                 targets.remote[0]
             } else {
                 targets.remote[rng.below(targets.remote.len() as u64) as usize]
@@ -325,7 +342,11 @@ fn probe_ids(probe: &Probe, targets: &Targets, first_ids: &[u64], rng: &mut Spli
             };
             first_ids[owner] + local
         })
-        .collect()
+        .collect();
+    for k in (1..ids.len()).rev() {
+        ids.swap(k, rng.below(k as u64 + 1) as usize);
+    }
+    ids
 }
 
 /// Parameters saved earlier: a JSON object with a number for every parameter name (the
@@ -359,16 +380,24 @@ mod tests {
     use super::*;
 
     #[test]
-    fn probes_read_from_other_nodes_only() {
+    fn probes_read_from_other_nodes_and_copy_their_own_share() {
         // Two nodes: ranks 0, 1 and ranks 2, 3.
         let topology = Topology::from_leaders(vec![0, 0, 2, 2]);
         let targets = Targets::of(1, 4, &topology);
         assert_eq!(targets.remote, vec![2, 3]);
         let mut rng = SplitMix64::new(1);
-        let first_ids = [0, 10, 20, 30];
+        let first_ids = [0, 1000, 2000, 3000];
         for probe in &PROBES {
             let ids = probe_ids(probe, &targets, &first_ids, &mut rng);
-            assert!(ids.iter().all(|&id| id >= 20), "{ids:?}");
+            let own = ids.iter().filter(|&&id| (1000..2000).contains(&id)).count();
+            let remote = ids.iter().filter(|&&id| id >= 2000).count();
+            assert_eq!(remote, probe.count, "{ids:?}");
+            // As much as each of the two targets serves it, and none beside one hot target.
+            assert_eq!(own, if probe.hot_target { 0 } else { probe.count / 2 }, "{ids:?}");
+            assert_eq!(own + remote, ids.len());
+            if probe.hot_target {
+                assert!(ids.iter().all(|&id| (2000..3000).contains(&id)), "{ids:?}");
+            }
         }
         // Without the node-local path every other rank is a target.
         assert_eq!(Targets::of(1, 4, &Topology::default()).remote, vec![0, 2, 3]);
