@@ -231,13 +231,14 @@ mod tests {
 
     /// The model on its own (calibrated parameters, no online correction) against two
     /// recorded `benches/grid` runs of the grid issue 20 names
-    /// (`benches/grid/results-2026-12-03-aligned/`: Open MPI shared memory and TCP at 2
-    /// and 4 ranks, MPICH shared memory and TCP at 2 ranks, 108 points each): each
-    /// point's measured step times, the model's terms averaged over its batches and the
-    /// AUTO loader's calibration, as `benches/grid/replay_fixture.py --write` keeps them.
-    /// It picks the faster engine at 173 of the 177 decisive points (engines >= 1.2x
-    /// apart), 97.7%, against the target of 97%. No timing here: a change to the model
-    /// (its terms, how they combine) that loses two points fails.
+    /// (`benches/grid/results-2026-12-05b-xeon/grid-{1,2}`: Open MPI shared memory and
+    /// TCP at 2 and 4 ranks, MPICH shared memory and TCP at 2 ranks, 108 points each,
+    /// on an Intel Xeon): each point's measured step times, the model's terms averaged
+    /// over its batches and the AUTO loader's calibration, as
+    /// `benches/grid/replay_fixture.py --write` keeps them. It picks the faster engine
+    /// at all 178 decisive points (engines >= 1.2x apart), against the target of 97%.
+    /// No timing here: a change to the model (its terms, how they combine) that loses
+    /// six points fails.
     #[test]
     fn model_picks_the_faster_engine_on_a_recorded_grid() {
         let fixture = include_str!("testdata/grid_replay.csv");
