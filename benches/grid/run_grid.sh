@@ -77,7 +77,10 @@ else
     GRID=(--batches 1,4,16,64,256,1024 --sizes 256,2048,16384)
     # At least 8 (5 when oversubscribed MPICH) steps per point even for the slowest:
     # with fewer, a median is one step on a fresh loader and AUTO has no time to learn.
-    FAST=(--budget "${BUDGET:-1}" --limit "${LIMIT:-12}" --dd-budget "${DD_BUDGET:-0.25}" --dd-limit "${DD_LIMIT:-3}"
+    # 3 s per point: the slowest points (4 ranks on 2 cores, 16 MB per rank over TCP)
+    # still got 8 steps at 1 s, where one slow step moved AUTO's median by 40% and
+    # AUTO / oracle, a sum that those points dominate, by 0.1.
+    FAST=(--budget "${BUDGET:-3}" --limit "${LIMIT:-12}" --dd-budget "${DD_BUDGET:-0.25}" --dd-limit "${DD_LIMIT:-3}"
         --nmin 8 --nmax "${NMAX:-200}" --warmup 2 --skip-over 30)
     SLOW=(--budget "${SLOW_BUDGET:-1}" --limit "${SLOW_LIMIT:-8}" --dd-budget 0.1 --dd-limit 1.5
         --nmin 5 --nmax "${SLOW_NMAX:-60}" --warmup 1 --skip-over "${SLOW_SKIP:-10}")
