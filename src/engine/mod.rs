@@ -64,12 +64,6 @@ pub trait Engine {
     fn fetch(&self, step: &StepContext, out: &mut [u8]) -> Result<()>;
 }
 
-/// Run one step with `engine`: copy the local samples, then move the remote ones.
-pub fn execute(step: &StepContext, engine: Backend, out: &mut [u8]) -> Result<()> {
-    copy_local(step, out);
-    fetch_remote(step, engine, out)
-}
-
 /// Copy the plan's local samples, this rank's and its node's, from their shards: no
 /// MPI call (the node's shards were published at registration and never change).
 /// Each copy's source is asked of the memory `AHEAD` copies ahead: small samples at
