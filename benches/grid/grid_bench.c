@@ -56,7 +56,7 @@
  * for byte outside the clock (column bad). The last two columns let the model be
  * replayed without MPI (benches/grid/replay_fixture.py, the estimator's unit test):
  * model_terms, the model's terms averaged over the predicted batches (one-sided: 1,
- * gets, bytes, bytes served; collective: rounds, samples, max(bytes, served)), and
+ * gets, bytes, bytes served; collective: rounds, samples, bytes, bytes served), and
  * model_params, the AUTO loader's calibrated a_os;g_os;b_os;c_os;a_coll;s_coll;b_coll;c_coll.
  * (Files from before c_coll have 7 terms and 7 parameters: the collective's per-byte
  * term was b_coll * max(bytes, served); replay_fixture.py reads both layouts.)

@@ -63,6 +63,7 @@ int main(int argc, char **argv)
              register_seconds);
     check(cal >= 0 && cal <= budget + 1.0 && cal <= register_seconds + 1e-6, what);
     check(tc_json_number(js, "\"calibration\"", "a_os") >= 0 && tc_json_number(js, "\"calibration\"", "b_coll") >= 0 &&
+              tc_json_number(js, "\"calibration\"", "c_coll") >= 0 &&
               strstr(js, g_size > 1 ? "\"source\": \"measured\"" : "\"source\": \"default\""),
           "stats JSON carries the calibration (measured at >1 rank, default at 1)");
     free(js);
