@@ -12,8 +12,8 @@
 //! copied before the engine's clock starts; the engines take turns; each run starts
 //! with the ranks lined up. Bytes served are told apart from bytes received only by
 //! the hot-target probe (uniform batches serve about what they receive): without it,
-//! the served terms are left at 0. A non-negative least squares fit of the model's terms to these times gives
-//! the parameters.
+//! the served terms are left at 0. A non-negative least squares fit of the model's
+//! terms to these times gives the parameters.
 //!
 //! The time spent is bounded: after each batch all ranks see the same elapsed time (it
 //! rides the timing all-reduce) and stop together once the budget is spent, fitting
@@ -221,10 +221,9 @@ fn run_probes(comm: &Comm, store: &Store, settings: &CalibrationSettings, starte
         // A plan this rank cannot make, or a buffer it cannot hold (no memory), fails
         // the probe on every rank, before any rank waits for this one in the probe's
         // collectives.
-        // The costly probe also reserves what this rank will send, twice its own bytes
-        // (the requests fall at random on the others: a rank serves its own bytes on
-        // average, and at 2 ranks exactly), so that a short memory skips it here.
-        let sends = if probe.costly { 2 * probe.bytes() } else { 0 };
+        // The costly probe also reserves what this rank will send, so that a short
+        // memory skips it here rather than failing it inside the exchange.
+        let sends = if probe.costly { expected_sends(probe, rank, ranks, &settings.topology) } else { 0 };
         let planned = BatchPlan::new(&store.index, rank, &ids)
             .and_then(|plan| buffers.borrow_mut().reserve_received(plan.remote_bytes()).map(|()| plan))
             .and_then(|plan| buffers.borrow_mut().reserve_packed(sends).map(|()| plan))
@@ -265,7 +264,7 @@ fn run_probes(comm: &Comm, store: &Store, settings: &CalibrationSettings, starte
         // The engines take turns, repetition by repetition, as a training loop's steps
         // follow other work: one engine's repetitions back to back would run on the
         // caches, sockets and schedule its own previous run left warm.
-        let mut local = [Vec::with_capacity(REPS + 2), Vec::with_capacity(REPS + 2)];
+        let mut local = [Vec::with_capacity(REPS + 1), Vec::with_capacity(REPS + 1)];
         for _ in 0..=REPS {
             for engine in [Backend::OneSided, Backend::Collective] {
                 // The own share copied first and outside the clock, as a step does (the
@@ -321,6 +320,18 @@ fn run_probes(comm: &Comm, store: &Store, settings: &CalibrationSettings, starte
         rows.iter_mut().flatten().for_each(|row| row[SERVED_TERM] = 0.0);
     }
     Ok((rows, times))
+}
+
+/// What `rank` is asked to send in `probe`, with a quarter to spare: every rank that
+/// reads from it asks it for `count` / its targets samples on average. A rank alone on
+/// its node serves every other node's readers, far more than its own bytes (3 x at 4
+/// ranks with the other three on one node). O(ranks^2) comparisons, for the costly
+/// probes only.
+fn expected_sends(probe: &Probe, rank: usize, ranks: usize, topology: &Topology) -> u64 {
+    let targets_of = |reader: usize| (0..ranks).filter(|&r| !topology.shares(reader, r)).count() as u64;
+    let asked: u64 =
+        (0..ranks).filter(|&reader| !topology.shares(reader, rank)).map(|reader| probe.bytes() / targets_of(reader)).sum();
+    asked + asked / 4
 }
 
 /// Each rank's scratch shard: SMALL_COUNT small samples, then LARGE_COUNT large ones.
@@ -447,6 +458,20 @@ mod tests {
         let own: Vec<bool> = ids.iter().map(|&id| id < 1000).collect();
         assert_eq!(own.iter().filter(|&&o| o).count(), large.count);
         assert!(own[..large.count].contains(&false) && own[large.count..].contains(&true), "shuffled");
+    }
+
+    #[test]
+    fn a_costly_probe_reserves_what_its_readers_ask() {
+        let probe = &PROBES[PROBES.len() - 1];
+        // Uniform, one rank a node: each of the others asks a third of its batch (a byte
+        // or two lost to the division).
+        let uniform = expected_sends(probe, 0, 4, &Topology::default());
+        assert!(uniform.abs_diff(probe.bytes() * 5 / 4) <= 4, "{uniform}");
+        // Rank 0 alone on its node, the three others on one: all three read from it alone.
+        let apart = Topology::from_leaders(vec![0, 1, 1, 1]);
+        assert_eq!(expected_sends(probe, 0, 4, &apart), 3 * probe.bytes() * 5 / 4);
+        // Rank 1 serves rank 0 alone, which spreads its batch over the three.
+        assert_eq!(expected_sends(probe, 1, 4, &apart), probe.bytes() / 3 * 5 / 4);
     }
 
     #[test]
