@@ -51,6 +51,8 @@
 !>   mdl_num_samples(loader, n [, ierr])                   integer(int64), intent(out) :: n
 !>   mdl_sample_size(loader, id, nbytes [, ierr])          integer(int64) :: id; integer(int64), intent(out) :: nbytes
 !>   mdl_set_backend(loader, backend [, ierr])             integer :: backend (MDL_BACKEND_*)
+!>   mdl_before_mpi_finalize()   stops the library's progress threads calling MPI; call it
+!>        right before MPI_Finalize where a loader may still be open (see the C header)
 !>   mdl_set_prefetch(loader, depth [, ierr])              integer :: depth (0 .. MDL_MAX_PREFETCH)
 !>   mdl_replica_info(loader, group, num_groups, rank_in_group, group_size [, ierr])
 !>        integer, intent(out) (group and rank_in_group 0-based, as MPI ranks)
@@ -117,7 +119,7 @@ module mdloader
    public :: mdl_init, mdl_init_replicated, mdl_replica_info, mdl_replica_part, mdl_register_shard, mdl_num_samples, mdl_sample_size
    public :: mdl_fetch_batch, mdl_fetch_batch_alloc, mdl_set_backend, mdl_finalize
    public :: mdl_last_error, mdl_status_string, mdl_initialized, mdl_c_handle, mdl_stats_json
-   public :: mdl_stats_json_job
+   public :: mdl_stats_json_job, mdl_before_mpi_finalize
    public :: mdl_epoch_begin, mdl_epoch_begin_ids, mdl_next_batch, mdl_epoch_seek, mdl_set_prefetch, mdl_epoch_ids
 
    !> What mdl_next_batch points at when there is no batch (size 0, never written).
@@ -248,6 +250,10 @@ module mdloader
          integer(c_size_t), intent(out) :: n
          integer(c_int) :: status
       end function c_mdl_epoch_ids
+
+      !> Local; never fails (the C function itself: no handle, no status).
+      subroutine mdl_before_mpi_finalize() bind(C, name='mdl_before_mpi_finalize')
+      end subroutine mdl_before_mpi_finalize
 
       function c_mdl_finalize(h) result(status) bind(C, name='mdl_finalize')
          import :: c_int, c_ptr

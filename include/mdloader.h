@@ -138,7 +138,7 @@ extern "C" {
  * the others). `MDL_BACKEND=auto|onesided|collective` (initial backend),
  * `MDL_WAIT=auto|spin|yield`, `MDL_MAX_MESSAGE_BYTES` (most bytes a rank sends or
  * receives in one collective round, default no limit; larger steps run in rounds), `MDL_MAX_GETS_IN_FLIGHT` (1..2^20, default 4096),
- * `MDL_CALIBRATION=on|off|<file>`, `MDL_CALIBRATION_SECONDS` (0..60),
+ * `MDL_CALIBRATION=on|off|<file>`, `MDL_CALIBRATION_SECONDS` (0..60; 0 skips it),
  * `MDL_PROBE_INTERVAL`, `MDL_HYSTERESIS` ([0, 1)), `MDL_PROBE_BUDGET` ([0, 1], what
  * AUTO's probes may cost over all steps' time), `MDL_MATRIX_MAX_RANKS` (0..64),
  * `MDL_WARMUP_GETS` (0..65536), `MDL_TIMEOUT` (seconds a collective may wait before
@@ -367,6 +367,20 @@ enum mdl_status mdl_set_prefetch(struct mdl_loader *h, uint32_t depth);
  * another thread is inside a call on the same handle.
  */
 enum mdl_status mdl_finalize(struct mdl_loader **h);
+
+/**
+ * Local. Stops the library's progress threads (`MDL_PROGRESS`) calling MPI, for good
+ * and in every loader of the process, waiting for a call under way; never fails. Call
+ * it right before MPI_Finalize when a loader may still be open there: MPI forbids
+ * other threads in MPI while MPI_Finalize runs, and MPI_Finalize reaches the hook that
+ * closes open loaders only after it has begun (MPICH 4.0 first stops guarding its
+ * state against threads, and a progress thread's call under way then left its lock
+ * held: an abort in MPI_Finalize, now and then). mdl_finalize of every loader makes it
+ * unnecessary. Fetches after it may wait longer (peers' gets from this rank are served
+ * only while this rank is inside MPI). A prefetching epoch's thread is not stopped by
+ * it: end the epoch (or finalize its loader) before MPI_Finalize.
+ */
+void mdl_before_mpi_finalize(void);
 
 /**
  * This rank's statistics as a JSON object, NUL-terminated and truncated to len; returns

@@ -87,7 +87,7 @@ pub struct Config {
     pub max_message_bytes: u64,
     /// `MDL_CALIBRATION=on|off|<file.json>`.
     pub calibration: Calibration,
-    /// `MDL_CALIBRATION_SECONDS`: time budget of the calibration (default 0.4).
+    /// `MDL_CALIBRATION_SECONDS`: time budget of the calibration (default 0.4; 0 skips it).
     pub calibration_seconds: f64,
     /// `MDL_PROBE_INTERVAL`: steps of one bucket between probes of the engine not in
     /// use, once the early probes (after 8, 16, 32 steps) are done (default 64; 0 never

@@ -15,6 +15,7 @@ If none of them has it, :class:`LibraryNotFound` lists every place that was trie
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import os
 import threading
@@ -76,6 +77,11 @@ def load_library() -> ctypes.CDLL:
                 continue
             _declare(lib)
             _lib, _path = lib, str(path)
+            if hasattr(lib, "mdl_before_mpi_finalize"):
+                # Python's exit handlers run before mpi4py's MPI_Finalize: from then on no
+                # progress thread of an open loader calls MPI (MPI forbids other threads
+                # in MPI while MPI_Finalize runs; it closes the loaders left open).
+                atexit.register(lib.mdl_before_mpi_finalize)
             return lib
         if not tried:
             tried.append("  (no candidate)")
@@ -147,6 +153,9 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.mdl_set_backend.restype = c_int
     lib.mdl_finalize.argtypes = [c_handle_p]
     lib.mdl_finalize.restype = c_int
+    if hasattr(lib, "mdl_before_mpi_finalize"):
+        lib.mdl_before_mpi_finalize.argtypes = []
+        lib.mdl_before_mpi_finalize.restype = None
     # The built-in sampler (libraries from 0.1 with the sampler; absent in older builds).
     if hasattr(lib, "mdl_epoch_begin"):
         lib.mdl_epoch_begin.argtypes = [ctypes.c_void_p, c_u64, c_u64, c_u64, c_int, c_int]

@@ -138,8 +138,22 @@ pub fn measure(comm: &Comm, settings: &CalibrationSettings) -> Result<Calibratio
         log::info!("calibration skipped: one node, whose samples are all copied from shared memory");
         return Ok(Calibration::default_params("not needed (one node)"));
     }
+    // A budget of 0 is the user's "no calibration"; the same on every rank (agreed at
+    // init).
+    if settings.budget_seconds == 0.0 {
+        log::info!("calibration skipped: MDL_CALIBRATION_SECONDS=0; the default parameters stand");
+        return Ok(Calibration::default_params("default"));
+    }
     let started = mpi::wtime();
-    let (data, offsets) = scratch_shard();
+    // A rank that cannot hold the scratch shard (a tight memory limit on it alone)
+    // makes every rank go on with the default parameters: registration itself may still
+    // fit, and an abort here would take the whole job down.
+    let shard = scratch_shard();
+    if let Some(short) = agree_on_fallback(comm, shard.as_ref().map(|_| ()).map_err(Error::clone))? {
+        short.log("calibration skipped: the scratch shard does not fit in memory; the default parameters stand");
+        return Ok(Calibration::default_params("default"));
+    }
+    let (data, offsets) = shard?;
     // The engines' costs are what is calibrated: the scratch store keeps every other
     // rank's shard behind RMA (no node-local copies), as on other nodes.
     let scratch = StoreSettings { node_local: false, ..settings.store.clone() };
@@ -155,18 +169,33 @@ pub fn measure(comm: &Comm, settings: &CalibrationSettings) -> Result<Calibratio
     let (rows, times) = measured?;
     freed?;
     let mut params = CostParams::default();
+    let mut fitted = 0;
     for engine in [Backend::OneSided, Backend::Collective] {
         let e = (engine == Backend::Collective) as usize;
         // At least one point per coefficient, or the fit is a guess.
         if rows[e].len() >= params.coefficients(engine).len() {
             if let Some(c) = fit_weighted(&rows[e], &times[e]) {
                 params.set_coefficients(engine, &c);
+                fitted += 1;
             }
         }
     }
     let seconds = mpi::wtime() - started;
-    log::info!("calibration ({seconds:.3} s, {} + {} batches): {params:?}", rows[0].len(), rows[1].len());
-    Ok(Calibration { params, source: "measured", seconds, points: [rows[0].len(), rows[1].len()] })
+    let points = [rows[0].len(), rows[1].len()];
+    if fitted == 0 {
+        // The budget ended before either engine had a batch per coefficient: said as it
+        // is, not as "measured". (The same on every rank: the rows follow agreed times.)
+        log::info!(
+            "calibration measured {} + {} batches in {seconds:.3} s, too few to fit (MDL_CALIBRATION_SECONDS={}): \
+             the default parameters stand",
+            points[0],
+            points[1],
+            settings.budget_seconds
+        );
+        return Ok(Calibration { params, source: "default", seconds, points });
+    }
+    log::info!("calibration ({seconds:.3} s, {} + {} batches): {params:?}", points[0], points[1]);
+    Ok(Calibration { params, source: "measured", seconds, points })
 }
 
 /// Fit with each batch's equation divided by the square root of its measured time: a
@@ -335,14 +364,15 @@ fn expected_sends(probe: &Probe, rank: usize, ranks: usize, topology: &Topology)
 }
 
 /// Each rank's scratch shard: SMALL_COUNT small samples, then LARGE_COUNT large ones.
-fn scratch_shard() -> (Vec<u8>, Vec<u64>) {
-    let mut offsets = vec![0u64];
+fn scratch_shard() -> Result<(Vec<u8>, Vec<u64>)> {
+    let mut offsets = memory::with_room((SMALL_COUNT + LARGE_COUNT + 1) as usize)?;
+    offsets.push(0u64);
     for i in 0..SMALL_COUNT + LARGE_COUNT {
         let len = if i < SMALL_COUNT { SMALL_BYTES } else { LARGE_BYTES };
         offsets.push(offsets.last().expect("non-empty") + len);
     }
-    let data = vec![0xA5u8; *offsets.last().expect("non-empty") as usize];
-    (data, offsets)
+    let data = memory::filled(SCRATCH_SHARD_BYTES, 0xA5u8)?;
+    Ok((data, offsets))
 }
 
 /// The ranks a rank's probes read from: every rank its engines would read from (not
@@ -390,16 +420,25 @@ fn probe_ids(probe: &Probe, targets: &Targets, first_ids: &[u64], rng: &mut Spli
 /// "calibration" object of `mdl_stats_json`; other keys are ignored).
 pub fn load(path: &std::path::Path) -> Result<Calibration> {
     let failed = |why: String| Error::invalid(format!("MDL_CALIBRATION={}: {why}", path.display()));
+    // Only a regular file: reading a FIFO (or a device) would wait on this rank alone,
+    // for a writer that may never come, while the others wait in the agreement.
+    let regular = std::fs::metadata(path).map_err(|e| failed(e.to_string()))?.is_file();
+    if !regular {
+        return Err(failed("not a regular file".to_string()));
+    }
     let text = std::fs::read_to_string(path).map_err(|e| failed(e.to_string()))?;
     let mut values = Vec::new();
     for (name, _) in CostParams::default().named() {
+        let present = text.contains(&format!("\"{name}\""));
         let value = json_number(&text, name).ok_or_else(|| {
-            let saved_before = name == "c_coll" && json_number(&text, "b_coll").is_some();
+            let saved_before = name == "c_coll" && !present && json_number(&text, "b_coll").is_some();
             failed(if saved_before {
                 "no number for \"c_coll\": saved before the collective engine's bytes served were priced \
                  apart from those received; its \"b_coll\" was fitted to the busier side and does not carry \
                  over: measure again (MDL_CALIBRATION=on) and save the new \"calibration\" object"
                     .to_string()
+            } else if present {
+                format!("\"{name}\" must be a finite number >= 0")
             } else {
                 format!("no number for \"{name}\"")
             })
@@ -407,7 +446,9 @@ pub fn load(path: &std::path::Path) -> Result<Calibration> {
         if !(value >= 0.0 && value.is_finite()) {
             return Err(failed(format!("\"{name}\" must be a finite number >= 0")));
         }
-        values.push((name.to_string(), value));
+        // -0 is 0: the ranks compare the parameters bit for bit, and a reduction may
+        // return either zero as the larger.
+        values.push((name.to_string(), value.abs()));
     }
     let params = CostParams::from_named(&values).expect("every name was read");
     Ok(Calibration { params, source: "file", seconds: 0.0, points: [0, 0] })
@@ -491,7 +532,19 @@ mod tests {
         std::fs::write(&path, text.replace(", \"c_coll\": 1e-11", "")).unwrap();
         let old = load(&path).unwrap_err().message;
         assert!(old.contains("c_coll") && old.contains("measure again"), "{old}");
+        // Present but not a number: named as such, not taken for an older file.
+        for not_a_number in ["null", "\"1e-11\"", "NaN"] {
+            std::fs::write(&path, text.replace("\"c_coll\": 1e-11", &format!("\"c_coll\": {not_a_number}"))).unwrap();
+            let refused = load(&path).unwrap_err().message;
+            assert!(refused.contains("\"c_coll\" must be a finite number >= 0"), "{not_a_number}: {refused}");
+        }
+        // -0 loads as 0, bit for bit (the ranks compare the parameters' bits).
+        std::fs::write(&path, text.replace("\"c_os\": 0e0", "\"c_os\": -0")).unwrap();
+        assert_eq!(load(&path).unwrap().params.c_os.to_bits(), 0.0f64.to_bits());
         let _ = std::fs::remove_file(&path);
         assert!(load(&path).is_err());
+        // Not a regular file: refused without reading (a FIFO would wait for a writer).
+        let refused = load(&std::env::temp_dir()).unwrap_err().message;
+        assert!(refused.contains("not a regular file"), "{refused}");
     }
 }

@@ -99,6 +99,24 @@ int main(int argc, char **argv)
           "mdl_stats_json truncates and reports the full length; NULL handle gives 0");
     mdl_finalize(&h);
 
+    /* MDL_CALIBRATION_SECONDS=0: no calibration either, said as "default". */
+    const char *saved_budget = getenv("MDL_CALIBRATION_SECONDS");
+    char *restore_budget = saved_budget ? strdup(saved_budget) : NULL;
+    setenv("MDL_CALIBRATION_SECONDS", "0", 1);
+    mdl_init(MPI_COMM_WORLD, &h);
+    mdl_register_shard(h, data, offsets, per_rank);
+    js = stats(h);
+    check(strstr(js, "\"source\": \"default\"") && tc_json_number(js, "\"calibration\"", "seconds") == 0,
+          "MDL_CALIBRATION_SECONDS=0 skips calibration");
+    free(js);
+    mdl_finalize(&h);
+    if (restore_budget) {
+        setenv("MDL_CALIBRATION_SECONDS", restore_budget, 1);
+        free(restore_budget);
+    } else {
+        unsetenv("MDL_CALIBRATION_SECONDS");
+    }
+
     /* MDL_CALIBRATION=off: no calibration, default parameters. */
     setenv("MDL_CALIBRATION", "off", 1);
     mdl_init(MPI_COMM_WORLD, &h);
