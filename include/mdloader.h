@@ -376,8 +376,11 @@ enum mdl_status mdl_finalize(struct mdl_loader **h);
  * closes open loaders only after it has begun (MPICH 4.0 first stops guarding its
  * state against threads, and a progress thread's call under way then left its lock
  * held: an abort in MPI_Finalize, now and then). mdl_finalize of every loader makes it
- * unnecessary. Fetches after it may wait longer (peers' gets from this rank are served
- * only while this rank is inside MPI). A prefetching epoch's thread is not stopped by
+ * unnecessary. Only right before MPI_Finalize: a loader open at the call that fetches
+ * after it serves peers' gets only while its rank is inside MPI (on MPICH, a peer's get
+ * then waits until this rank calls MPI again, for ever if it waits in another
+ * library); loaders made after it take the path of a rank without the thread (their
+ * one-sided steps end in a barrier). A prefetching epoch's thread is not stopped by
  * it: end the epoch (or finalize its loader) before MPI_Finalize.
  */
 void mdl_before_mpi_finalize(void);

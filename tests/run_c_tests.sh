@@ -237,6 +237,7 @@ for mpi in "${MPIS[@]}"; do
     # Without MPI_THREAD_MULTIPLE no progress thread can run: one-sided steps then end
     # in a barrier (with MDL_PROGRESS=off these fail on MPICH after --give-up seconds).
     run_case "$mpi" 2 "progress_test-np2-funneled" -- "$bin/progress_test" --funneled --give-up 60
+    run_case "$mpi" 2 "progress_test-np2-threads-stopped" -- "$bin/progress_test" --threads-stopped --give-up 60
     run_case "$mpi" 3 "progress_test-np3-funneled" -- "$bin/progress_test" --funneled --give-up 60
     # The library's defaults (node-local on): on one node every sample is a copy from
     # the node's shared memory, byte-exact under every backend setting.

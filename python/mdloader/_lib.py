@@ -35,6 +35,17 @@ _path: str | None = None
 _NAMES = ("libmdloader.so", "libmdloader.so.0")
 
 
+@atexit.register
+def _before_mpi_finalize() -> None:
+    """Python's exit handlers run before mpi4py's MPI_Finalize: from then on no progress
+    thread of an open loader calls MPI (MPI forbids other threads in MPI while
+    MPI_Finalize runs, which closes the loaders left open). Registered when this module
+    is imported, before the package's other exit handlers (which end epochs and may
+    still fetch), so that it runs after them."""
+    if _lib is not None and hasattr(_lib, "mdl_before_mpi_finalize"):
+        _lib.mdl_before_mpi_finalize()
+
+
 def candidates() -> list[tuple[str, Path]]:
     """Every (reason, path) the loader tries, in order."""
     found: list[tuple[str, Path]] = []
@@ -77,11 +88,6 @@ def load_library() -> ctypes.CDLL:
                 continue
             _declare(lib)
             _lib, _path = lib, str(path)
-            if hasattr(lib, "mdl_before_mpi_finalize"):
-                # Python's exit handlers run before mpi4py's MPI_Finalize: from then on no
-                # progress thread of an open loader calls MPI (MPI forbids other threads
-                # in MPI while MPI_Finalize runs; it closes the loaders left open).
-                atexit.register(lib.mdl_before_mpi_finalize)
             return lib
         if not tried:
             tried.append("  (no candidate)")

@@ -25,11 +25,11 @@
 //! memory are not a term of the engines' model: they are timed apart in each step.
 
 use super::features;
-use crate::agree::{agree_on_checks, agree_on_fallback};
+use crate::agree::agree_on_fallback;
 use super::model::{CostParams, SERVED_TERM, StepFeatures, features_of, fit_nonnegative};
 use crate::config::Backend;
 use crate::engine::{ExchangeBuffers, StepContext, copy_local, exchange_shape, fetch_remote};
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, mdl_status};
 use crate::memory;
 use crate::mpi::{self, Comm};
 use std::cell::RefCell;
@@ -157,7 +157,17 @@ pub fn measure(comm: &Comm, settings: &CalibrationSettings) -> Result<Calibratio
     // The engines' costs are what is calibrated: the scratch store keeps every other
     // rank's shard behind RMA (no node-local copies), as on other nodes.
     let scratch = StoreSettings { node_local: false, ..settings.store.clone() };
-    let store = Store::register(comm, &ShardView::new(&data, &offsets)?, &scratch)?;
+    // Its registration fails on every rank alike (it agrees), most often for memory (a
+    // copy of the shard and its window): then every rank goes on without calibrating, as
+    // above. A timeout is no such agreement (a peer may be stuck), and stays an error.
+    let store = match Store::register(comm, &ShardView::new(&data, &offsets)?, &scratch) {
+        Ok(store) => store,
+        Err(err) if err.status != mdl_status::MDL_ERR_TIMEOUT => {
+            log::warn!("calibration skipped: its scratch store could not be registered; the default parameters stand ({})", err.message);
+            return Ok(Calibration::default_params("default"));
+        }
+        Err(err) => return Err(err),
+    };
     let measured = run_probes(comm, &store, settings, started);
     if mpi::timed_out(&measured) {
         // A peer is stuck in a probe: freeing the window would wait for it, for ever
@@ -229,19 +239,19 @@ fn run_probes(comm: &Comm, store: &Store, settings: &CalibrationSettings, starte
     // first probe; and the bytes and seconds of the largest probe timed so far.
     let mut elapsed: Option<f64> = None;
     let mut largest: Option<(u64, f64)> = None;
-    let (mut short_of_memory, mut served_apart) = (false, false);
+    let mut served_apart = false;
     for probe in PROBES.iter().filter(|p| !p.hot_target || ranks >= 3) {
         if probe.costly {
             // Its time predicted from the largest probe's, scaled by the bytes and by
             // COSTLY_GROWTH; the same on every rank. Without a figure to scale, it is not
-            // taken; nor after a costly probe skipped for memory (this one needs more).
+            // taken.
             let fits = match (elapsed, largest) {
                 (Some(now), Some((bytes, seconds))) => {
                     now + COSTLY_GROWTH * seconds * probe.bytes() as f64 / bytes as f64 <= settings.budget_seconds
                 }
                 _ => false,
             };
-            if !fits || short_of_memory {
+            if !fits {
                 continue;
             }
         }
@@ -250,25 +260,21 @@ fn run_probes(comm: &Comm, store: &Store, settings: &CalibrationSettings, starte
         // A plan this rank cannot make, or a buffer it cannot hold (no memory), fails
         // the probe on every rank, before any rank waits for this one in the probe's
         // collectives.
-        // The costly probe also reserves what this rank will send, so that a short
-        // memory skips it here rather than failing it inside the exchange.
-        let sends = if probe.costly { expected_sends(probe, rank, ranks, &settings.topology) } else { 0 };
+        // It also reserves what this rank will send, so that a short memory ends the
+        // probes here rather than failing one inside the exchange.
+        let sends = expected_sends(probe, rank, ranks, &settings.topology);
         let planned = BatchPlan::new(&store.index, rank, &ids)
             .and_then(|plan| buffers.borrow_mut().reserve_received(plan.remote_bytes()).map(|()| plan))
             .and_then(|plan| buffers.borrow_mut().reserve_packed(sends).map(|()| plan))
             .and_then(|plan| memory::filled(plan.total_bytes(), 0u8).map(|out| (plan, out)));
         let checked = planned.as_ref().map(|_| ()).map_err(Error::clone);
-        if probe.costly {
-            // Its buffers (20 and 40 MiB at 2 ranks: the batch with its own share, what
-            // is received, twice what is sent) may be more than a tight memory limit
-            // allows: then no rank takes it, and registration goes on without it.
-            if let Some(short) = agree_on_fallback(comm, checked)? {
-                log::info!("calibration without its probe of {} bytes per rank ({})", probe.bytes(), short.reason);
-                short_of_memory = true;
-                continue;
-            }
-        } else {
-            agree_on_checks(comm, checked)?;
+        // Its buffers (20 and 40 MiB at 2 ranks for the costly probes: the batch with its
+        // own share, what is received, what is sent) may be more than a tight memory
+        // limit allows: then no rank takes it or any later (larger) one, and
+        // registration goes on with what was measured.
+        if let Some(short) = agree_on_fallback(comm, checked)? {
+            short.log(&format!("calibration ends before its probe of {} bytes per rank", probe.bytes()));
+            break;
         }
         let (plan, mut out) = planned?;
         let shape = exchange_shape(&plan.remote, ranks, settings.store.limits.max_message);
@@ -454,12 +460,17 @@ pub fn load(path: &std::path::Path) -> Result<Calibration> {
     Ok(Calibration { params, source: "file", seconds: 0.0, points: [0, 0] })
 }
 
-/// The number after `"key":` in a flat JSON text.
+/// The number after `"key":` in a flat JSON text: a whole value, followed by `,`, `}`
+/// or the end (`0x10` is no number, not 0).
 fn json_number(text: &str, key: &str) -> Option<f64> {
     let quoted = format!("\"{key}\"");
     let after = &text[text.find(&quoted)? + quoted.len()..];
     let after = after.trim_start().strip_prefix(':')?.trim_start();
     let end = after.find(|c: char| !(c.is_ascii_digit() || "+-.eE".contains(c))).unwrap_or(after.len());
+    let rest = after[end..].trim_start();
+    if !(rest.is_empty() || rest.starts_with(',') || rest.starts_with('}')) {
+        return None;
+    }
     after[..end].parse().ok()
 }
 
@@ -533,7 +544,7 @@ mod tests {
         let old = load(&path).unwrap_err().message;
         assert!(old.contains("c_coll") && old.contains("measure again"), "{old}");
         // Present but not a number: named as such, not taken for an older file.
-        for not_a_number in ["null", "\"1e-11\"", "NaN"] {
+        for not_a_number in ["null", "\"1e-11\"", "NaN", "0x10", "1e-11 2"] {
             std::fs::write(&path, text.replace("\"c_coll\": 1e-11", &format!("\"c_coll\": {not_a_number}"))).unwrap();
             let refused = load(&path).unwrap_err().message;
             assert!(refused.contains("\"c_coll\" must be a finite number >= 0"), "{not_a_number}: {refused}");

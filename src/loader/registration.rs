@@ -4,7 +4,7 @@
 use super::core::Core;
 use crate::agree::{Setting, agree_identical, agree_on_checks};
 use crate::config::{Calibration as CalibrationMode, Progress};
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, mdl_status};
 use crate::estimator::calibrate::{self, Calibration, CalibrationSettings};
 use crate::estimator::model::CostParams;
 use crate::estimator::{Estimator, Settings};
@@ -46,13 +46,28 @@ impl Core {
             mpi::wtime() - started,
             store.index.describe()
         );
+        let calibration = match loaded {
+            Some(loaded) => Ok(loaded.expect("agreed that every rank loaded its file")),
+            None if self.config.calibration == CalibrationMode::Off => Ok(Calibration::default_params("default")),
+            None => self.measure_calibration(&store),
+        };
+        // A registration that fails leaves no shard behind: the caller may try again.
+        // Every rank failed alike (calibration agrees on its failures), so the store is
+        // freed together, but after a timeout (a peer may be stuck in a collective of
+        // it, and freeing the window would wait for it): then it is leaked.
+        self.calibration = match calibration {
+            Ok(calibration) => calibration,
+            Err(err) if err.status == mdl_status::MDL_ERR_TIMEOUT => {
+                std::mem::forget(store);
+                return Err(err);
+            }
+            Err(err) => {
+                store.free()?;
+                return Err(err);
+            }
+        };
         self.published.set_index(store.index.clone());
         self.store = Some(store);
-        self.calibration = match loaded {
-            Some(loaded) => loaded.expect("agreed that every rank loaded its file"),
-            None if self.config.calibration == CalibrationMode::Off => Calibration::default_params("default"),
-            None => self.measure_calibration()?,
-        };
         self.estimator = Estimator::new(
             perturbed_for_tests(self.calibration.params),
             Settings {
@@ -173,13 +188,13 @@ impl Core {
     /// of the job takes its figures, so that all decide alike; the other groups wait.
     /// Measuring in one group also keeps groups of one node from creating windows at
     /// once (see `Comm::one_part_per_node_at_a_time`).
-    fn measure_calibration(&self) -> Result<Calibration> {
+    fn measure_calibration(&self, registered: &Store) -> Result<Calibration> {
         let settings = CalibrationSettings {
             budget_seconds: self.config.calibration_seconds,
             matrix_max_ranks: self.config.matrix_max_ranks,
             // The scratch store's windows are of the kind the registered store's are.
-            store: StoreSettings { placement: self.store.as_ref().map(|s| s.placement), ..self.store_settings() },
-            topology: self.store.as_ref().map(|s| s.topology.clone()).unwrap_or_default(),
+            store: StoreSettings { placement: Some(registered.placement), ..self.store_settings() },
+            topology: registered.topology.clone(),
         };
         let Some(group) = &self.group else { return calibrate::measure(&self.comm, &settings) };
         let measures = group.info().group == 0;

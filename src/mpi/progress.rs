@@ -55,6 +55,12 @@ impl ProgressThread {
     /// Start poking progress on `comm` (which must outlive the thread: the owner drops
     /// this before freeing it) every `interval`.
     pub fn start(comm: &super::Comm, interval: Duration) -> Result<ProgressThread> {
+        // After `stop_all_threads` a thread would stop at its first turn, and the loader
+        // would count on a progress it does not get: refused, so that the loader takes
+        // the path of a rank without the thread.
+        if !*MAY_CALL_MPI.read().unwrap_or_else(|e| e.into_inner()) {
+            return Err(Error::state("no progress thread after mdl_before_mpi_finalize"));
+        }
         let stop = Arc::new(AtomicBool::new(false));
         let (handle, stopping) = (Handle(comm.raw()), stop.clone());
         let worker = std::thread::Builder::new()

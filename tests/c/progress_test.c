@@ -15,6 +15,11 @@
  * steps in a barrier, so that rank 0 leaves only once the last rank's gets are
  * served. Any number of ranks >= 2: the last rank fetches from rank 0 (on another
  * host where ranks are split by host), the others fetch nothing.
+ *
+ * --threads-stopped: mdl_before_mpi_finalize() before mdl_init, which leaves no
+ * progress thread to a loader made afterwards; it must then end its one-sided steps
+ * in a barrier, as without MPI_THREAD_MULTIPLE (it used to count on a thread that
+ * stopped at its first turn, and rank 0 waited for ever on MPICH).
  */
 #define _POSIX_C_SOURCE 200809L
 #include <mpi.h>
@@ -45,11 +50,13 @@ static double now(void)
 
 int main(int argc, char **argv)
 {
-    int funneled = 0;
+    int funneled = 0, threads_stopped = 0;
     double give_up = 60;
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--funneled"))
             funneled = 1;
+        else if (!strcmp(argv[i], "--threads-stopped"))
+            threads_stopped = 1;
         else if (!strcmp(argv[i], "--give-up") && i + 1 < argc)
             give_up = atof(argv[++i]);
     int wanted = funneled ? MPI_THREAD_FUNNELED : MPI_THREAD_MULTIPLE, provided;
@@ -70,6 +77,8 @@ int main(int argc, char **argv)
     uint8_t *data = malloc(SAMPLES * BYTES);
     uint64_t offsets[SAMPLES + 1];
     tc_uniform_shard((uint64_t)g_rank * SAMPLES, SAMPLES, BYTES, byte_of, data, offsets);
+    if (threads_stopped)
+        mdl_before_mpi_finalize();
     mdl_loader *h = NULL;
     check(mdl_init(MPI_COMM_WORLD, &h) == MDL_OK, "mdl_init");
     check(mdl_register_shard(h, data, offsets, SAMPLES) == MDL_OK, "mdl_register_shard");
@@ -116,8 +125,9 @@ int main(int argc, char **argv)
     if (g_rank == 0 && waited_out)
         fprintf(stderr, "rank 0: the last rank's fetch from it did not finish in %.0f s while rank 0 stayed out of MPI\n",
                 give_up);
-    check(!waited_out, funneled ? "a get completes before its target leaves the step (the closing barrier)"
-                                : "a get completes while its target waits outside MPI (the progress thread)");
+    check(!waited_out, funneled || threads_stopped
+                           ? "a get completes before its target leaves the step (the closing barrier)"
+                           : "a get completes while its target waits outside MPI (the progress thread)");
     if (g_rank == 0)
         printf("progress_test: rank 0 waited %.3f s outside MPI for the last rank's fetch: %s\n", took,
                g_failed ? "FAILED" : "all checks passed");
