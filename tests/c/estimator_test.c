@@ -78,10 +78,14 @@ int main(int argc, char **argv)
     snprintf(what, sizeof what, "calibration took %.3f s (budget %.2f s), registration %.3f s", cal, budget,
              register_seconds);
     check(cal >= 0 && cal <= budget + 1.0 && cal <= register_seconds + 1e-6, what);
+    /* At more than one rank it is measured, unless the budget ran out before either
+       engine had a probe per parameter (a loaded machine): then it says "default". */
+    int measured = strstr(js, "\"source\": \"measured\"") != NULL;
+    int out_of_time = strstr(js, "\"source\": \"default\"") != NULL && cal >= budget;
     check(tc_json_number(js, "\"calibration\"", "a_os") >= 0 && tc_json_number(js, "\"calibration\"", "b_coll") >= 0 &&
               tc_json_number(js, "\"calibration\"", "c_coll") >= 0 &&
-              strstr(js, g_size > 1 ? "\"source\": \"measured\"" : "\"source\": \"default\""),
-          "stats JSON carries the calibration (measured at >1 rank, default at 1)");
+              (g_size > 1 ? measured || out_of_time : strstr(js, "\"source\": \"default\"") != NULL),
+          "stats JSON carries the calibration (measured at >1 rank, or default once out of time; default at 1)");
     free(js);
 
     uint64_t *ids = malloc(1024 * sizeof *ids), *offs = malloc(1025 * sizeof *offs);
