@@ -113,19 +113,15 @@ impl Core {
         let (agreed, buffers) = agreement.finish()?;
         self.agreement_buffers.push(buffers);
         let at = times_len(&measured);
-        self.learn(measured, &agreed.maxima[..at]);
-        agreed.outcome(prepared.as_ref().err().cloned())?;
-        Self::refuse_differing_backends(&agreed)?;
+        self.settle(measured, &agreed, prepared.as_ref().err().cloned())?;
         let PlannedStep { plan, shape } = prepared.expect("agreed that every rank planned its step");
         let values = &agreed.maxima[at..];
-        let max_message = self.config.max_message_bytes;
         let (step_features, node, requests_to_me) = match known {
-            Some(_) => (features::decode_known(values, max_message), features::decode_known_node(values), None),
-            None => {
-                let (ranks, me, matrix_max_ranks) = (self.data_comm().size(), self.data_comm().rank(), self.matrix_max_ranks());
-                let requests = features::requests_to(values, ranks, matrix_max_ranks, me, max_message);
-                (features::decode(values, ranks, matrix_max_ranks, max_message), features::decode_node(values), requests)
+            Some(_) => {
+                let max_message = self.config.max_message_bytes;
+                (features::decode_known(values, max_message), features::decode_known_node(values), None)
             }
+            None => self.agreed_features(values),
         };
         let decision = self.decide(&step_features, node, agreed.backend_max);
         out_offsets.copy_from_slice(&plan.out_offsets);

@@ -137,17 +137,34 @@ impl Core {
         let agreed = agree_in(&self.comm, &Proposal { error: error.clone(), backend: self.backend, maxima, same }, &mut buffers);
         self.agreement_buffers.push(buffers);
         let agreed = agreed?;
-        self.learn(measured, &agreed.maxima[..at]);
-        agreed.outcome(error)?;
-        Self::refuse_differing_backends(&agreed)?;
+        self.settle(measured, &agreed, error)?;
         let prepared = prepared.expect("agreed that every rank prepared its fetch");
-        let step_features = features::decode(&agreed.maxima[at..], ranks, matrix_max_ranks, self.config.max_message_bytes);
-        let requests_to_me = features::requests_to(&agreed.maxima[at..], ranks, matrix_max_ranks, me, self.config.max_message_bytes);
-        let node = features::decode_node(&agreed.maxima[at..]);
+        let (step_features, node, requests_to_me) = self.agreed_features(&agreed.maxima[at..]);
         let decision = self.decide(&step_features, node, self.backend);
         let samples = self.run(decision.as_ref(), prepared, step_features, requests_to_me.as_ref())?;
         self.log_summary_every_epoch(samples);
         Ok(())
+    }
+
+    /// What every step does with its agreement first: learn the earlier steps' times it
+    /// carries, then fail where any rank failed or the backends differ.
+    pub(super) fn settle(&mut self, measured: Vec<PendingMeasurement>, agreed: &Agreed, error: Option<Error>) -> Result<()> {
+        let at = times_len(&measured);
+        self.learn(measured, &agreed.maxima[..at]);
+        agreed.outcome(error)?;
+        Self::refuse_differing_backends(agreed)
+    }
+
+    /// The step's features, its node's, and (with the request matrix) what the others
+    /// ask of this rank, from the agreed values that follow the times.
+    pub(super) fn agreed_features(&self, values: &[f64]) -> (StepFeatures, NodeFeatures, Option<RequestsToOwner>) {
+        let (ranks, me, matrix_max_ranks) = (self.data_comm().size(), self.data_comm().rank(), self.matrix_max_ranks());
+        let max_message = self.config.max_message_bytes;
+        (
+            features::decode(values, ranks, matrix_max_ranks, max_message),
+            features::decode_node(values),
+            features::requests_to(values, ranks, matrix_max_ranks, me, max_message),
+        )
     }
 
     /// Local part of a fetch: plan it, lay out the output, check the capacity.
