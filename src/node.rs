@@ -82,7 +82,7 @@ pub fn address_space_left() -> Option<u64> {
     let mapped_pages: u64 = statm.split_whitespace().next()?.parse().ok()?;
     // SAFETY: sysconf reads a constant of the system.
     let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(1) as u64;
-    Some((limit.rlim_cur as u64).saturating_sub(mapped_pages.saturating_mul(page)))
+    Some(limit.rlim_cur.saturating_sub(mapped_pages.saturating_mul(page)))
 }
 
 #[cfg(test)]

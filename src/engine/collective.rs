@@ -139,7 +139,7 @@ impl Engine for Collective {
             // whole step's counts show it, and where they fit one round, one it takes.
             let whole = count_and_make_room(step, &PerOwner::of(&mine.exchanged, ranks))?;
             if whole.most_bytes() <= step.limits.max_message {
-                mine.rounds = vec![0..mine.exchanged.len()];
+                mine.rounds = std::iter::once(0..mine.exchanged.len()).collect(); // one round of all
                 asked_in_the_round = Some(Requests::Counted(whole));
                 rounds = 1;
             }

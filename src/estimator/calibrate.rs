@@ -173,7 +173,7 @@ pub fn measure(comm: &Comm, settings: &CalibrationSettings) -> Result<Calibratio
         // A peer is stuck in a probe: freeing the window would wait for it, for ever
         // (MPI_Win_free is collective), and it may still read the scratch shard.
         std::mem::forget((store, data, offsets));
-        return Err(measured.err().expect("a timeout is an error"));
+        return Err(measured.expect_err("a timeout is an error"));
     }
     let freed = store.free();
     let (rows, times) = measured?;
@@ -183,11 +183,11 @@ pub fn measure(comm: &Comm, settings: &CalibrationSettings) -> Result<Calibratio
     for engine in [Backend::OneSided, Backend::Collective] {
         let e = (engine == Backend::Collective) as usize;
         // At least one point per coefficient, or the fit is a guess.
-        if rows[e].len() >= params.coefficients(engine).len() {
-            if let Some(c) = fit_weighted(&rows[e], &times[e]) {
-                params.set_coefficients(engine, &c);
-                fitted += 1;
-            }
+        if rows[e].len() >= params.coefficients(engine).len()
+            && let Some(c) = fit_weighted(&rows[e], &times[e])
+        {
+            params.set_coefficients(engine, &c);
+            fitted += 1;
         }
     }
     let seconds = mpi::wtime() - started;
@@ -256,7 +256,7 @@ fn run_probes(comm: &Comm, store: &Store, settings: &CalibrationSettings, starte
             }
         }
         let probe_started = elapsed;
-        let ids = probe_ids(probe, &targets, &store.index.first_ids(), &mut rng);
+        let ids = probe_ids(probe, &targets, store.index.first_ids(), &mut rng);
         // A plan this rank cannot make, or a buffer it cannot hold (no memory), fails
         // the probe on every rank, before any rank waits for this one in the probe's
         // collectives.
@@ -340,10 +340,10 @@ fn run_probes(comm: &Comm, store: &Store, settings: &CalibrationSettings, starte
             times[0].last().copied().unwrap_or(0.0) * 1e6,
             times[1].last().copied().unwrap_or(0.0) * 1e6
         );
-        if let (Some(start), Some(end)) = (probe_started, elapsed) {
-            if largest.is_none_or(|(bytes, _)| probe.bytes() >= bytes) {
-                largest = Some((probe.bytes(), end - start));
-            }
+        if let (Some(start), Some(end)) = (probe_started, elapsed)
+            && largest.is_none_or(|(bytes, _)| probe.bytes() >= bytes)
+        {
+            largest = Some((probe.bytes(), end - start));
         }
         if out_of_time {
             break;

@@ -216,6 +216,7 @@ fn least_squares(rows: &[Vec<f64>], y: &[f64], cols: &[usize]) -> Result<Vec<f64
         for r in 0..n {
             if r != col {
                 let factor = a[r][col] / a[col][col];
+                #[allow(clippy::needless_range_loop)] // two rows, one column index
                 for c in col..=n {
                     a[r][c] -= factor * a[col][c];
                 }

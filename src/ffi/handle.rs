@@ -52,6 +52,7 @@ impl mdl_loader {
 
     /// Collective: finalize the loader and free the handle. A poisoned loader, or one
     /// closed at `MPI_Finalize`, is freed without communicating.
+    #[allow(clippy::boxed_local)] // the handle the C caller owned, taken back whole
     pub fn close(self: Box<mdl_loader>) -> Result<()> {
         let handle = self.inner;
         OPEN.lock().retain(|h| !Arc::ptr_eq(h, &handle));

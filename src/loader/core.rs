@@ -158,7 +158,7 @@ impl Core {
         // size - rank, so that the highest value names it; 0: none), which alone warns
         // that the library's threads cannot run.
         let ranks_here = comm.ranks_on_node(node::machine_key());
-        let oversubscribed = ranks_here.as_ref().map_or(false, |&n| n > node::online_cores());
+        let oversubscribed = ranks_here.as_ref().is_ok_and(|&n| n > node::online_cores());
         let spans_machines = ranks_here.as_ref().map_or(true, |&n| n < comm.size());
         let clock_key = node::clock_key();
         let facts = [

@@ -282,11 +282,12 @@ impl Loader {
     /// to start it: thread levels may differ between ranks. Said once per loader, as a
     /// warning by the lowest such rank only.
     fn requested_prefetch(&mut self) -> u32 {
-        if self.prefetch_depth > 0 && !self.told_no_thread_multiple {
-            if let Some(refused) = &self.core.lock().threads_refused {
-                refused.log("prefetch needs MPI initialised with MPI_THREAD_MULTIPLE on every rank; every rank fetches without prefetch");
-                self.told_no_thread_multiple = true;
-            }
+        if self.prefetch_depth > 0
+            && !self.told_no_thread_multiple
+            && let Some(refused) = &self.core.lock().threads_refused
+        {
+            refused.log("prefetch needs MPI initialised with MPI_THREAD_MULTIPLE on every rank; every rank fetches without prefetch");
+            self.told_no_thread_multiple = true;
         }
         self.prefetch_depth
     }

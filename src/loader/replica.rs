@@ -35,7 +35,7 @@ impl GroupSpec {
             g if g as u64 > ranks as u64 => {
                 Err(Error::invalid(format!("group_size {g} exceeds the communicator's {ranks} ranks")))
             }
-            g if ranks % g as usize != 0 => Err(Error::invalid(format!(
+            g if !ranks.is_multiple_of(g as usize) => Err(Error::invalid(format!(
                 "group_size {g} does not divide the communicator's {ranks} ranks (every group holds a full copy)"
             ))),
             g if g as usize == ranks => Ok(GroupSpec::Whole),

@@ -318,7 +318,7 @@ impl Comm {
     /// The same number of elements k to and from every peer: `send[p * k..(p + 1) * k]`
     /// goes to rank p, and the same part of the result came from p.
     pub fn alltoall<T: Datatype>(&self, send: &[T]) -> Result<Vec<T>> {
-        assert!(send.len() % self.size == 0, "alltoall takes the same number of elements for every rank");
+        assert!(send.len().is_multiple_of(self.size), "alltoall takes the same number of elements for every rank");
         let per_rank = to_count((send.len() / self.size) as u64, "alltoall elements per rank")?;
         let mut out = vec![T::default(); send.len()];
         let send = self.sendable(send);

@@ -51,10 +51,10 @@ unsafe extern "C" fn never_copy(
 /// Runs inside `MPI_Finalize` (or if the host frees the attribute itself). No panic may
 /// unwind into MPI.
 unsafe extern "C" fn on_delete(_comm: ffi::MPI_Comm, _keyval: c_int, _value: *mut c_void, _extra: *mut c_void) -> c_int {
-    if let Some(hook) = AT_FINALIZE.get() {
-        if std::panic::catch_unwind(hook).is_err() {
-            log::error!("the library's MPI_Finalize hook panicked; loaders may be left open");
-        }
+    if let Some(hook) = AT_FINALIZE.get()
+        && std::panic::catch_unwind(hook).is_err()
+    {
+        log::error!("the library's MPI_Finalize hook panicked; loaders may be left open");
     }
     ffi::MPI_SUCCESS as c_int
 }

@@ -107,14 +107,14 @@ pub fn wait_all(policy: &WaitPolicy, requests: &mut [ffi::MPI_Request]) -> Resul
         }
         tests = tests.wrapping_add(1);
         // The clock is read every 1024 tests: MPI_Wtime is cheap but not free.
-        if let Some(deadline) = deadline.filter(|_| tests % 1024 == 0) {
-            if super::wtime() > deadline {
-                return Err(Error::timeout(format!(
-                    "waited more than MDL_TIMEOUT = {} s: is a rank stuck, or in another call of the \
-                     library? The job cannot continue safely: call MPI_Abort",
-                    policy.timeout_seconds
-                )));
-            }
+        if let Some(deadline) = deadline.filter(|_| tests.is_multiple_of(1024))
+            && super::wtime() > deadline
+        {
+            return Err(Error::timeout(format!(
+                "waited more than MDL_TIMEOUT = {} s: is a rank stuck, or in another call of the \
+                 library? The job cannot continue safely: call MPI_Abort",
+                policy.timeout_seconds
+            )));
         }
         if yield_between_tests {
             std::thread::yield_now();

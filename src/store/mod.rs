@@ -239,6 +239,20 @@ fn warm_up(store: &Store, me: usize, limits: GetLimits, gets: u64) -> Result<()>
     store.window.get_all(&pending, &mut scratch, limits)
 }
 
+/// Free node-shared memory (a shared array or window) that not every node got, where
+/// the whole node has it (freeing is collective over the node); otherwise leave it to
+/// the end of the job.
+fn release_where_whole_node<T>(node: &Comm, shared: Result<T>, free: impl FnOnce(T) -> Result<()>) -> Result<()> {
+    let whole_node = agree_on_checks(node, shared.as_ref().map(|_| ()).map_err(Clone::clone));
+    match (whole_node, shared) {
+        (Ok(()), Ok(shared)) => free(shared),
+        (_, shared) => {
+            std::mem::forget(shared);
+            Ok(())
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -256,19 +270,5 @@ mod tests {
         );
         let err = ShardView::new(&data, &[0, 5, 4]).err().expect("decreasing offsets");
         assert!(err.message.contains("decrease at sample 1"), "{}", err.message);
-    }
-}
-
-/// Free node-shared memory (a shared array or window) that not every node got, where
-/// the whole node has it (freeing is collective over the node); otherwise leave it to
-/// the end of the job.
-fn release_where_whole_node<T>(node: &Comm, shared: Result<T>, free: impl FnOnce(T) -> Result<()>) -> Result<()> {
-    let whole_node = agree_on_checks(node, shared.as_ref().map(|_| ()).map_err(Clone::clone));
-    match (whole_node, shared) {
-        (Ok(()), Ok(shared)) => free(shared),
-        (_, shared) => {
-            std::mem::forget(shared);
-            Ok(())
-        }
     }
 }
