@@ -188,6 +188,9 @@ pub struct Fallback {
     /// Whether this rank should say it as a warning: the lowest failing rank, which
     /// knows the cause, so that a job of thousands of ranks says it once.
     pub report_here: bool,
+    /// The lowest failing rank's status, the same on every rank (a caller may fall back
+    /// for some failures and not for others, all ranks alike).
+    pub status: mdl_status,
 }
 
 impl Fallback {
@@ -210,10 +213,11 @@ pub fn agree_on_fallback(comm: &Comm, checks: Result<()>) -> Result<Option<Fallb
     let proposal = Proposal { error: error.clone(), backend: Backend::Auto, maxima: Vec::new(), same: 0 };
     let agreed = agree(comm, &proposal)?;
     Ok(agreed.first_failure.map(|(first, status)| match error {
-        Some(own) => Fallback { reason: own.message, report_here: first == comm.rank() },
+        Some(own) => Fallback { reason: own.message, report_here: first == comm.rank(), status },
         None => Fallback {
             reason: format!("rank {first} of this communicator failed with {}, and says why", status.name()),
             report_here: false,
+            status,
         },
     }))
 }

@@ -157,16 +157,26 @@ pub fn measure(comm: &Comm, settings: &CalibrationSettings) -> Result<Calibratio
     // The engines' costs are what is calibrated: the scratch store keeps every other
     // rank's shard behind RMA (no node-local copies), as on other nodes.
     let scratch = StoreSettings { node_local: false, ..settings.store.clone() };
-    // Its registration fails on every rank alike (it agrees), most often for memory (a
-    // copy of the shard and its window): then every rank goes on without calibrating, as
-    // above. A timeout is no such agreement (a peer may be stuck), and stays an error.
-    let store = match Store::register(comm, &ShardView::new(&data, &offsets)?, &scratch) {
-        Ok(store) => store,
-        Err(err) if err.status != mdl_status::MDL_ERR_TIMEOUT => {
-            log::warn!("calibration skipped: its scratch store could not be registered; the default parameters stand ({})", err.message);
+    // Where its registration fails (most often for memory: a copy of the shard and its
+    // window), every rank goes on without calibrating, as above; where some rank timed
+    // out (a peer may be stuck), every rank fails with MDL_ERR_TIMEOUT. Decided on what
+    // the ranks agree, not on each rank's own error: the rank that timed out knows it,
+    // the others only that some rank failed.
+    let registered = Store::register(comm, &ShardView::new(&data, &offsets)?, &scratch);
+    let store = match agree_on_fallback(comm, registered.as_ref().map(|_| ()).map_err(Error::clone))? {
+        None => registered.expect("agreed that every rank registered the scratch store"),
+        Some(failed) => {
+            // A store registered here while another rank failed would be freed alone
+            // (freeing is collective): it is left to the end of the job.
+            let own = registered.map(std::mem::forget).err();
+            if failed.status == mdl_status::MDL_ERR_TIMEOUT {
+                return Err(own.filter(|e| e.status == mdl_status::MDL_ERR_TIMEOUT).unwrap_or_else(|| {
+                    Error::timeout(format!("calibration's scratch store: {}", failed.reason))
+                }));
+            }
+            failed.log("calibration skipped: its scratch store could not be registered; the default parameters stand");
             return Ok(Calibration::default_params("default"));
         }
-        Err(err) => return Err(err),
     };
     let measured = run_probes(comm, &store, settings, started);
     if mpi::timed_out(&measured) {
@@ -358,14 +368,24 @@ fn run_probes(comm: &Comm, store: &Store, settings: &CalibrationSettings, starte
 }
 
 /// What `rank` is asked to send in `probe`, with a quarter to spare: every rank that
-/// reads from it asks it for `count` / its targets samples on average. A rank alone on
-/// its node serves every other node's readers, far more than its own bytes (3 x at 4
-/// ranks with the other three on one node). O(ranks^2) comparisons, for the costly
-/// probes only.
+/// reads from it asks it for `count` / its targets samples on average, or, in the
+/// hot-target probe, all of them where it is the reader's first target. A rank alone
+/// on its node serves every other node's readers, far more than its own bytes (3 x at
+/// 4 ranks with the other three on one node); the hot target serves every reader
+/// (256 MiB at 2048 ranks, which a short memory then skips). O(ranks^2) comparisons per
+/// probe, at registration only (some 34 million at 2048 ranks).
 fn expected_sends(probe: &Probe, rank: usize, ranks: usize, topology: &Topology) -> u64 {
-    let targets_of = |reader: usize| (0..ranks).filter(|&r| !topology.shares(reader, r)).count() as u64;
-    let asked: u64 =
-        (0..ranks).filter(|&reader| !topology.shares(reader, rank)).map(|reader| probe.bytes() / targets_of(reader)).sum();
+    let targets_of = |reader: usize| (0..ranks).filter(move |&r| !topology.shares(reader, r));
+    let asked: u64 = (0..ranks)
+        .filter(|&reader| !topology.shares(reader, rank))
+        .map(|reader| {
+            if probe.hot_target {
+                if targets_of(reader).next() == Some(rank) { probe.bytes() } else { 0 }
+            } else {
+                probe.bytes() / targets_of(reader).count() as u64
+            }
+        })
+        .sum();
     asked + asked / 4
 }
 
@@ -513,7 +533,7 @@ mod tests {
     }
 
     #[test]
-    fn a_costly_probe_reserves_what_its_readers_ask() {
+    fn probes_reserve_what_their_readers_ask() {
         let probe = &PROBES[PROBES.len() - 1];
         // Uniform, one rank a node: each of the others asks a third of its batch (a byte
         // or two lost to the division).
@@ -524,6 +544,11 @@ mod tests {
         assert_eq!(expected_sends(probe, 0, 4, &apart), 3 * probe.bytes() * 5 / 4);
         // Rank 1 serves rank 0 alone, which spreads its batch over the three.
         assert_eq!(expected_sends(probe, 1, 4, &apart), probe.bytes() / 3 * 5 / 4);
+        // The hot target: every reader asks its first target for the whole batch.
+        let hot = PROBES.iter().find(|p| p.hot_target).expect("a hot-target probe");
+        assert_eq!(expected_sends(hot, 0, 4, &Topology::default()), 3 * hot.bytes() * 5 / 4);
+        assert_eq!(expected_sends(hot, 1, 4, &Topology::default()), hot.bytes() * 5 / 4);
+        assert_eq!(expected_sends(hot, 2, 4, &Topology::default()), 0);
     }
 
     #[test]

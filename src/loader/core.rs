@@ -17,7 +17,7 @@ use super::step::PendingMeasurement;
 use crate::agree::{AgreementBuffers, Fallback, Setting, agree_identical, agree_on_checks, agree_settings};
 use crate::config::{Backend, Config, Wait};
 use crate::engine::ExchangeBuffers;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, mdl_status};
 use crate::estimator::calibrate::Calibration;
 use crate::estimator::model::CostParams;
 use crate::estimator::{Estimator, EstimatorCounters, Settings};
@@ -309,5 +309,5 @@ fn threads_refused(comm: &Comm, agreed: u64) -> Option<Fallback> {
     } else {
         format!("rank {first} of the loader's communicator initialised MPI below MPI_THREAD_MULTIPLE, and says so")
     };
-    Some(Fallback { reason, report_here: here })
+    Some(Fallback { reason, report_here: here, status: mdl_status::MDL_ERR_STATE })
 }

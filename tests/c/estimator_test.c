@@ -79,9 +79,13 @@ int main(int argc, char **argv)
              register_seconds);
     check(cal >= 0 && cal <= budget + 1.0 && cal <= register_seconds + 1e-6, what);
     /* At more than one rank it is measured, unless the budget ran out before either
-       engine had a probe per parameter (a loaded machine): then it says "default". */
+       engine had a probe per parameter (4 each; a loaded machine): then it says
+       "default". The budget is judged on the slowest rank's clock: this rank's own
+       seconds may fall a little short of it. */
     int measured = strstr(js, "\"source\": \"measured\"") != NULL;
-    int out_of_time = strstr(js, "\"source\": \"default\"") != NULL && cal >= budget;
+    int out_of_time = strstr(js, "\"source\": \"default\"") != NULL && cal >= 0.9 * budget &&
+                      tc_json_number(js, "\"calibration\"", "points_onesided") < 4 &&
+                      tc_json_number(js, "\"calibration\"", "points_collective") < 4;
     check(tc_json_number(js, "\"calibration\"", "a_os") >= 0 && tc_json_number(js, "\"calibration\"", "b_coll") >= 0 &&
               tc_json_number(js, "\"calibration\"", "c_coll") >= 0 &&
               (g_size > 1 ? measured || out_of_time : strstr(js, "\"source\": \"default\"") != NULL),
