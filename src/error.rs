@@ -118,6 +118,12 @@ impl Error {
     }
 }
 
+/// Whether `result` succeeded, without its value: what a rank brings to an agreement
+/// about a step it took on its own (an allocation, a window) before the ranks go on.
+pub fn outcome_of<T>(result: &Result<T>) -> Result<()> {
+    result.as_ref().map(|_| ()).map_err(Clone::clone)
+}
+
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}", self.message)

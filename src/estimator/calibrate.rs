@@ -29,7 +29,7 @@ use crate::agree::agree_on_fallback;
 use super::model::{CostParams, SERVED_TERM, StepFeatures, features_of, fit_nonnegative};
 use crate::config::Backend;
 use crate::engine::{ExchangeBuffers, StepContext, copy_local, exchange_shape, fetch_remote};
-use crate::error::{Error, Result, mdl_status};
+use crate::error::{Error, Result, mdl_status, outcome_of};
 use crate::memory;
 use crate::mpi::{self, Comm};
 use std::cell::RefCell;
@@ -149,7 +149,7 @@ pub fn measure(comm: &Comm, settings: &CalibrationSettings) -> Result<Calibratio
     // makes every rank go on with the default parameters: registration itself may still
     // fit, and an abort here would take the whole job down.
     let shard = scratch_shard();
-    if let Some(short) = agree_on_fallback(comm, shard.as_ref().map(|_| ()).map_err(Error::clone))? {
+    if let Some(short) = agree_on_fallback(comm, outcome_of(&shard))? {
         short.log("calibration skipped: the scratch shard does not fit in memory; the default parameters stand");
         return Ok(Calibration::default_params("default"));
     }
@@ -163,7 +163,7 @@ pub fn measure(comm: &Comm, settings: &CalibrationSettings) -> Result<Calibratio
     // the ranks agree, not on each rank's own error: the rank that timed out knows it,
     // the others only that some rank failed.
     let registered = Store::register(comm, &ShardView::new(&data, &offsets)?, &scratch);
-    let store = match agree_on_fallback(comm, registered.as_ref().map(|_| ()).map_err(Error::clone))? {
+    let store = match agree_on_fallback(comm, outcome_of(&registered))? {
         None => registered.expect("agreed that every rank registered the scratch store"),
         Some(failed) => {
             // A store registered here while another rank failed would be freed alone
@@ -245,6 +245,7 @@ fn run_probes(comm: &Comm, store: &Store, settings: &CalibrationSettings, starte
     let mut times: [Vec<f64>; 2] = Default::default();
     let buffers = RefCell::new(ExchangeBuffers::default());
     let targets = Targets::of(rank, ranks, &settings.topology);
+    let readers = Readers::of(rank, ranks, &settings.topology);
     // Agreed (the slowest rank's): the time since calibration started, after the
     // first probe; and the bytes and seconds of the largest probe timed so far.
     let mut elapsed: Option<f64> = None;
@@ -272,12 +273,12 @@ fn run_probes(comm: &Comm, store: &Store, settings: &CalibrationSettings, starte
         // collectives.
         // It also reserves what this rank will send, so that a short memory ends the
         // probes here rather than failing one inside the exchange.
-        let sends = expected_sends(probe, rank, ranks, &settings.topology);
+        let sends = expected_sends(probe, &readers);
         let planned = BatchPlan::new(&store.index, rank, &ids)
             .and_then(|plan| buffers.borrow_mut().reserve_received(plan.remote_bytes()).map(|()| plan))
             .and_then(|plan| buffers.borrow_mut().reserve_packed(sends).map(|()| plan))
             .and_then(|plan| memory::filled(plan.total_bytes(), 0u8).map(|out| (plan, out)));
-        let checked = planned.as_ref().map(|_| ()).map_err(Error::clone);
+        let checked = outcome_of(&planned);
         // Its buffers (20 and 40 MiB at 2 ranks for the costly probes: the batch with its
         // own share, what is received, what is sent) may be more than a tight memory
         // limit allows: then no rank takes it or any later (larger) one, and
@@ -367,23 +368,41 @@ fn run_probes(comm: &Comm, store: &Store, settings: &CalibrationSettings, starte
     Ok((rows, times))
 }
 
-/// What `rank` is asked to send in `probe`, with a quarter to spare: every rank that
+/// The ranks that read from a rank in the probes: for each, how many targets it reads
+/// from, and whether this rank is its first (the hot target). From the topology every
+/// rank shares, once per calibration: O(ranks^2) comparisons (4 million at 2048 ranks).
+struct Readers {
+    of_me: Vec<(u64, bool)>,
+}
+
+impl Readers {
+    fn of(rank: usize, ranks: usize, topology: &Topology) -> Readers {
+        let of_me = (0..ranks)
+            .filter(|&reader| !topology.shares(reader, rank))
+            .map(|reader| {
+                let mut targets = (0..ranks).filter(|&r| !topology.shares(reader, r));
+                let first = targets.next() == Some(rank);
+                (1 + targets.count() as u64, first)
+            })
+            .collect();
+        Readers { of_me }
+    }
+}
+
+/// What this rank is asked to send in `probe`, with a quarter to spare: every rank that
 /// reads from it asks it for `count` / its targets samples on average, or, in the
 /// hot-target probe, all of them where it is the reader's first target. A rank alone
 /// on its node serves every other node's readers, far more than its own bytes (3 x at
 /// 4 ranks with the other three on one node); the hot target serves every reader
-/// (256 MiB at 2048 ranks, which a short memory then skips). O(ranks^2) comparisons per
-/// probe, at registration only (some 34 million at 2048 ranks).
-fn expected_sends(probe: &Probe, rank: usize, ranks: usize, topology: &Topology) -> u64 {
-    let targets_of = |reader: usize| (0..ranks).filter(move |&r| !topology.shares(reader, r));
-    let asked: u64 = (0..ranks)
-        .filter(|&reader| !topology.shares(reader, rank))
-        .map(|reader| {
-            if probe.hot_target {
-                if targets_of(reader).next() == Some(rank) { probe.bytes() } else { 0 }
-            } else {
-                probe.bytes() / targets_of(reader).count() as u64
-            }
+/// (256 MiB at 2048 ranks, which a short memory then skips).
+fn expected_sends(probe: &Probe, readers: &Readers) -> u64 {
+    let asked: u64 = readers
+        .of_me
+        .iter()
+        .map(|&(targets, first)| match probe.hot_target {
+            true if first => probe.bytes(),
+            true => 0,
+            false => probe.bytes() / targets,
         })
         .sum();
     asked + asked / 4
@@ -537,18 +556,18 @@ mod tests {
         let probe = &PROBES[PROBES.len() - 1];
         // Uniform, one rank a node: each of the others asks a third of its batch (a byte
         // or two lost to the division).
-        let uniform = expected_sends(probe, 0, 4, &Topology::default());
+        let uniform = expected_sends(probe, &Readers::of(0, 4, &Topology::default()));
         assert!(uniform.abs_diff(probe.bytes() * 5 / 4) <= 4, "{uniform}");
         // Rank 0 alone on its node, the three others on one: all three read from it alone.
         let apart = Topology::from_leaders(vec![0, 1, 1, 1]);
-        assert_eq!(expected_sends(probe, 0, 4, &apart), 3 * probe.bytes() * 5 / 4);
+        assert_eq!(expected_sends(probe, &Readers::of(0, 4, &apart)), 3 * probe.bytes() * 5 / 4);
         // Rank 1 serves rank 0 alone, which spreads its batch over the three.
-        assert_eq!(expected_sends(probe, 1, 4, &apart), probe.bytes() / 3 * 5 / 4);
+        assert_eq!(expected_sends(probe, &Readers::of(1, 4, &apart)), probe.bytes() / 3 * 5 / 4);
         // The hot target: every reader asks its first target for the whole batch.
         let hot = PROBES.iter().find(|p| p.hot_target).expect("a hot-target probe");
-        assert_eq!(expected_sends(hot, 0, 4, &Topology::default()), 3 * hot.bytes() * 5 / 4);
-        assert_eq!(expected_sends(hot, 1, 4, &Topology::default()), hot.bytes() * 5 / 4);
-        assert_eq!(expected_sends(hot, 2, 4, &Topology::default()), 0);
+        assert_eq!(expected_sends(hot, &Readers::of(0, 4, &Topology::default())), 3 * hot.bytes() * 5 / 4);
+        assert_eq!(expected_sends(hot, &Readers::of(1, 4, &Topology::default())), hot.bytes() * 5 / 4);
+        assert_eq!(expected_sends(hot, &Readers::of(2, 4, &Topology::default())), 0);
     }
 
     #[test]

@@ -17,7 +17,7 @@ use super::step::PendingMeasurement;
 use crate::agree::{AgreementBuffers, Fallback, Setting, agree_identical, agree_on_checks, agree_settings};
 use crate::config::{Backend, Config, Wait};
 use crate::engine::ExchangeBuffers;
-use crate::error::{Error, Result, mdl_status};
+use crate::error::{Error, Result, mdl_status, outcome_of};
 use crate::estimator::calibrate::Calibration;
 use crate::estimator::model::CostParams;
 use crate::estimator::{Estimator, EstimatorCounters, Settings};
@@ -145,7 +145,7 @@ impl Core {
         let mut settings = read.as_ref().map_or_else(|_| Config::default().settings(), Config::settings);
         let group_size = spec.as_ref().map_or(0, |s| s.agreed_value(comm.size()));
         settings.push(Setting::identical("group_size (mdl_init_replicated; mdl_init is the whole communicator)", group_size));
-        let checks = local_check.and(spec.as_ref().map(|_| ()).map_err(Clone::clone)).and(read.as_ref().map(|_| ()).map_err(Clone::clone));
+        let checks = local_check.and(outcome_of(&spec)).and(outcome_of(&read));
         agree_identical(comm, checks, &settings)?;
         let config = read.expect("agreed that every rank read its configuration");
         let spec = spec.expect("agreed that every rank's group_size is valid");

@@ -4,7 +4,7 @@
 use super::core::Core;
 use crate::agree::{Setting, agree_identical, agree_on_checks};
 use crate::config::{Calibration as CalibrationMode, Progress};
-use crate::error::{Error, Result, mdl_status};
+use crate::error::{Error, Result, mdl_status, outcome_of};
 use crate::estimator::calibrate::{self, Calibration, CalibrationSettings};
 use crate::estimator::model::CostParams;
 use crate::estimator::{Estimator, Settings};
@@ -62,7 +62,11 @@ impl Core {
                 return Err(err);
             }
             Err(err) => {
-                store.free()?;
+                // The failure is what the caller needs to know; a failure to free after
+                // it is only logged.
+                if let Err(freeing) = store.free() {
+                    log::warn!("freeing the store after a failed registration: {}", freeing.message);
+                }
                 return Err(err);
             }
         };
@@ -146,14 +150,12 @@ impl Core {
                 log::info!("progress thread started (MPI_Iprobe every {} us)", self.config.progress_interval_us);
                 Some(thread)
             }
-            // Either way the loader takes the path of a rank without the thread (see
-            // `agree_on_lingering`): its one-sided steps end in a barrier.
-            Err(err) if err.status == mdl_status::MDL_ERR_STATE => {
-                log::info!("{}: one-sided steps end in a barrier instead", err.message);
-                None
-            }
+            // The loader then takes the path of a rank without the thread (see
+            // `agree_on_lingering`). Expected after mdl_before_mpi_finalize (a state),
+            // not when the thread could not be created.
             Err(err) => {
-                log::warn!("{}: one-sided steps end in a barrier instead", err.message);
+                let level = if err.status == mdl_status::MDL_ERR_STATE { log::Level::Info } else { log::Level::Warn };
+                log::log!(level, "{}: one-sided steps end in a barrier instead", err.message);
                 None
             }
         }
@@ -180,7 +182,7 @@ impl Core {
             Setting::identical("the number of samples a replica group holds", samples),
             Setting::identical("the sample lengths a replica group holds (a checksum)", lengths),
         ];
-        match agree_identical(&self.comm, registered.as_ref().map(|_| ()).map_err(Clone::clone), &same_dataset) {
+        match agree_identical(&self.comm, outcome_of(&registered), &same_dataset) {
             Ok(()) => registered,
             Err(err) => {
                 registered.map_or(Ok(()), Store::free)?;
@@ -205,7 +207,7 @@ impl Core {
         let Some(group) = &self.group else { return calibrate::measure(&self.comm, &settings) };
         let measures = group.info().group == 0;
         let measured = if measures { calibrate::measure(group.comm(), &settings) } else { Ok(Calibration::default_params("default")) };
-        agree_on_checks(&self.comm, measured.as_ref().map(|_| ()).map_err(Clone::clone))?;
+        agree_on_checks(&self.comm, outcome_of(&measured))?;
         let mut measured = measured.expect("agreed that the measuring group succeeded");
         let mut figures: Vec<f64> = measured.params.named().iter().map(|(_, v)| *v).collect();
         let was_measured = f64::from(u8::from(measured.source == "measured"));

@@ -21,7 +21,7 @@ use index::Starts;
 
 use crate::memory;
 use crate::agree::agree_on_checks;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, outcome_of};
 use crate::rng::mix;
 use crate::mpi::{Comm, Get, GetLimits, PrivateMemory, Window};
 use node_shard::NodeShards;
@@ -206,7 +206,7 @@ impl Store {
 /// every rank fails, before any enters the window's creation.
 fn private_window(comm: &Comm, data: &[u8]) -> Result<Window> {
     let memory = PrivateMemory::allocate(data.len());
-    if let Err(err) = agree_on_checks(comm, memory.as_ref().map(|_| ()).map_err(Clone::clone)) {
+    if let Err(err) = agree_on_checks(comm, outcome_of(&memory)) {
         memory.map(PrivateMemory::release).ok();
         return Err(err);
     }
@@ -243,7 +243,7 @@ fn warm_up(store: &Store, me: usize, limits: GetLimits, gets: u64) -> Result<()>
 /// the whole node has it (freeing is collective over the node); otherwise leave it to
 /// the end of the job.
 fn release_where_whole_node<T>(node: &Comm, shared: Result<T>, free: impl FnOnce(T) -> Result<()>) -> Result<()> {
-    let whole_node = agree_on_checks(node, shared.as_ref().map(|_| ()).map_err(Clone::clone));
+    let whole_node = agree_on_checks(node, outcome_of(&shared));
     match (whole_node, shared) {
         (Ok(()), Ok(shared)) => free(shared),
         (_, shared) => {

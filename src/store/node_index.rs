@@ -23,7 +23,7 @@ use super::ShardView;
 use super::index::Starts;
 use crate::memory;
 use crate::agree::{agree_on_checks, agree_on_fallback};
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, outcome_of};
 use crate::mpi::{Comm, GathervLayout, SharedArray};
 
 /// Collective: the index's prefix sums (N + 1 entries) of every rank's shard, shared
@@ -45,13 +45,13 @@ pub fn build(comm: &Comm, shard: &ShardView, per_rank: &[u64], max_message: u64)
     // before any window exists.
     let scratch = if leader && layout.segments.nodes() > 1 { layout.plan.allocate() } else { Ok(Default::default()) };
     let checks = entries.clone().and_then(|n| if leader { super::check_allocatable(n.saturating_mul(8)) } else { Ok(()) });
-    if let Err(err) = agree_on_checks(comm, checks.and(scratch.as_ref().map(|_| ()).map_err(Clone::clone))) {
+    if let Err(err) = agree_on_checks(comm, checks.and(outcome_of(&scratch))) {
         node.free()?;
         return Err(err);
     }
     let (entries, scratch) = (entries.expect("agreed that the index fits"), scratch.expect("agreed that every leader allocated"));
     let shared = SharedArray::allocate(&node, entries);
-    let fallback = agree_on_fallback(comm, shared.as_ref().map(|_| ()).map_err(Clone::clone))?;
+    let fallback = agree_on_fallback(comm, outcome_of(&shared))?;
     let starts = match (fallback, shared) {
         (None, Ok(shared)) => fill(comm, &node, shard, &layout, scratch, &shared).map(|()| Starts::Node(shared)),
         (Some(fallback), shared) => {
@@ -265,7 +265,7 @@ pub fn gather_private(comm: &Comm, shard: &ShardView, per_rank: &[u64]) -> Resul
         starts.resize(entries, 0);
         Ok((layout, local_lengths, starts))
     })();
-    agree_on_checks(comm, prepared.as_ref().map(|_| ()).map_err(Clone::clone))?;
+    agree_on_checks(comm, outcome_of(&prepared))?;
     let (layout, local_lengths, mut starts) = prepared.expect("agreed that every rank prepared its copy");
     // Gathered into starts[1..]: the prefix sum in place then leaves starts[0] = 0.
     let gathered = comm.allgatherv_into(&local_lengths, &layout, &mut starts[1..]);

@@ -20,7 +20,7 @@
 
 use super::topology::Topology;
 use crate::agree::{agree_on_checks, agree_on_fallback};
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, outcome_of};
 use crate::mpi::{Comm, Segment, Window};
 
 /// The segments of this rank's node, and the node-shared window when it is not the
@@ -80,7 +80,7 @@ fn plain(comm: &Comm, data: &[u8]) -> Result<Placed> {
 fn place_shared(comm: &Comm, node: &Comm, data: &[u8], node_key: u32) -> Result<Placed> {
     // Emulated nodes of one machine would otherwise create their windows at once.
     let shared = comm.one_part_per_node_at_a_time(u64::from(node_key), || Window::allocate_shared(node, data))?;
-    if let Some(fallback) = agree_on_fallback(comm, shared.as_ref().map(|_| ()).map_err(Clone::clone))? {
+    if let Some(fallback) = agree_on_fallback(comm, outcome_of(&shared))? {
         fallback.log("the shards cannot be shared within nodes: on every rank node-local samples go through the engines");
         super::release_where_whole_node(node, shared, Window::free)?;
         return plain(comm, data).map(|placed| Placed { refused: true, ..placed });
@@ -90,8 +90,8 @@ fn place_shared(comm: &Comm, node: &Comm, data: &[u8], node_key: u32) -> Result<
     let mapped = shared
         .publish_to_node(node)
         .and_then(|()| (0..node.size()).map(|r| shared.segment(r)).collect::<Result<Vec<_>>>());
-    let checks = rma.as_ref().map_or(Ok(()), |w| w.as_ref().map(|_| ()).map_err(Clone::clone));
-    if let Err(err) = agree_on_checks(comm, checks.and(mapped.as_ref().map(|_| ()).map_err(Clone::clone))) {
+    let checks = rma.as_ref().map_or(Ok(()), outcome_of);
+    if let Err(err) = agree_on_checks(comm, checks.and(outcome_of(&mapped))) {
         // A window that some rank failed to create cannot be freed collectively: left
         // to the end of the job, as MPI may still refer to it.
         std::mem::forget((rma, shared));
