@@ -100,6 +100,7 @@ module mdloader
    integer, parameter, public :: MDL_ERR_PANIC = 8             !< an internal bug was caught at the boundary
    integer, parameter, public :: MDL_ERR_REMOTE = 9            !< another rank failed this collective call
    integer, parameter, public :: MDL_ERR_TIMEOUT = 10          !< a collective waited longer than MDL_TIMEOUT
+   integer, parameter, public :: MDL_ERR_CALL_MISMATCH = 11    !< the ranks made different collective calls
 
    !> The deepest prefetch mdl_set_prefetch accepts.
    integer, parameter, public :: MDL_MAX_PREFETCH = 64

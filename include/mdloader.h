@@ -98,6 +98,15 @@ typedef enum mdl_status {
    * MPI_Finalize may hang on the pending request: call MPI_Abort.
    */
   MDL_ERR_TIMEOUT = 10,
+  /**
+   * The ranks made different collective calls on this loader (one fetches while
+   * another finalizes, say: a rank left its loop early or had more batches). Every
+   * rank in either call returns it, naming both calls. It is found in a call's first
+   * agreement, so nothing was done: the loader works on once the ranks make the same
+   * calls again (`mdl_finalize` leaves `*h` for that). Within a running epoch it ends
+   * the epoch (its steps were agreed ahead).
+   */
+  MDL_ERR_CALL_MISMATCH = 11,
 } mdl_status;
 
 /**
@@ -142,7 +151,10 @@ extern "C" {
  * `MDL_PROBE_INTERVAL`, `MDL_HYSTERESIS` ([0, 1)), `MDL_PROBE_BUDGET` ([0, 1], what
  * AUTO's probes may cost over all steps' time), `MDL_MATRIX_MAX_RANKS` (0..64),
  * `MDL_WARMUP_GETS` (0..65536), `MDL_TIMEOUT` (seconds a collective may wait before
- * MDL_ERR_TIMEOUT, 0 = never, the default), `MDL_SHARED_INDEX=on|off` (the global
+ * MDL_ERR_TIMEOUT, 0 = never, the default; set, every wait is a test loop),
+ * `MDL_WATCHDOG` (seconds one wait for the other ranks may last before the job is
+ * ended with MPI_Abort and a line naming the call, default 1800, 0 = never),
+ * `MDL_AGREEMENT_LAG` (sampler steps agreed ahead, 0..64, default 2), `MDL_SHARED_INDEX=on|off` (the global
  * index once per node in shared memory, or per rank), `MDL_NODE_LOCAL=on|off` (samples
  * of the ranks of this rank's node copied from shared memory instead of through the
  * engines; default on); `MDL_LOG=error|warn|info|debug|trace` (logging to stderr, not
@@ -159,7 +171,8 @@ extern "C" {
  *
  * What cannot be agreed: MPI_COMM_NULL or an invalid handle on one rank returns an
  * error there at once while the other ranks wait in MPI_Comm_dup (MDL_TIMEOUT cannot
- * help: there is no loader yet). A call after MPI_Finalize returns MDL_ERR_STATE.
+ * help: there is no loader yet; the watchdog, at its default, ends the job). A call
+ * after MPI_Finalize returns MDL_ERR_STATE.
  */
 enum mdl_status mdl_init(MPI_Comm comm,
                          struct mdl_loader **out);
@@ -363,7 +376,9 @@ enum mdl_status mdl_set_prefetch(struct mdl_loader *h, uint32_t depth);
 /**
  * Collective. Frees everything and sets *h = NULL. NULL or *h == NULL is a no-op.
  * A loader closed at MPI_Finalize (see the README) or one that failed with
- * MDL_ERR_PANIC or MDL_ERR_TIMEOUT is freed without communicating. Must not run while
+ * MDL_ERR_PANIC or MDL_ERR_TIMEOUT is freed without communicating. When another rank
+ * is in a different call, MDL_ERR_CALL_MISMATCH on every rank of both calls, nothing
+ * is done and *h stays: finalize again once every rank does. Must not run while
  * another thread is inside a call on the same handle.
  */
 enum mdl_status mdl_finalize(struct mdl_loader **h);

@@ -6,7 +6,15 @@
 //!
 //! All fields are combined with MAX over `f64` (exact for integers below 2^53), and
 //! minima are taken as the maximum of negated values.
+//!
+//! Every agreement carries the call its rank is in ([`crate::call`]): ranks that made
+//! different calls (one left its loop early and finalizes while another fetches) are
+//! told so, naming both calls, instead of reading each other's values as their own.
+//! MPI requires the ranks' reductions to have the same length; the first agreement of
+//! every call on a registered loader goes through its reserved [`AgreementBuffers`],
+//! which pad it to one length, so that such a mismatch meets a reduction that works.
 
+use crate::call::{self, Call};
 use crate::memory;
 use crate::config::Backend;
 use crate::error::{Error, Result, mdl_status};
@@ -36,7 +44,8 @@ pub struct Agreed {
     pub same_differs: bool,
 }
 
-const HEADER: usize = 5;
+/// Failure, backend (max, -min), `same` (max, -min), call (max, -min).
+const HEADER: usize = 7;
 /// A failure travels as -(rank * STATUS_SLOTS + status): the maximum is the lowest
 /// failing rank, and its status comes along in the same value.
 const STATUS_SLOTS: u64 = 16;
@@ -48,14 +57,44 @@ const STATUS_SLOTS: u64 = 16;
 /// [`AgreementBuffers`] reserved ahead.
 const ON_STACK: usize = 128;
 
+/// The fewest values (besides the header) a loader's reserved agreement buffers hold:
+/// the longest first agreement of a call other than a step's (an epoch's settings, 6
+/// values each, about 60), so that it is padded to the steps' length too.
+pub(crate) const CALL_AGREEMENT_MIN: usize = ON_STACK - HEADER;
+
 pub fn agree(comm: &Comm, proposal: &Proposal) -> Result<Agreed> {
     let len = HEADER + proposal.maxima.len();
     if len <= ON_STACK {
         let mut values = [0.0f64; ON_STACK];
         encode_into(comm, proposal, &mut values[..len]);
-        return decode(&comm.allreduce_max(&values[..len])?);
+        return decode(&reduced(comm, &values[..len])?, len);
     }
-    decode(&comm.allreduce_max(&encode(comm, proposal)?)?)
+    decode(&reduced(comm, &encode(comm, proposal)?)?, len)
+}
+
+/// The agreement's reduction. Its MPI errors are read as what they mean here: ranks
+/// whose reductions differ in length are in different calls.
+fn reduced(comm: &Comm, values: &[f64]) -> Result<Vec<f64>> {
+    comm.allreduce_max(values).map_err(|err| in_different_calls(err, values.len()))
+}
+
+/// MPI reports a reduction longer on another rank as a truncation (Open MPI) or a
+/// count mismatch (MPICH's `MPI_ERR_OTHER`/`MPI_ERR_COUNT` with debug checks): the
+/// ranks are in different calls of the library, which is what to say.
+fn in_different_calls(err: Error, len: usize) -> Error {
+    if err.status != mdl_status::MDL_ERR_MPI || !["MPI_ERR_TRUNCATE", "MPI_ERR_COUNT"].iter().any(|c| err.message.contains(c)) {
+        return err;
+    }
+    Error::new(
+        mdl_status::MDL_ERR_CALL_MISMATCH,
+        format!(
+            "this rank is in {}, and another rank in a different call of the library on this loader (their \
+             agreements differ in length, {len} values here; MPI said: {}). Every rank must make the same \
+             collective calls in the same order: did one rank leave its loop early, or get more batches than the others?",
+            call::current().name(),
+            err.message
+        ),
+    )
 }
 
 /// The buffers of an agreement, reserved ahead where a failure to reserve them can
@@ -66,50 +105,63 @@ pub fn agree(comm: &Comm, proposal: &Proposal) -> Result<Agreed> {
 pub struct AgreementBuffers {
     send: Vec<f64>,
     received: Vec<f64>,
+    /// Every agreement through these buffers is padded to this length (0 for
+    /// unreserved buffers: not padded).
+    padded_len: usize,
 }
 
 impl AgreementBuffers {
-    /// Buffers for proposals of up to `maxima` values.
+    /// Buffers for proposals of up to `maxima` values, every one padded to that length.
     pub fn reserve(maxima: usize) -> Result<AgreementBuffers> {
         let len = HEADER + maxima;
-        Ok(AgreementBuffers { send: memory::with_room(len)?, received: memory::with_room(len)? })
+        Ok(AgreementBuffers { send: memory::with_room(len)?, received: memory::with_room(len)?, padded_len: len })
     }
 
-    /// `proposal` encoded into the send buffer, which holds it without growing when the
-    /// buffers were reserved for it. (Unreserved ones, in a call that fails on every
-    /// rank anyway, say a fetch before registration, grow here.)
-    fn encode(&mut self, comm: &Comm, proposal: &Proposal) {
+    /// `proposal` encoded into the send buffer, padded with zeros to the reserved
+    /// length, which holds it without growing. (Unreserved ones, in a call that fails
+    /// on every rank anyway, say a fetch before registration, grow here.) Returns the
+    /// proposal's own length.
+    fn encode(&mut self, comm: &Comm, proposal: &Proposal) -> usize {
+        let len = HEADER + proposal.maxima.len();
+        debug_assert!(self.padded_len == 0 || len <= self.padded_len, "reserved for the longest proposal");
         self.send.clear();
-        self.send.resize(HEADER + proposal.maxima.len(), 0.0);
-        encode_into(comm, proposal, &mut self.send);
+        self.send.resize(len.max(self.padded_len), 0.0);
+        encode_into(comm, proposal, &mut self.send[..len]);
+        len
     }
 }
 
 /// [`agree`] for a proposal of any length, encoded into `buffers`.
 pub fn agree_in(comm: &Comm, proposal: &Proposal, buffers: &mut AgreementBuffers) -> Result<Agreed> {
-    buffers.encode(comm, proposal);
-    decode(&comm.allreduce_max(&buffers.send)?)
+    let len = buffers.encode(comm, proposal);
+    decode(&reduced(comm, &buffers.send)?, len)
 }
 
 /// An agreement started ahead of its use: the ranks go on while it completes.
-pub struct AgreementUnderWay(Reduction);
+pub struct AgreementUnderWay {
+    reduction: Reduction,
+    len: usize,
+    padded_len: usize,
+}
 
 /// Start an agreement without waiting for it (collective: every rank starts its
 /// agreements, and its other collectives on `comm`, in the same order). `buffers` stay
 /// with it until it is finished.
 pub fn start_agreement(comm: &Comm, proposal: &Proposal, mut buffers: AgreementBuffers) -> Result<AgreementUnderWay> {
-    buffers.encode(comm, proposal);
+    let len = buffers.encode(comm, proposal);
     buffers.received.clear();
     buffers.received.resize(buffers.send.len(), 0.0);
-    Ok(AgreementUnderWay(comm.start_allreduce_max(buffers.send, buffers.received)?))
+    let padded_len = buffers.padded_len;
+    let reduction = comm.start_allreduce_max(buffers.send, buffers.received).map_err(|e| in_different_calls(e, len))?;
+    Ok(AgreementUnderWay { reduction, len, padded_len })
 }
 
 impl AgreementUnderWay {
     /// The agreement, and its buffers for the next.
     pub fn finish(self) -> Result<(Agreed, AgreementBuffers)> {
-        let (received, send) = self.0.finish()?;
-        let agreed = decode(&received)?;
-        Ok((agreed, AgreementBuffers { send, received }))
+        let (received, send) = self.reduction.finish().map_err(|e| in_different_calls(e, self.len))?;
+        let agreed = decode(&received, self.len)?;
+        Ok((agreed, AgreementBuffers { send, received, padded_len: self.padded_len }))
     }
 }
 
@@ -130,12 +182,16 @@ fn encode_into(comm: &Comm, proposal: &Proposal, values: &mut [f64]) {
     debug_assert!(proposal.same < 1 << 53, "exact in a double");
     values[3] = proposal.same as f64;
     values[4] = -(proposal.same as f64);
+    values[5] = call::current() as u64 as f64;
+    values[6] = -(call::current() as u64 as f64);
     values[HEADER..].copy_from_slice(&proposal.maxima);
 }
 
-fn decode(combined: &[f64]) -> Result<Agreed> {
+/// The combined values of a proposal of `len` values (the rest is padding).
+fn decode(combined: &[f64], len: usize) -> Result<Agreed> {
+    refuse_different_calls(combined)?;
     // Every rank sends a valid backend; anything else means the ranks are in different
-    // calls (a mismatch MPI does not detect).
+    // calls that the call codes did not tell apart (a mismatch MPI does not detect).
     let backend = |v: f64| {
         Backend::from_code(v as i64).ok_or_else(|| {
             Error::new(mdl_status::MDL_ERR_MPI, "the ranks' agreement is garbled: are they in different calls of the library?")
@@ -151,8 +207,30 @@ fn decode(combined: &[f64]) -> Result<Agreed> {
         backend_max: backend(combined[1])?,
         backend_min: backend(-combined[2])?,
         same_differs: combined[3] != -combined[4],
-        maxima: combined[HEADER..].to_vec(),
+        maxima: combined[HEADER..len].to_vec(),
     })
+}
+
+/// An error on every rank of the agreement when the ranks are in different calls,
+/// naming this rank's call and another's.
+fn refuse_different_calls(combined: &[f64]) -> Result<()> {
+    let (highest, lowest) = (combined[5], -combined[6]);
+    if highest == lowest {
+        return Ok(());
+    }
+    let call_of = |v: f64| Call::from_code(v as u64).map_or("a call this library does not know", Call::name);
+    let mine = call::current();
+    let other = if mine as u64 as f64 == lowest { highest } else { lowest };
+    Err(Error::new(
+        mdl_status::MDL_ERR_CALL_MISMATCH,
+        format!(
+            "the ranks are in different calls of the library on this loader: this rank in {}, another in {}. \
+             Every rank must make the same collective calls in the same order: did one rank leave its loop \
+             early, or get more batches than the others? Nothing was done",
+            mine.name(),
+            call_of(other)
+        ),
+    ))
 }
 
 impl Agreed {
@@ -276,6 +354,12 @@ fn readable(v: f64) -> String {
 /// its values. Returns the agreed values, in the order given: a `Setting::max`'s as
 /// the double it was shown as, so exact up to 2^53.
 pub fn agree_settings(comm: &Comm, checks: Result<()>, settings: &[Setting]) -> Result<Vec<u64>> {
+    agree_settings_in(comm, checks, settings, None)
+}
+
+/// [`agree_settings`] as the first agreement of a call, through a loader's reserved
+/// `buffers` where it has them (see the module's comment).
+pub fn agree_settings_in(comm: &Comm, checks: Result<()>, settings: &[Setting], buffers: Option<&mut AgreementBuffers>) -> Result<Vec<u64>> {
     let error = checks.err();
     // Each value as two 32-bit halves (exact in f64) to detect any difference, plus the
     // number to show the smallest and largest; with negations, so that the maximum
@@ -287,7 +371,10 @@ pub fn agree_settings(comm: &Comm, checks: Result<()>, settings: &[Setting]) -> 
         maxima.extend_from_slice(&[hi, lo, -hi, -lo, s.shown, -s.shown]);
     }
     let proposal = Proposal { error: error.clone(), backend: Backend::Auto, maxima, same: 0 };
-    let agreed = agree(comm, &proposal)?;
+    let agreed = match buffers {
+        Some(buffers) => agree_in(comm, &proposal, buffers)?,
+        None => agree(comm, &proposal)?,
+    };
     agreed.outcome(error)?;
     let mut values = Vec::with_capacity(settings.len());
     let mut differing = Vec::new();

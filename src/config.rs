@@ -124,6 +124,12 @@ pub struct Config {
     /// `MDL_ERR_TIMEOUT` (0, the default: wait for ever). When set, every wait is a
     /// nonblocking call and a test loop, which can give up.
     pub timeout_seconds: f64,
+    /// `MDL_WATCHDOG`: seconds any single wait of the library for the other ranks may
+    /// last before the job is ended with a message naming the call (default 1800, as
+    /// torch's collectives time out after 30 minutes; 0: never). Unlike `MDL_TIMEOUT`
+    /// it keeps the blocking MPI calls, which cannot give up: a thread of the library's
+    /// watches them (see `mpi::watchdog`).
+    pub watchdog_seconds: f64,
     /// `MDL_SHARED_INDEX=on|off`: keep the global index once per node in shared memory
     /// (default on), or a copy per rank (off: where shared memory is small, such as a
     /// container's 64 MB /dev/shm).
@@ -177,6 +183,11 @@ pub(crate) const PROGRESS_US_MIN: u64 = 10;
 pub(crate) const PROGRESS_US_MAX: u64 = 1_000_000;
 /// A shorter timeout would fail healthy collectives.
 pub(crate) const TIMEOUT_MIN: f64 = 0.001;
+/// The watchdog's default: torch's collectives give up after 30 minutes by default, so
+/// a job that trains with them never has ranks that far apart at one call; and the
+/// slowest healthy wait of the library (a registration whose peers still read their
+/// files, a calibration) is minutes, not half an hour, even at thousands of ranks.
+pub(crate) const DEFAULT_WATCHDOG_SECONDS: f64 = 1800.0;
 /// `MDL_MAX_MESSAGE_BYTES`'s default: the collective engine's exchanges take any size
 /// in one round (beyond `int` counts through `MPI_Alltoallw`, see `mpi::large_count`).
 pub(crate) const NO_MESSAGE_LIMIT: u64 = u64::MAX;
@@ -196,6 +207,7 @@ impl Default for Config {
             wait: Wait::Auto,
             max_gets_in_flight: 4096,
             timeout_seconds: 0.0,
+            watchdog_seconds: DEFAULT_WATCHDOG_SECONDS,
             shared_index: true,
             agreement_lag: 2,
             node_local: true,
@@ -355,6 +367,13 @@ impl Config {
                 &format!("0 (no timeout) or seconds in {TIMEOUT_MIN}..={TIMEOUT_LIMIT}"),
             )?
             .abs(), // -0 is 0
+            watchdog_seconds: env_or(
+                "MDL_WATCHDOG",
+                default.watchdog_seconds,
+                |s: &f64| *s == 0.0 || (TIMEOUT_MIN..=TIMEOUT_LIMIT).contains(s),
+                &format!("0 (no watchdog) or seconds in {TIMEOUT_MIN}..={TIMEOUT_LIMIT}"),
+            )?
+            .abs(),
         })
     }
 
@@ -383,6 +402,7 @@ impl Config {
             Setting::identical("MDL_MATRIX_MAX_RANKS", self.matrix_max_ranks as u64),
             Setting::identical("MDL_WARMUP_GETS", self.warm_up_gets),
             Setting::float("MDL_TIMEOUT", self.timeout_seconds),
+            Setting::float("MDL_WATCHDOG", self.watchdog_seconds),
             Setting::identical("MDL_AGREEMENT_LAG", self.agreement_lag),
             Setting::identical("MDL_SHARED_INDEX", self.shared_index as u64).shown_as(|v| ["off", "on"][(v as usize).min(1)].to_string()),
             Setting::identical("MDL_NODE_LOCAL", self.node_local as u64).shown_as(|v| ["off", "on"][(v as usize).min(1)].to_string()),

@@ -32,11 +32,18 @@ pub enum mdl_status {
     /// only), MPI may still write into the buffers of the call that timed out, and
     /// MPI_Finalize may hang on the pending request: call MPI_Abort.
     MDL_ERR_TIMEOUT = 10,
+    /// The ranks made different collective calls on this loader (one fetches while
+    /// another finalizes, say: a rank left its loop early or had more batches). Every
+    /// rank in either call returns it, naming both calls. It is found in a call's first
+    /// agreement, so nothing was done: the loader works on once the ranks make the same
+    /// calls again (`mdl_finalize` leaves `*h` for that). Within a running epoch it ends
+    /// the epoch (its steps were agreed ahead).
+    MDL_ERR_CALL_MISMATCH = 11,
 }
 
 impl mdl_status {
     /// All codes, in numeric order.
-    pub(crate) const ALL: [mdl_status; 11] = [
+    pub(crate) const ALL: [mdl_status; 12] = [
         mdl_status::MDL_OK,
         mdl_status::MDL_ERR_NULL_ARG,
         mdl_status::MDL_ERR_INVALID_ARG,
@@ -48,6 +55,7 @@ impl mdl_status {
         mdl_status::MDL_ERR_PANIC,
         mdl_status::MDL_ERR_REMOTE,
         mdl_status::MDL_ERR_TIMEOUT,
+        mdl_status::MDL_ERR_CALL_MISMATCH,
     ];
 
     /// The status with this numeric value, if there is one.
@@ -69,6 +77,7 @@ impl mdl_status {
             mdl_status::MDL_ERR_PANIC => "internal error (panic caught at the C boundary)\0",
             mdl_status::MDL_ERR_REMOTE => "another rank failed this collective call\0",
             mdl_status::MDL_ERR_TIMEOUT => "a collective call timed out (MDL_TIMEOUT)\0",
+            mdl_status::MDL_ERR_CALL_MISMATCH => "the ranks made different collective calls\0",
         }
     }
 
@@ -86,6 +95,7 @@ impl mdl_status {
             mdl_status::MDL_ERR_PANIC => "MDL_ERR_PANIC",
             mdl_status::MDL_ERR_REMOTE => "MDL_ERR_REMOTE",
             mdl_status::MDL_ERR_TIMEOUT => "MDL_ERR_TIMEOUT",
+            mdl_status::MDL_ERR_CALL_MISMATCH => "MDL_ERR_CALL_MISMATCH",
         }
     }
 }

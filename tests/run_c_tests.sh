@@ -67,7 +67,7 @@ build() {
     for src in tests/c/fetch_test.c tests/c/errors_test.c tests/c/idle_rank_test.c tests/c/sampler_test.c \
         tests/c/estimator_test.c tests/c/hardening_test.c tests/c/finalize_test.c tests/c/lag_test.c \
         tests/c/node_local_test.c tests/c/replica_test.c tests/c/progress_test.c tests/c/given_order_test.c \
-        tests/c/rounds_test.c tests/c/large_count_test.c c_examples/demo.c; do
+        tests/c/rounds_test.c tests/c/large_count_test.c tests/c/mismatch_test.c c_examples/demo.c; do
         [ -f "$ROOT/$src" ] || continue
         name=$(basename "$src" .c)
         echo "+ $cc ${flags[*]} $src -o $out/$name ${link[*]}" >>"$log"
@@ -173,6 +173,23 @@ for mpi in "${MPIS[@]}"; do
     # With MDL_TIMEOUT every wait is a test loop (blocking calls become nonblocking):
     # still exactly one agreement per step.
     run_case "$mpi" 3 "lag_test-np3-timeout" MDL_TIMEOUT=60 "${progress[@]}" -- "$bin/lag_test"
+    # Ranks in different calls of one loader are told so on every rank, naming the
+    # calls, with nothing done; and a rank whose peers wait in a collective of their own
+    # is ended by the watchdog (or MDL_TIMEOUT's error), with a line naming its call.
+    for np in 2 3; do
+        run_case "$mpi" $np "mismatch_test-np$np" -- "$bin/mismatch_test"
+    done
+    for deadline in MDL_WATCHDOG MDL_TIMEOUT; do
+        log=$LOGDIR/$mpi-mismatch_test-np2-$deadline.log
+        mdl_mpirun "$mpi" 2 "$log" "$deadline=5" -- "$bin/mismatch_test" --case fetch-allreduce
+        rc=$?
+        said=$(grep -c 'mdl_fetch_batch.* waited .* for the other ranks: .*makes a different call' "$log")
+        if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && [ "$rc" -ne 137 ] && [ "$said" -ge 1 ] && [ "${MDL_ELAPSED:-0}" -lt 60 ]; then
+            pass "$mpi/mismatch_test-np2-$deadline (the job ended in ${MDL_ELAPSED:-?} s, saying why)"
+        else
+            fail "$mpi/mismatch_test-np2-$deadline (exit $rc after ${MDL_ELAPSED:-?} s; $said lines naming the call)" "$log"
+        fi
+    done
     # Thread levels that differ between ranks (one rank MPI_THREAD_FUNNELED, an MPMD
     # launch): every rank fetches without prefetch instead of failing mdl_epoch_begin.
     run_case "$mpi" 1 "sampler_test-np2-mixed-thread-levels" -- "$bin/sampler_test" : -n 1 "$bin/sampler_test" --funneled

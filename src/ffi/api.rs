@@ -61,7 +61,10 @@ fn init_from(comm: Result<MPI_Comm>, group_size: Option<c_int>, out: *mut *mut m
 /// `MDL_PROBE_INTERVAL`, `MDL_HYSTERESIS` ([0, 1)), `MDL_PROBE_BUDGET` ([0, 1], what
 /// AUTO's probes may cost over all steps' time), `MDL_MATRIX_MAX_RANKS` (0..64),
 /// `MDL_WARMUP_GETS` (0..65536), `MDL_TIMEOUT` (seconds a collective may wait before
-/// MDL_ERR_TIMEOUT, 0 = never, the default), `MDL_SHARED_INDEX=on|off` (the global
+/// MDL_ERR_TIMEOUT, 0 = never, the default; set, every wait is a test loop),
+/// `MDL_WATCHDOG` (seconds one wait for the other ranks may last before the job is
+/// ended with MPI_Abort and a line naming the call, default 1800, 0 = never),
+/// `MDL_AGREEMENT_LAG` (sampler steps agreed ahead, 0..64, default 2), `MDL_SHARED_INDEX=on|off` (the global
 /// index once per node in shared memory, or per rank), `MDL_NODE_LOCAL=on|off` (samples
 /// of the ranks of this rank's node copied from shared memory instead of through the
 /// engines; default on); `MDL_LOG=error|warn|info|debug|trace` (logging to stderr, not
@@ -78,7 +81,8 @@ fn init_from(comm: Result<MPI_Comm>, group_size: Option<c_int>, out: *mut *mut m
 ///
 /// What cannot be agreed: MPI_COMM_NULL or an invalid handle on one rank returns an
 /// error there at once while the other ranks wait in MPI_Comm_dup (MDL_TIMEOUT cannot
-/// help: there is no loader yet). A call after MPI_Finalize returns MDL_ERR_STATE.
+/// help: there is no loader yet; the watchdog, at its default, ends the job). A call
+/// after MPI_Finalize returns MDL_ERR_STATE.
 #[unsafe(no_mangle)]
 pub extern "C" fn mdl_init(comm: MPI_Comm, out: *mut *mut mdl_loader) -> mdl_status {
     boundary("mdl_init", || init_from(Ok(comm), None, out))
@@ -412,7 +416,9 @@ pub extern "C" fn mdl_set_prefetch(h: *mut mdl_loader, depth: u32) -> mdl_status
 
 /// Collective. Frees everything and sets *h = NULL. NULL or *h == NULL is a no-op.
 /// A loader closed at MPI_Finalize (see the README) or one that failed with
-/// MDL_ERR_PANIC or MDL_ERR_TIMEOUT is freed without communicating. Must not run while
+/// MDL_ERR_PANIC or MDL_ERR_TIMEOUT is freed without communicating. When another rank
+/// is in a different call, MDL_ERR_CALL_MISMATCH on every rank of both calls, nothing
+/// is done and *h stays: finalize again once every rank does. Must not run while
 /// another thread is inside a call on the same handle.
 #[unsafe(no_mangle)]
 pub extern "C" fn mdl_finalize(h: *mut *mut mdl_loader) -> mdl_status {
@@ -422,10 +428,15 @@ pub extern "C" fn mdl_finalize(h: *mut *mut mdl_loader) -> mdl_status {
         if slot.is_null() {
             return Ok(());
         }
+        // SAFETY: *slot came from Box::into_raw in mdl_init and stays live until released below.
+        let agreed = unsafe { &**slot }.agree_to_close();
+        if agreed.as_ref().is_err_and(|err| err.status == mdl_status::MDL_ERR_CALL_MISMATCH) {
+            return agreed; // nothing done: *h stays, for a finalize on every rank
+        }
         // SAFETY: *slot came from Box::into_raw in mdl_init and is released only here.
         let handle = unsafe { Box::from_raw(*slot) };
         *slot = std::ptr::null_mut();
-        handle.close()
+        handle.close(agreed)
     })
 }
 

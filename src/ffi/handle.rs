@@ -9,6 +9,8 @@
 //! - **Poison.** A panic caught inside a call, or a collective that timed out, leaves
 //!   the loader half way through a step: every later call is refused, and finalize
 //!   frees the memory only (a collective free could hang on the ranks that moved on).
+//!   Ranks found in different calls (`MDL_ERR_CALL_MISMATCH`) do not poison it: the
+//!   mismatch is found in a call's first agreement, before anything is done.
 //! - **MPI_Finalize.** Every open handle is in a registry; a hook inside
 //!   `MPI_Finalize` closes them in creation order (the same on every rank, as loaders
 //!   are created collectively), freeing their MPI objects while MPI still works.
@@ -50,10 +52,22 @@ impl mdl_loader {
         Box::new(mdl_loader { inner })
     }
 
-    /// Collective: finalize the loader and free the handle. A poisoned loader, or one
-    /// closed at `MPI_Finalize`, is freed without communicating.
+    /// Collective, the first half of finalize: agree with the other ranks that all of
+    /// them finalize. `MDL_ERR_CALL_MISMATCH` (a rank in another call) leaves the
+    /// handle as it was, for the caller to finalize again; any other outcome goes to
+    /// [`mdl_loader::close`]. A poisoned loader, or one closed at `MPI_Finalize`, needs
+    /// no agreement: it is freed without communicating.
+    pub fn agree_to_close(&self) -> Result<()> {
+        if self.inner.poison.lock().is_some() || !mpi::is_usable() {
+            return Ok(());
+        }
+        self.inner.loader.lock().as_mut().map_or(Ok(()), Loader::agree_to_finalize)
+    }
+
+    /// Collective: free the loader and the handle after [`mdl_loader::agree_to_close`]
+    /// gave `agreed`.
     #[allow(clippy::boxed_local)] // the handle the C caller owned, taken back whole
-    pub fn close(self: Box<mdl_loader>) -> Result<()> {
+    pub fn close(self: Box<mdl_loader>, agreed: Result<()>) -> Result<()> {
         let handle = self.inner;
         OPEN.lock().retain(|h| !Arc::ptr_eq(h, &handle));
         let Some(loader) = handle.loader.lock().take() else { return Ok(()) };
@@ -66,7 +80,13 @@ impl mdl_loader {
         if !mpi::is_usable() {
             return Ok(()); // MPI is gone; nothing of it can be freed any more
         }
-        loader.finalize()
+        match agreed {
+            Ok(()) => loader.finalize(),
+            Err(err) => {
+                loader.abandon(&err);
+                Err(err)
+            }
+        }
     }
 }
 
@@ -161,7 +181,7 @@ fn close_all_at_mpi_finalize() {
             continue;
         }
         log::info!("a loader was still open at MPI_Finalize: closing it");
-        if let Err(err) = loader.finalize() {
+        if let Err(err) = loader.agree_and_finalize() {
             log::warn!("closing a loader at MPI_Finalize: {}", err.message);
         }
     }

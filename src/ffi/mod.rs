@@ -35,6 +35,7 @@ fn with_last_error<R>(f: impl FnOnce(&str) -> R) -> R {
 /// Run an export's body: no panic crosses into C, every error becomes a status code
 /// and a message for `mdl_last_error`.
 fn boundary(call: &str, body: impl FnOnce() -> Result<()>) -> mdl_status {
+    let _in_call = crate::call::enter(crate::call::Call::of_export(call));
     match catch_unwind(AssertUnwindSafe(body)) {
         Ok(Ok(())) => mdl_status::MDL_OK,
         Ok(Err(err)) => {

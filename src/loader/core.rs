@@ -14,7 +14,7 @@ use super::epoch::Batch;
 use super::published::Published;
 use super::replica::{GroupSpec, ReplicaGroup, ReplicaInfo};
 use super::step::PendingMeasurement;
-use crate::agree::{AgreementBuffers, Fallback, Setting, agree_identical, agree_on_checks, agree_settings};
+use crate::agree::{AgreementBuffers, Fallback, Setting, agree_identical, agree_settings};
 use crate::config::{Backend, Config, Wait};
 use crate::engine::ExchangeBuffers;
 use crate::error::{Error, Result, mdl_status, outcome_of};
@@ -180,6 +180,7 @@ impl Core {
             yield_between_tests,
             trust_flush: !mpi::is_mpich(),
             timeout_seconds: config.timeout_seconds,
+            watchdog_seconds: config.watchdog_seconds,
         };
         Ok((config, policy, spec, JobFacts { one_clock, threads_refused }))
     }
@@ -266,17 +267,22 @@ impl Core {
         self.publish();
     }
 
-    /// Collective: free the window and the communicator. The ranks first agree that all
-    /// of them are finalizing: the frees are blocking MPI calls, which `MDL_TIMEOUT`
-    /// cannot interrupt, while the agreement's wait can give up (then nothing is freed).
-    pub fn finalize(mut self) -> Result<()> {
-        // Its MPI calls end before the ranks agree: finalize is the last call.
-        self.progress = None;
-        if let Err(err) = agree_on_checks(&self.comm, Ok(())) {
-            log::warn!("finalize could not agree with the other ranks ({}): MPI objects are not freed", err.message);
-            std::mem::forget(self); // MPI may still use its buffers
-            return Err(err);
+    /// Collective: the ranks agree that all of them are finalizing. The frees are
+    /// blocking MPI calls, which `MDL_TIMEOUT` cannot interrupt, while the agreement's
+    /// wait can give up. Ranks in another call make it `MDL_ERR_CALL_MISMATCH` on every
+    /// rank with nothing done (the loader works on, and finalize may be called again);
+    /// otherwise the progress thread's MPI calls end here, before the frees.
+    pub fn agree_to_finalize(&mut self) -> Result<()> {
+        let agreed = self.agree_call(Ok(()), &[]).map(drop);
+        if !agreed.as_ref().is_err_and(|err| err.status == mdl_status::MDL_ERR_CALL_MISMATCH) {
+            self.progress = None;
         }
+        agreed
+    }
+
+    /// Collective, once [`Core::agree_to_finalize`] succeeded on every rank: free the
+    /// window and the communicator.
+    pub fn finalize(self) -> Result<()> {
         let Core { comm, group, store, stats, published, .. } = self;
         published.clear_index();
         log::info!("finalize after {}", stats.summary());

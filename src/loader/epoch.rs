@@ -214,6 +214,7 @@ impl Prefetcher {
             .name("mdloader-prefetch".into())
             .spawn(move || {
                 crate::mpi::mark_background_thread();
+                let _in_call = crate::call::enter(crate::call::Call::Epoch);
                 let run = AssertUnwindSafe(|| {
                     let mut pipeline = Pipeline::new(first_step, lag);
                     prefetch_loop(&core, &epoch, first_step, depth as u64, &shared, &ready_tx, &free_rx, &mut pipeline);
@@ -326,5 +327,8 @@ fn prefetch_loop(
 
 /// Whether a failure leaves the ranks out of step (not agreed by all of them).
 fn leaves_ranks_out_of_step(err: &Error) -> bool {
-    matches!(err.status, mdl_status::MDL_ERR_MPI | mdl_status::MDL_ERR_TIMEOUT | mdl_status::MDL_ERR_PANIC)
+    matches!(
+        err.status,
+        mdl_status::MDL_ERR_MPI | mdl_status::MDL_ERR_TIMEOUT | mdl_status::MDL_ERR_PANIC | mdl_status::MDL_ERR_CALL_MISMATCH
+    )
 }

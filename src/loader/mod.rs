@@ -17,7 +17,7 @@ pub use epoch::Batch;
 pub use published::Published;
 
 use self::core::Core;
-use crate::agree::{Setting, agree_identical, agree_settings};
+use crate::agree::Setting;
 use crate::config::Backend;
 use crate::error::{Error, Result};
 use crate::sampler::Epoch;
@@ -184,8 +184,7 @@ impl Loader {
         let interrupted = self.interrupt_epoch()?;
         let Some(order) = current else {
             // Agree anyway so that no rank is left behind (all ranks see no epoch).
-            let core = self.core.lock();
-            return agree_identical(core.comm(), Err(Error::state("no epoch to seek in (call mdl_epoch_begin first)")), &[]);
+            return self.core.lock().agree_call(Err(Error::state("no epoch to seek in (call mdl_epoch_begin first)")), &[]).map(drop);
         };
         let sought = self.start_epoch(Ok(order), step, Vec::new());
         if sought.is_err() {
@@ -213,9 +212,7 @@ impl Loader {
     fn resume(&mut self, interrupted: Option<Interrupted>) -> Result<()> {
         let Some(Interrupted { order, step, depth }) = interrupted else { return Ok(()) };
         let run = EpochRun::prepare(&self.core, order, step, depth);
-        let core = self.core.lock();
-        let spawned = agree_settings(core.comm(), Ok(()), &[Self::spawn_failure(&run)]);
-        drop(core);
+        let spawned = self.core.lock().agree_call(Ok(()), &[Self::spawn_failure(&run)]);
         self.epoch = Some(run.release(spawned.map_or(true, |v| v[0] != 0)));
         Ok(())
     }
@@ -255,9 +252,7 @@ impl Loader {
         };
         let not_started = run.as_ref().map_or(Setting::max("prefetch thread not started", 0), Self::spawn_failure);
         settings.extend([Setting::identical("step", step), Setting::identical("prefetch depth", depth as u64), not_started]);
-        let core = self.core.lock();
-        let agreed = agree_settings(core.comm(), checks, &settings);
-        drop(core);
+        let agreed = self.core.lock().agree_call(checks, &settings);
         let agreed = match agreed {
             Ok(agreed) => agreed,
             Err(err) => {
@@ -304,13 +299,40 @@ impl Loader {
         self.epoch.take().map_or(Ok(()), |run| run.stop(&self.core))
     }
 
-    /// Collective.
-    pub fn finalize(mut self) -> Result<()> {
+    /// Collective: stop any epoch and agree that every rank finalizes (see
+    /// [`Core::agree_to_finalize`]: on `MDL_ERR_CALL_MISMATCH` the loader works on).
+    pub fn agree_to_finalize(&mut self) -> Result<()> {
         let stopped = self.stop_epoch();
+        let agreed = self.core.lock().agree_to_finalize();
+        agreed.and(stopped)
+    }
+
+    /// Collective: free everything, once the ranks agreed to.
+    pub fn finalize(self) -> Result<()> {
         let core = Arc::try_unwrap(self.core)
             .map_err(|_| Error::state("the prefetch thread still holds the loader"))?
             .into_inner();
-        let finalized = core.finalize();
-        stopped.and(finalized)
+        core.finalize()
+    }
+
+    /// Collective: [`Loader::agree_to_finalize`], then [`Loader::finalize`], or on a
+    /// failed agreement leave the MPI objects to MPI (a rank may still be in one of
+    /// their collectives).
+    pub fn agree_and_finalize(mut self) -> Result<()> {
+        match self.agree_to_finalize() {
+            Ok(()) => self.finalize(),
+            Err(err) => {
+                self.abandon(&err);
+                Err(err)
+            }
+        }
+    }
+
+    /// Leave the loader's MPI objects unfreed after `failure` (MPI may still use its
+    /// buffers, and freeing would wait for ranks that moved on).
+    pub fn abandon(self, failure: &Error) {
+        log::warn!("finalize could not agree with the other ranks ({}): MPI objects are not freed", failure.message);
+        self.stop_progress();
+        std::mem::forget(self);
     }
 }

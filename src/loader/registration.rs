@@ -53,11 +53,12 @@ impl Core {
         };
         // A registration that fails leaves no shard behind: the caller may try again.
         // Every rank failed alike (calibration agrees on its failures), so the store is
-        // freed together, but after a timeout (a peer may be stuck in a collective of
-        // it, and freeing the window would wait for it): then it is leaked.
+        // freed together, but after a timeout or a call mismatch (a peer may be stuck
+        // in a collective of it, or not in this call at all, and freeing the window
+        // would wait for it): then it is leaked.
         self.calibration = match calibration {
             Ok(calibration) => calibration,
-            Err(err) if err.status == mdl_status::MDL_ERR_TIMEOUT => {
+            Err(err) if matches!(err.status, mdl_status::MDL_ERR_TIMEOUT | mdl_status::MDL_ERR_CALL_MISMATCH) => {
                 std::mem::forget(store);
                 return Err(err);
             }

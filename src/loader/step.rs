@@ -5,7 +5,7 @@
 
 use super::core::Core;
 use super::replica::{GroupBatches, ReplicaGroup};
-use crate::agree::{Agreed, AgreementBuffers, Proposal, agree_in};
+use crate::agree::{Agreed, AgreementBuffers, CALL_AGREEMENT_MIN, Proposal, Setting, agree_in, agree_settings_in};
 use crate::config::Backend;
 use crate::engine::{ExchangeShape, KnownBatches, RequestsToOwner, StepContext, copy_local, exchange_shape, fetch_remote};
 use crate::error::{Error, Result, mdl_status};
@@ -136,7 +136,16 @@ impl Core {
         let mut buffers = self.agreement_buffers.pop().unwrap_or_default();
         let agreed = agree_in(&self.comm, &Proposal { error: error.clone(), backend: self.backend, maxima, same }, &mut buffers);
         self.agreement_buffers.push(buffers);
-        let agreed = agreed?;
+        let agreed = match agreed {
+            Ok(agreed) => agreed,
+            Err(err) => {
+                if err.status == mdl_status::MDL_ERR_CALL_MISMATCH {
+                    // Nothing was done, on any rank: the measurements go with the next step.
+                    self.pending.splice(0..0, measured);
+                }
+                return Err(err);
+            }
+        };
         self.settle(measured, &agreed, error)?;
         let prepared = prepared.expect("agreed that every rank prepared its fetch");
         let (step_features, node, requests_to_me) = self.agreed_features(&agreed.maxima[at..]);
@@ -284,11 +293,26 @@ impl Core {
         self.pending.drain(..carried).collect()
     }
 
-    /// The most values (besides the header) any step's agreement proposes: its
-    /// measured steps and the larger of the two feature layouts.
+    /// The most values (besides the header) any step's agreement proposes (its
+    /// measured steps and the larger of the two feature layouts), and at least as many
+    /// as any other call's first agreement: every agreement through the reserved
+    /// buffers is padded to this, so that ranks in different calls meet reductions of
+    /// one length and are told so (see `agree`).
     fn agreement_values_max(&self) -> usize {
         let (ranks, matrix_max_ranks) = (self.data_comm().size(), self.matrix_max_ranks());
-        VALUES_PER_MEASUREMENT * MEASUREMENTS_PER_AGREEMENT + features::encoded_len(ranks, matrix_max_ranks).max(features::KNOWN_LEN)
+        let step = VALUES_PER_MEASUREMENT * MEASUREMENTS_PER_AGREEMENT
+            + features::encoded_len(ranks, matrix_max_ranks).max(features::KNOWN_LEN);
+        step.max(CALL_AGREEMENT_MIN)
+    }
+
+    /// Collective: agree on `checks` and `settings` as the first agreement of a call
+    /// that is not a step (an epoch's start, the job's statistics, finalize), padded
+    /// like the steps' agreements (see [`Core::agreement_values_max`]).
+    pub fn agree_call(&mut self, checks: Result<()>, settings: &[Setting]) -> Result<Vec<u64>> {
+        let mut buffers = self.agreement_buffers.pop();
+        let agreed = agree_settings_in(&self.comm, checks, settings, buffers.as_mut());
+        self.agreement_buffers.extend(buffers);
+        agreed
     }
 
     /// Reserve buffers for `under_way` step agreements at once, before an agreement

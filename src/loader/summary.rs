@@ -1,7 +1,6 @@
 //! What ran, told: the per-epoch summary line in the log and the job's statistics.
 
 use super::core::Core;
-use crate::agree::agree_on_checks;
 use crate::config::Backend;
 use crate::error::Result;
 use crate::stats::JobStats;
@@ -44,8 +43,8 @@ impl Core {
     /// Collective: the job's statistics as JSON (see `stats::JobStats`): every rank's
     /// numbers summed or maximised, the same text on every rank. `checks` carries an
     /// argument error found by the caller, so that every rank fails together.
-    pub fn job_stats_json(&self, checks: Result<()>) -> Result<String> {
-        agree_on_checks(&self.comm, checks)?;
+    pub fn job_stats_json(&mut self, checks: Result<()>) -> Result<String> {
+        self.agree_call(checks, &[])?;
         let sums = self.comm.allreduce_sum(&self.stats.summed())?;
         let maxima = self.comm.allreduce_max(&self.stats.maximised())?;
         let job = JobStats { ranks: self.comm.size(), backend: self.backend, counters: self.estimator.counters() };

@@ -1,6 +1,6 @@
 //! The library's own communicator: a duplicate of the host's, with errors returned.
 
-use super::{MAX_COUNT, WaitPolicy, check, ffi, large_count::PeerTypes, to_count, wait::complete};
+use super::{MAX_COUNT, WaitPolicy, check, ffi, large_count::PeerTypes, to_count, wait::{complete, watched}};
 use crate::error::mdl_status;
 use std::borrow::Cow;
 use crate::error::{Error, Result};
@@ -70,7 +70,9 @@ impl Comm {
         let mut raw: ffi::MPI_Comm = unsafe { std::mem::zeroed() };
         // SAFETY: host is a communicator handle from the caller (checked valid above);
         // raw receives the copy.
-        check(unsafe { ffi::MPI_Comm_dup(host, &mut raw) }, "MPI_Comm_dup")?;
+        // (Under the watchdog: a rank whose peers make another call waits here.)
+        let duplicated = watched(&WaitPolicy::UNAGREED, "MPI_Comm_dup", || unsafe { ffi::MPI_Comm_dup(host, &mut raw) });
+        check(duplicated, "MPI_Comm_dup")?;
         let comm = Comm { raw, rank: 0, size: 0, policy: WaitPolicy::UNAGREED };
         // SAFETY: comm.raw is the communicator just created.
         check(

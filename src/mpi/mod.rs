@@ -13,6 +13,7 @@ mod progress;
 mod reduction;
 mod shared;
 mod wait;
+mod watchdog;
 mod window;
 
 pub use comm::{Comm, CountWidth, GathervLayout, timed_out};

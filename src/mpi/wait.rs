@@ -11,7 +11,7 @@
 //! library uses blocking calls, and otherwise nonblocking calls completed by testing
 //! and yielding; which one is agreed at `mdl_init` ([`WaitPolicy`]).
 
-use super::{check, ffi};
+use super::{check, ffi, watchdog};
 use crate::error::{Error, Result};
 use std::cell::Cell;
 use std::os::raw::c_int;
@@ -31,13 +31,21 @@ pub struct WaitPolicy {
     pub trust_flush: bool,
     /// Give up waiting after this many seconds (`MDL_TIMEOUT`); 0 waits for ever.
     pub timeout_seconds: f64,
+    /// End the job when one wait lasts this many seconds (`MDL_WATCHDOG`); 0: never.
+    pub watchdog_seconds: f64,
 }
 
 impl WaitPolicy {
     /// Before the ranks have agreed on a policy: nonblocking calls completed by testing
     /// and yielding, the one kind of call that every rank can make without knowing the
     /// others' settings.
-    pub(crate) const UNAGREED: WaitPolicy = WaitPolicy { yield_between_tests: true, trust_flush: false, timeout_seconds: 0.0 };
+    /// The watchdog keeps its default until the ranks agree on theirs.
+    pub(crate) const UNAGREED: WaitPolicy = WaitPolicy {
+        yield_between_tests: true,
+        trust_flush: false,
+        timeout_seconds: 0.0,
+        watchdog_seconds: crate::config::DEFAULT_WATCHDOG_SECONDS,
+    };
 
     fn yields(&self) -> bool {
         self.yield_between_tests || BACKGROUND.with(Cell::get)
@@ -70,27 +78,40 @@ pub fn mark_background_thread() {
 /// as the policy says; `name` names the call in errors.
 pub fn complete(
     policy: &WaitPolicy,
-    name: &str,
+    name: &'static str,
     blocking: impl FnOnce() -> c_int,
     nonblocking: impl FnOnce(&mut ffi::MPI_Request) -> c_int,
 ) -> Result<()> {
     if policy.blocking_allowed() {
+        let _watched = watchdog::watch(name, policy.watchdog_seconds);
         return check(blocking(), name);
     }
     // SAFETY: reading an extern constant that mpi-sys exports.
     let mut request = unsafe { ffi::RSMPI_REQUEST_NULL };
     check(nonblocking(&mut request), name)?;
-    wait_all(policy, std::slice::from_mut(&mut request))
+    wait_all_in(policy, std::slice::from_mut(&mut request), name)
         .map_err(|err| Error { message: format!("{name}: {}", err.message), ..err })
+}
+
+/// A blocking MPI call that may wait for other ranks, under the watchdog.
+pub fn watched<R>(policy: &WaitPolicy, name: &'static str, call: impl FnOnce() -> R) -> R {
+    let _watched = watchdog::watch(name, policy.watchdog_seconds);
+    call()
 }
 
 /// Wait until every request completes. Completed requests become `MPI_REQUEST_NULL`.
 /// On `MDL_ERR_TIMEOUT` the requests are still pending: their buffers must outlive
 /// the process (callers leak them).
 pub fn wait_all(policy: &WaitPolicy, requests: &mut [ffi::MPI_Request]) -> Result<()> {
+    wait_all_in(policy, requests, "MPI_Testall")
+}
+
+/// [`wait_all`] for the requests of `name` (what the watchdog calls the wait).
+fn wait_all_in(policy: &WaitPolicy, requests: &mut [ffi::MPI_Request], name: &'static str) -> Result<()> {
     if requests.is_empty() {
         return Ok(());
     }
+    let _watched = watchdog::watch(name, policy.watchdog_seconds);
     let count = c_int::try_from(requests.len()).expect("request count fits in int");
     let yield_between_tests = policy.yields();
     let deadline = (policy.timeout_seconds > 0.0).then(|| super::wtime() + policy.timeout_seconds);
@@ -111,8 +132,10 @@ pub fn wait_all(policy: &WaitPolicy, requests: &mut [ffi::MPI_Request]) -> Resul
             && super::wtime() > deadline
         {
             return Err(Error::timeout(format!(
-                "waited more than MDL_TIMEOUT = {} s: is a rank stuck, or in another call of the \
-                 library? The job cannot continue safely: call MPI_Abort",
+                "{} waited more than MDL_TIMEOUT = {} s for the other ranks: one is stuck, died, or makes a \
+                 different call (it left its loop early, has fewer batches, or waits in a collective of its own \
+                 such as comm.allreduce). The job cannot continue safely: call MPI_Abort",
+                crate::call::current().name(),
                 policy.timeout_seconds
             )));
         }

@@ -6,7 +6,7 @@
 //! epoch (`MPI_Win_lock_all`) is opened at creation and held until the window is freed:
 //! a fetch pays for gets and their completion only, never for locks.
 
-use super::{Comm, MAX_COUNT, WaitPolicy, check, comm::null_request, ffi, to_count, wait::wait_all};
+use super::{Comm, MAX_COUNT, WaitPolicy, check, comm::null_request, ffi, to_count, wait::{wait_all, watched}};
 use crate::error::{Error, Result};
 use std::os::raw::{c_int, c_void};
 
@@ -334,8 +334,9 @@ impl Window {
             requests.clear();
             return waited;
         }
+        let raw = self.raw;
         // SAFETY: inside the epoch opened at creation.
-        check(unsafe { ffi::MPI_Win_flush_all(self.raw) }, "MPI_Win_flush_all")
+        check(watched(&self.policy, "MPI_Win_flush_all", || unsafe { ffi::MPI_Win_flush_all(raw) }), "MPI_Win_flush_all")
     }
 
     /// Collective: close the epoch and free the window. Skipped when MPI is finalised.

@@ -1,0 +1,114 @@
+//! Which collective call of the library a thread is in, so that every agreement can
+//! carry it and ranks that made different calls are told so, naming the calls, instead
+//! of decoding each other's values as their own (see `agree`).
+//!
+//! A leaf: the C boundary sets the call for the caller's thread, the prefetch thread
+//! sets its own, and the agreements read it.
+
+use std::cell::Cell;
+
+/// Calls grouped as their agreements must match: an epoch's calls (`mdl_epoch_begin`,
+/// `mdl_next_batch`, `mdl_epoch_seek`, and the prefetch thread that runs its steps) are
+/// one group, because which thread starts a step's agreement is the loader's business,
+/// not the caller's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Call {
+    /// No export named (the library's own tests, a call the table below does not name).
+    Other = 0,
+    Init = 1,
+    Register = 2,
+    Fetch = 3,
+    Epoch = 4,
+    Stats = 5,
+    Finalize = 6,
+}
+
+const ALL: [Call; 7] = [Call::Other, Call::Init, Call::Register, Call::Fetch, Call::Epoch, Call::Stats, Call::Finalize];
+
+impl Call {
+    /// The group of the export named `name`.
+    pub fn of_export(name: &str) -> Call {
+        match name {
+            "mdl_init" | "mdl_init_f" | "mdl_init_replicated" | "mdl_init_replicated_f" => Call::Init,
+            "mdl_register_shard" => Call::Register,
+            "mdl_fetch_batch" => Call::Fetch,
+            "mdl_next_batch" => Call::Epoch,
+            n if n.starts_with("mdl_epoch_") => Call::Epoch,
+            "mdl_stats_json_job" => Call::Stats,
+            "mdl_finalize" => Call::Finalize,
+            _ => Call::Other,
+        }
+    }
+
+    pub fn from_code(code: u64) -> Option<Call> {
+        ALL.iter().copied().find(|c| *c as u64 == code)
+    }
+
+    /// The call as a user wrote it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Call::Other => "another call of the library",
+            Call::Init => "mdl_init",
+            Call::Register => "mdl_register_shard",
+            Call::Fetch => "mdl_fetch_batch",
+            Call::Epoch => "an epoch's mdl_epoch_begin/mdl_next_batch",
+            Call::Stats => "mdl_stats_json_job",
+            Call::Finalize => "mdl_finalize",
+        }
+    }
+}
+
+thread_local! {
+    static CURRENT: Cell<Call> = const { Cell::new(Call::Other) };
+}
+
+/// The call this thread is in.
+pub fn current() -> Call {
+    CURRENT.with(Cell::get)
+}
+
+/// This thread is in `call` until the guard is dropped (the call before comes back: an
+/// export may run inside another's body, as the Fortran wrappers do).
+pub fn enter(call: Call) -> Entered {
+    Entered(CURRENT.with(|c| c.replace(call)))
+}
+
+pub struct Entered(Call);
+
+impl Drop for Entered {
+    fn drop(&mut self) {
+        CURRENT.with(|c| c.set(self.0));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_call_survives_its_code() {
+        for call in ALL {
+            assert_eq!(Call::from_code(call as u64), Some(call));
+        }
+        assert_eq!(Call::from_code(ALL.len() as u64), None);
+    }
+
+    #[test]
+    fn an_epochs_exports_are_one_call() {
+        for name in ["mdl_epoch_begin", "mdl_epoch_begin_ids", "mdl_epoch_seek", "mdl_next_batch"] {
+            assert_eq!(Call::of_export(name), Call::Epoch, "{name}");
+        }
+        assert_eq!(Call::of_export("mdl_fetch_batch"), Call::Fetch);
+    }
+
+    #[test]
+    fn entering_restores_the_outer_call() {
+        let _outer = enter(Call::Finalize);
+        {
+            let _inner = enter(Call::Fetch);
+            assert_eq!(current(), Call::Fetch);
+        }
+        assert_eq!(current(), Call::Finalize);
+    }
+}

@@ -1,0 +1,238 @@
+/*
+ * mismatch_test: ranks that make different collective calls on one loader are told so,
+ * naming the calls, on every rank (MDL_ERR_CALL_MISMATCH), instead of reading each
+ * other's values or failing with an MPI error; nothing is done, so the loader works
+ * on (the ranks fetch, then finalize together). And a rank whose peers never come (they wait in a collective of their
+ * own) is ended by the watchdog instead of hanging.
+ *
+ * Cases (--case NAME; default: every "pair" case in turn, each on a loader of its own):
+ *   fetch-finalize   rank 0 fetches once more; the others finalize (a loop left early)
+ *   stats-fetch      rank 0 asks for the job's statistics; the others fetch
+ *   epoch-fetch      rank 0 begins a sampler epoch; the others fetch
+ *   fetch-allreduce  rank 0 fetches once more; the others wait in an MPI_Allreduce of
+ *                    their own on MPI_COMM_WORLD (run with a short MDL_WATCHDOG or
+ *                    MDL_TIMEOUT: the job must end, with a message naming the call; the
+ *                    runner checks that the job ended and what it said)
+ *
+ * Each pair case prints "PASS name" / "FAIL name" on rank 0 (agreed over all ranks);
+ * why a rank failed goes to stderr. A watchdog of the test's own (SIGALRM) turns a hang
+ * into "TIMEOUT in case X" and exit code 3.
+ *
+ * Usage: mismatch_test [--case NAME] [--base N]
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <mpi.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common.h"
+#include "mdloader.h"
+
+static int g_rank, g_size, g_passed, g_failed;
+static const char *volatile g_case = "startup";
+static uint64_t g_base = 200;
+
+static void on_alarm(int sig)
+{
+    (void)sig;
+    char line[256];
+    size_t k = 0;
+    tc_sig_puts(line, &k, sizeof line, "[rank ");
+    tc_sig_putu(line, &k, sizeof line, (unsigned long long)g_rank);
+    tc_sig_puts(line, &k, sizeof line, "] TIMEOUT in case ");
+    tc_sig_puts(line, &k, sizeof line, g_case);
+    line[k++] = '\n';
+    ssize_t ignored = write(2, line, k);
+    (void)ignored;
+    _exit(3);
+}
+
+/* A registered loader over the test dataset. */
+static mdl_loader *open_loader(tc_dataset *d)
+{
+    mdl_loader *h = NULL;
+    uint8_t *data = NULL;
+    uint64_t *offsets = NULL;
+    uint64_t n = tc_build_shard(d, g_rank, &data, &offsets);
+    if (mdl_init(MPI_COMM_WORLD, &h) != MDL_OK || mdl_register_shard(h, data, offsets, n) != MDL_OK) {
+        char why[512];
+        mdl_last_error(why, sizeof why);
+        fprintf(stderr, "[rank %d] setting up the loader failed: %s\n", g_rank, why);
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+    free(data);
+    free(offsets);
+    return h;
+}
+
+/* One fetch of a few samples spread over the ranks, every byte verified when it
+   succeeds. */
+static mdl_status fetch_some(mdl_loader *h, tc_dataset *d)
+{
+    uint64_t ids[4];
+    uint64_t total = tc_total(d);
+    for (int k = 0; k < 4; k++)
+        ids[k] = (uint64_t)(g_rank + 1) * 7919u * (uint64_t)(k + 1) % total;
+    uint64_t out_offsets[5];
+    static uint8_t out[1 << 20];
+    mdl_status got = mdl_fetch_batch(h, ids, 4, out, sizeof out, out_offsets);
+    for (int k = 0; got == MDL_OK && k < 4; k++) {
+        uint64_t len = out_offsets[k + 1] - out_offsets[k];
+        if (tc_verify_sample(d, ids[k], out + out_offsets[k], len) >= 0) {
+            fprintf(stderr, "[rank %d] sample %llu differs\n", g_rank, (unsigned long long)ids[k]);
+            return MDL_ERR_PANIC; /* any code the caller does not expect */
+        }
+    }
+    return got;
+}
+
+/* This rank's verdict: the status and that the message names both calls. */
+static int judged(const char *what, mdl_status got, const char *mine, const char *theirs)
+{
+    char why[1024];
+    mdl_last_error(why, sizeof why);
+    int ok = got == MDL_ERR_CALL_MISMATCH && strstr(why, mine) && strstr(why, theirs) &&
+             strstr(why, "different calls");
+    if (!ok)
+        fprintf(stderr, "[rank %d] %s: got %s (%s), expected MDL_ERR_CALL_MISMATCH naming %s and %s\n", g_rank,
+                what, mdl_status_string(got), why, mine, theirs);
+    return ok;
+}
+
+static void report(const char *name, int ok)
+{
+    int all = 0;
+    MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (g_rank == 0)
+        printf("%s %s\n", all ? "PASS" : "FAIL", name);
+    if (all)
+        g_passed++;
+    else
+        g_failed++;
+}
+
+/* Rank 0 makes `odd`, the others `usual`: every rank must be told, with nothing done,
+   so that the loader works on: every rank fetches (and verifies), then finalizes. */
+typedef mdl_status (*call_fn)(mdl_loader **h, tc_dataset *d);
+
+static mdl_status do_fetch(mdl_loader **h, tc_dataset *d) { return fetch_some(*h, d); }
+static mdl_status do_finalize(mdl_loader **h, tc_dataset *d)
+{
+    (void)d;
+    return mdl_finalize(h);
+}
+static mdl_status do_stats(mdl_loader **h, tc_dataset *d)
+{
+    (void)d;
+    char buf[4096];
+    size_t needed = 0;
+    return mdl_stats_json_job(*h, buf, sizeof buf, &needed);
+}
+static mdl_status do_epoch(mdl_loader **h, tc_dataset *d)
+{
+    (void)d;
+    return mdl_epoch_begin(*h, 1, 0, 8, 1, 0);
+}
+
+static void pair_case(const char *name, tc_dataset *d, call_fn odd, const char *odd_name, call_fn usual,
+                      const char *usual_name)
+{
+    g_case = name;
+    alarm(120);
+    mdl_loader *h = open_loader(d);
+    /* A few healthy steps first: the mismatch meets a loader in use. */
+    int ok = 1;
+    for (int s = 0; s < 3; s++)
+        ok &= fetch_some(h, d) == MDL_OK;
+    mdl_status got = g_rank == 0 ? odd(&h, d) : usual(&h, d);
+    const char *mine = g_rank == 0 ? odd_name : usual_name;
+    const char *theirs = g_rank == 0 ? usual_name : odd_name;
+    ok &= judged(name, got, mine, theirs);
+    if (h == NULL) {
+        fprintf(stderr, "[rank %d] %s: the handle was freed by a finalize that did not happen\n", g_rank, name);
+        ok = 0;
+    } else {
+        mdl_status again = fetch_some(h, d);
+        if (again != MDL_OK) {
+            fprintf(stderr, "[rank %d] %s: a fetch after the mismatch gave %s\n", g_rank, name,
+                    mdl_status_string(again));
+            ok = 0;
+        }
+        if (mdl_finalize(&h) != MDL_OK || h != NULL) {
+            fprintf(stderr, "[rank %d] %s: finalize after the mismatch failed\n", g_rank, name);
+            ok = 0;
+        }
+    }
+    alarm(0);
+    report(name, ok);
+}
+
+/* Rank 0 fetches once more while the others wait in a collective of their own: only a
+   deadline ends it (the library's watchdog, or MDL_TIMEOUT's error, then MPI_Abort). */
+static void fetch_allreduce(tc_dataset *d)
+{
+    g_case = "fetch-allreduce";
+    mdl_loader *h = open_loader(d);
+    for (int s = 0; s < 3; s++)
+        fetch_some(h, d);
+    if (g_rank == 0) {
+        mdl_status got = fetch_some(h, d);
+        char why[1024];
+        mdl_last_error(why, sizeof why);
+        fprintf(stderr, "[rank 0] fetch-allreduce: the fetch returned %s: %s\n", mdl_status_string(got), why);
+        MPI_Abort(MPI_COMM_WORLD, 4);
+    } else {
+        int one = 1, sum = 0;
+        MPI_Allreduce(&one, &sum, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    }
+    fprintf(stderr, "[rank %d] fetch-allreduce: still running after the mismatch\n", g_rank);
+}
+
+int main(int argc, char **argv)
+{
+    int provided;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+    MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &g_size);
+    const char *only = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--case") && i + 1 < argc)
+            only = argv[++i];
+        else if (!strcmp(argv[i], "--base") && i + 1 < argc)
+            tc_parse_u64(argv[++i], &g_base);
+    }
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_alarm;
+    sigaction(SIGALRM, &sa, NULL);
+
+    if (g_size < 2) {
+        fprintf(stderr, "mismatch_test needs at least 2 ranks\n");
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+    tc_dataset d;
+    if (tc_dataset_init(&d, g_size, g_base, 11, 0) != 0) {
+        fprintf(stderr, "[rank %d] out of memory\n", g_rank);
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+    if (only && !strcmp(only, "fetch-allreduce")) {
+        fetch_allreduce(&d);
+        MPI_Finalize();
+        return 1; /* the job must have ended before */
+    }
+    if (!only || !strcmp(only, "fetch-finalize"))
+        pair_case("fetch-finalize", &d, do_fetch, "mdl_fetch_batch", do_finalize, "mdl_finalize");
+    if (!only || !strcmp(only, "stats-fetch"))
+        pair_case("stats-fetch", &d, do_stats, "mdl_stats_json_job", do_fetch, "mdl_fetch_batch");
+    if (!only || !strcmp(only, "epoch-fetch"))
+        pair_case("epoch-fetch", &d, do_epoch, "mdl_epoch_begin", do_fetch, "mdl_fetch_batch");
+    tc_dataset_free(&d);
+    if (g_rank == 0)
+        printf("%d passed, %d failed\n", g_passed, g_failed);
+    MPI_Finalize();
+    return g_failed ? 1 : 0;
+}
