@@ -375,6 +375,21 @@ for mpi in "${MPIS[@]}"; do
         [ $torch_ok -eq 1 ] && abort_case "$mpi" raise-ddp "$py" "${pyenv[@]}"
     fi
     if [ $python_ok -eq 1 ] && [ $torch_ok -eq 1 ]; then
+        # Rank 0 has one batch more under torch_geometric's own DataLoader: the others
+        # closing meet its fetch and every rank is told, naming both calls; the others
+        # waiting in the script's comm.allreduce are ended by the watchdog, with a line
+        # naming the call (the default deadline, 1800 s, shortened here).
+        run_case "$mpi" 2 "pyg-mismatch-close-np2" "${pyenv[@]}" -- "$py" "$ROOT/tests/python/mismatch_case.py" close
+        log=$LOGDIR/bindings-$mpi-pyg-mismatch-allreduce-np2.log
+        TIMEOUT=120 mdl_mpirun "$mpi" 2 "$log" "${pyenv[@]}" MDL_WATCHDOG=10 -- "$py" \
+            "$ROOT/tests/python/mismatch_case.py" allreduce
+        rc=$?
+        if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $rc -ne 137 ] && [ "$MDL_ELAPSED" -lt 60 ] &&
+            grep -q 'mdl_fetch_batch has waited .* for the other ranks' "$log"; then
+            pass "$mpi/pyg-mismatch-allreduce-np2 (the watchdog ended the job in $MDL_ELAPSED s)"
+        else
+            fail "$mpi/pyg-mismatch-allreduce-np2 (exit $rc after $MDL_ELAPSED s)" "$log"
+        fi
         # One rank at MPI_THREAD_FUNNELED, one at MULTIPLE: mdloader.pyg's collate
         # thread must be off on both (a rank collating ahead alone hung its peer).
         case_py=$ROOT/tests/python/mixed_threads_case.py

@@ -36,6 +36,7 @@ class Status(enum.IntEnum):
     ERR_PANIC = 8
     ERR_REMOTE = 9
     ERR_TIMEOUT = 10
+    ERR_CALL_MISMATCH = 11
 
 
 class Backend(enum.IntEnum):
@@ -526,11 +527,12 @@ class Loader:
 
     @_called_by_every_rank
     def close(self) -> None:
-        """Collective. Frees the loader (idempotent)."""
+        """Collective. Frees the loader (idempotent). Where another rank is in a
+        different call (``Status.ERR_CALL_MISMATCH``, naming both calls) nothing is done
+        and the loader stays open: close again once every rank does."""
         if getattr(self, "_h", None) is not None and self._h.value:
-            status = self._lib.mdl_finalize(ctypes.byref(self._h))
-            self._h = ctypes.c_void_p()
-            _check(status)
+            # mdl_finalize sets the handle to NULL whenever it frees it.
+            _check(self._lib.mdl_finalize(ctypes.byref(self._h)))
 
     def __enter__(self) -> "Loader":
         return self

@@ -56,7 +56,7 @@
 #include "mdloader.h"
 
 #define GUARD 64
-#define LAST_STATUS 10 /* MDL_ERR_TIMEOUT, the highest mdl_status */
+#define LAST_STATUS 11 /* MDL_ERR_CALL_MISMATCH, the highest mdl_status */
 #define GUARD_BYTE 0xA5
 #define GUARD_U64 0xDEADBEEFCAFEF00Dull
 
@@ -143,7 +143,7 @@ static const char *sname(int s)
 {
     static const char *names[] = {"MDL_OK", "MDL_ERR_NULL_ARG", "MDL_ERR_INVALID_ARG", "MDL_ERR_OUT_OF_RANGE",
                                   "MDL_ERR_BUFFER_TOO_SMALL", "MDL_ERR_STATE", "MDL_ERR_MPI", "MDL_ERR_NO_MEMORY",
-                                  "MDL_ERR_PANIC", "MDL_ERR_REMOTE", "MDL_ERR_TIMEOUT"};
+                                  "MDL_ERR_PANIC", "MDL_ERR_REMOTE", "MDL_ERR_TIMEOUT", "MDL_ERR_CALL_MISMATCH"};
     return s >= 0 && s <= LAST_STATUS ? names[s] : "(not an mdl_status)";
 }
 
