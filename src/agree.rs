@@ -58,9 +58,11 @@ const STATUS_SLOTS: u64 = 16;
 const ON_STACK: usize = 128;
 
 /// The fewest values (besides the header) a loader's reserved agreement buffers hold:
-/// the longest first agreement of a call other than a step's (an epoch's settings, 6
-/// values each, about 60), so that it is padded to the steps' length too.
-pub(crate) const CALL_AGREEMENT_MIN: usize = ON_STACK - HEADER;
+/// more than the longest first agreement of a call other than a step's (the sampler's
+/// `mdl_epoch_begin`: 8 settings of 6 values, 48), so that it is padded to the steps'
+/// length too. Beyond 32 ranks a step proposes at most 32 values: this pads its
+/// reduction from 312 to 568 bytes.
+pub(crate) const CALL_AGREEMENT_MIN: usize = 64;
 
 pub fn agree(comm: &Comm, proposal: &Proposal) -> Result<Agreed> {
     let len = HEADER + proposal.maxima.len();
@@ -115,6 +117,11 @@ impl AgreementBuffers {
     pub fn reserve(maxima: usize) -> Result<AgreementBuffers> {
         let len = HEADER + maxima;
         Ok(AgreementBuffers { send: memory::with_room(len)?, received: memory::with_room(len)?, padded_len: len })
+    }
+
+    /// Whether these are reserved buffers (which pad every agreement to one length).
+    pub fn is_reserved(&self) -> bool {
+        self.padded_len > 0
     }
 
     /// `proposal` encoded into the send buffer, padded with zeros to the reserved

@@ -57,7 +57,7 @@ impl Core {
         }
         let error = prepared.as_ref().err().cloned();
         let same = self.estimator.fingerprint();
-        let buffers = self.agreement_buffers.pop().unwrap_or_default();
+        let buffers = self.take_agreement_buffers();
         let agreement = start_agreement(&self.comm, &Proposal { error, backend: self.backend, maxima, same }, buffers)?;
         Ok(StepAhead { prepared, measured, agreement })
     }
@@ -111,7 +111,7 @@ impl Core {
     ) -> Result<()> {
         let StepAhead { prepared, measured, agreement } = ahead;
         let (agreed, buffers) = agreement.finish()?;
-        self.agreement_buffers.push(buffers);
+        self.give_back_agreement_buffers(buffers);
         let at = times_len(&measured);
         self.settle(measured, &agreed, prepared.as_ref().err().cloned())?;
         let PlannedStep { plan, shape } = prepared.expect("agreed that every rank planned its step");
@@ -133,7 +133,7 @@ impl Core {
     /// stopped first, on every rank alike), keeping what it measured.
     pub fn abandon_step_ahead(&mut self, ahead: StepAhead) -> Result<()> {
         let (agreed, buffers) = ahead.agreement.finish()?;
-        self.agreement_buffers.push(buffers);
+        self.give_back_agreement_buffers(buffers);
         let at = times_len(&ahead.measured);
         self.learn(ahead.measured, &agreed.maxima[..at]);
         Ok(())

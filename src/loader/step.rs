@@ -133,9 +133,9 @@ impl Core {
         }
         let error = prepared.as_ref().err().cloned();
         let same = self.estimator.fingerprint();
-        let mut buffers = self.agreement_buffers.pop().unwrap_or_default();
+        let mut buffers = self.take_agreement_buffers();
         let agreed = agree_in(&self.comm, &Proposal { error: error.clone(), backend: self.backend, maxima, same }, &mut buffers);
-        self.agreement_buffers.push(buffers);
+        self.give_back_agreement_buffers(buffers);
         let agreed = match agreed {
             Ok(agreed) => agreed,
             Err(err) => {
@@ -309,10 +309,29 @@ impl Core {
     /// that is not a step (an epoch's start, the job's statistics, finalize), padded
     /// like the steps' agreements (see [`Core::agreement_values_max`]).
     pub fn agree_call(&mut self, checks: Result<()>, settings: &[Setting]) -> Result<Vec<u64>> {
-        let mut buffers = self.agreement_buffers.pop();
-        let agreed = agree_settings_in(&self.comm, checks, settings, buffers.as_mut());
-        self.agreement_buffers.extend(buffers);
+        let mut buffers = self.take_agreement_buffers();
+        let reserved = buffers.is_reserved();
+        // Unreserved: the agreement of a few values on the stack, which cannot fail alone.
+        let agreed = agree_settings_in(&self.comm, checks, settings, reserved.then_some(&mut buffers));
+        self.give_back_agreement_buffers(buffers);
         agreed
+    }
+
+    /// Buffers for a step's or a call's first agreement: once the loader is registered
+    /// (on every rank alike), reserved ones, which pad it to one length; before, or
+    /// where none is left, unreserved ones, on every rank alike too (the reserved
+    /// buffers are taken and given back in the same order everywhere).
+    pub(super) fn take_agreement_buffers(&mut self) -> AgreementBuffers {
+        match self.store {
+            Some(_) => self.agreement_buffers.pop().unwrap_or_default(),
+            None => AgreementBuffers::default(),
+        }
+    }
+
+    pub(super) fn give_back_agreement_buffers(&mut self, buffers: AgreementBuffers) {
+        if buffers.is_reserved() {
+            self.agreement_buffers.push(buffers);
+        }
     }
 
     /// Reserve buffers for `under_way` step agreements at once, before an agreement
