@@ -7,10 +7,10 @@
 
 use std::cell::Cell;
 
-/// Calls grouped as their agreements must match: an epoch's calls (`mdl_epoch_begin`,
-/// `mdl_next_batch`, `mdl_epoch_seek`, and the prefetch thread that runs its steps) are
-/// one group, because which thread starts a step's agreement is the loader's business,
-/// not the caller's.
+/// Calls grouped as their agreements must match. An epoch's steps are one call
+/// whichever thread runs them (`mdl_next_batch`'s caller or the prefetch thread, and a
+/// begin or seek that ends the steps under way): the pipeline enters
+/// [`Call::EpochStep`] itself.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
 pub enum Call {
@@ -19,12 +19,14 @@ pub enum Call {
     Init = 1,
     Register = 2,
     Fetch = 3,
-    Epoch = 4,
-    Stats = 5,
-    Finalize = 6,
+    EpochBegin = 4,
+    EpochStep = 5,
+    Stats = 6,
+    Finalize = 7,
 }
 
-const ALL: [Call; 7] = [Call::Other, Call::Init, Call::Register, Call::Fetch, Call::Epoch, Call::Stats, Call::Finalize];
+const ALL: [Call; 8] =
+    [Call::Other, Call::Init, Call::Register, Call::Fetch, Call::EpochBegin, Call::EpochStep, Call::Stats, Call::Finalize];
 
 impl Call {
     /// The group of the export named `name`.
@@ -33,8 +35,8 @@ impl Call {
             "mdl_init" | "mdl_init_f" | "mdl_init_replicated" | "mdl_init_replicated_f" => Call::Init,
             "mdl_register_shard" => Call::Register,
             "mdl_fetch_batch" => Call::Fetch,
-            "mdl_next_batch" => Call::Epoch,
-            n if n.starts_with("mdl_epoch_") => Call::Epoch,
+            "mdl_next_batch" => Call::EpochStep,
+            "mdl_epoch_begin" | "mdl_epoch_begin_ids" | "mdl_epoch_seek" => Call::EpochBegin,
             "mdl_stats_json_job" => Call::Stats,
             "mdl_finalize" => Call::Finalize,
             _ => Call::Other,
@@ -52,7 +54,8 @@ impl Call {
             Call::Init => "mdl_init",
             Call::Register => "mdl_register_shard",
             Call::Fetch => "mdl_fetch_batch",
-            Call::Epoch => "an epoch's mdl_epoch_begin/mdl_next_batch",
+            Call::EpochBegin => "mdl_epoch_begin/mdl_epoch_seek",
+            Call::EpochStep => "an epoch's step (mdl_next_batch)",
             Call::Stats => "mdl_stats_json_job",
             Call::Finalize => "mdl_finalize",
         }
@@ -95,10 +98,11 @@ mod tests {
     }
 
     #[test]
-    fn an_epochs_exports_are_one_call() {
-        for name in ["mdl_epoch_begin", "mdl_epoch_begin_ids", "mdl_epoch_seek", "mdl_next_batch"] {
-            assert_eq!(Call::of_export(name), Call::Epoch, "{name}");
+    fn an_epochs_begin_and_its_steps_are_told_apart() {
+        for name in ["mdl_epoch_begin", "mdl_epoch_begin_ids", "mdl_epoch_seek"] {
+            assert_eq!(Call::of_export(name), Call::EpochBegin, "{name}");
         }
+        assert_eq!(Call::of_export("mdl_next_batch"), Call::EpochStep);
         assert_eq!(Call::of_export("mdl_fetch_batch"), Call::Fetch);
     }
 

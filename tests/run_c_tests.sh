@@ -179,6 +179,15 @@ for mpi in "${MPIS[@]}"; do
     for np in 2 3; do
         run_case "$mpi" $np "mismatch_test-np$np" -- "$bin/mismatch_test"
     done
+    # A rank that leaves a sampler epoch early and begins the next meets a step agreed
+    # ahead: it is told at once (its verdict "PASS step-begin"), then ends the job.
+    log=$LOGDIR/$mpi-mismatch_test-np2-step-begin.log
+    mdl_mpirun "$mpi" 2 "$log" MDL_WAIT=yield -- "$bin/mismatch_test" --case step-begin
+    if grep -q '^PASS step-begin' "$log"; then
+        pass "$mpi/mismatch_test-np2-step-begin"
+    else
+        fail "$mpi/mismatch_test-np2-step-begin" "$log"
+    fi
     for deadline in MDL_WATCHDOG MDL_TIMEOUT; do
         log=$LOGDIR/$mpi-mismatch_test-np2-$deadline.log
         mdl_mpirun "$mpi" 2 "$log" "$deadline=5" -- "$bin/mismatch_test" --case fetch-allreduce

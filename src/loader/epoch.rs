@@ -214,8 +214,7 @@ impl Prefetcher {
             .name("mdloader-prefetch".into())
             .spawn(move || {
                 crate::mpi::mark_background_thread();
-                let _in_call = crate::call::enter(crate::call::Call::Epoch);
-                let run = AssertUnwindSafe(|| {
+                                let run = AssertUnwindSafe(|| {
                     let mut pipeline = Pipeline::new(first_step, lag);
                     prefetch_loop(&core, &epoch, first_step, depth as u64, &shared, &ready_tx, &free_rx, &mut pipeline);
                     while let Ok(done) = free_rx.try_recv() {

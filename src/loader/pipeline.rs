@@ -21,6 +21,7 @@
 //! (see `epoch`), after which the agreements of the steps that will not run are
 //! completed ([`Pipeline::drain`]).
 
+use crate::call::{self, Call};
 use super::ahead::StepAhead;
 use super::core::Core;
 use super::epoch::Batch;
@@ -62,6 +63,8 @@ impl Pipeline {
     /// batch it filled, after starting the agreements of the steps up to `step + lag`.
     /// On failure every agreement under way is completed first.
     pub fn run(&mut self, core: &mut Core, epoch: &EpochOrder, step: u64) -> (Batch, Result<()>) {
+        // A step's agreements are its epoch's steps' on every rank, whichever thread runs it.
+        let _in_step = call::enter(Call::EpochStep);
         if let Some(running) = self.started.front_mut() {
             write_into_warmest(&mut self.spare, &mut running.batch, running.needed);
         }
@@ -115,6 +118,7 @@ impl Pipeline {
     /// and their buffers leaked (see `Reduction`).
     /// The buffers go back to `core` for the next epoch.
     pub fn drain(&mut self, core: &mut Core) -> Result<()> {
+        let _in_step = call::enter(Call::EpochStep);
         while let Some(started) = self.started.pop_front() {
             if let Err(err) = core.abandon_step_ahead(started.ahead) {
                 self.started.clear();

@@ -9,6 +9,8 @@
  *   fetch-finalize   rank 0 fetches once more; the others finalize (a loop left early)
  *   stats-fetch      rank 0 asks for the job's statistics; the others fetch
  *   epoch-fetch      rank 0 begins a sampler epoch; the others fetch
+ *   step-begin       rank 0 leaves a sampler epoch early and begins the next one; the
+ *                    others take their next step (see step_begin)
  *   fetch-allreduce  rank 0 fetches once more; the others wait in an MPI_Allreduce of
  *                    their own on MPI_COMM_WORLD (run with a short MDL_WATCHDOG or
  *                    MDL_TIMEOUT: the job must end, with a message naming the call; the
@@ -171,6 +173,35 @@ static void pair_case(const char *name, tc_dataset *d, call_fn odd, const char *
     report(name, ok);
 }
 
+/* Rank 0 leaves a sampler epoch after its first step and begins the next epoch; the
+   others take a second step. Run with MDL_WAIT=yield: an epoch's steps are agreed
+   ahead by nonblocking reductions, which MPI matches with the begin's only when that
+   one is nonblocking too (otherwise the watchdog ends the job). Rank 0's begin meets a
+   step agreed ahead and is told at once, naming both calls; the others learn it at a
+   later step, and agreements they started ahead are never matched: the job cannot go
+   on, so rank 0 prints its verdict ("PASS step-begin") and ends it (MPI_Abort). */
+static void step_begin(tc_dataset *d)
+{
+    g_case = "step-begin";
+    alarm(120);
+    mdl_loader *h = open_loader(d);
+    const uint64_t *ids;
+    const void *data;
+    const uint64_t *offsets;
+    size_t n;
+    int ok = mdl_epoch_begin(h, 1, 0, 4, 1, 0) == MDL_OK && mdl_next_batch(h, &ids, &data, &offsets, &n) == MDL_OK;
+    if (g_rank == 0) {
+        ok &= judged("step-begin", mdl_epoch_begin(h, 1, 1, 4, 1, 0), "mdl_epoch_begin", "an epoch's step");
+        printf("%s step-begin\n", ok ? "PASS" : "FAIL");
+        fflush(stdout);
+        MPI_Abort(MPI_COMM_WORLD, 5);
+    }
+    for (;;)
+        if (mdl_next_batch(h, &ids, &data, &offsets, &n) != MDL_OK || n == 0)
+            break;
+    pause(); /* until rank 0 ends the job */
+}
+
 /* Rank 0 fetches once more while the others wait in a collective of their own: only a
    deadline ends it (the library's watchdog, or MDL_TIMEOUT's error, then MPI_Abort). */
 static void fetch_allreduce(tc_dataset *d)
@@ -224,6 +255,8 @@ int main(int argc, char **argv)
         MPI_Finalize();
         return 1; /* the job must have ended before */
     }
+    if (only && !strcmp(only, "step-begin"))
+        step_begin(&d);
     if (!only || !strcmp(only, "fetch-finalize"))
         pair_case("fetch-finalize", &d, do_fetch, "mdl_fetch_batch", do_finalize, "mdl_finalize");
     if (!only || !strcmp(only, "stats-fetch"))
