@@ -12,10 +12,11 @@
 # mpirun: the Fortran examples, the Python training loop, the QM9 decode test in C,
 # Fortran and Python (every fetched record compared with the source CSV rows), the QM9
 # epochs example, the QM9 GNN (python/examples/qm9_gnn.py, DDP over gloo, which must
-# learn), and the pytest suite (tests/python, mdloader.torch included). Open MPI at 2
-# and 4 ranks, MPICH at 2 ranks. torch comes from one copy shared by both environments
-# (scripts/install-torch.sh); MDL_SKIP_TORCH=1 skips it and its tests, saying so, and so
-# does a disk too small to hold it.
+# learn), the pytest suite (tests/python, mdloader.torch included) and mdloader.pyg's
+# standalone cases (a state resumed by a second job; a rank without graphs, at 3
+# ranks). Open MPI at 2 and 4 ranks, MPICH at 2 ranks. torch comes from one copy shared
+# by both environments (scripts/install-torch.sh); MDL_SKIP_TORCH=1 skips it and its
+# tests, saying so, and so does a disk too small to hold it.
 #
 # Prints one line per case, "PASS name" or "FAIL name", and as the very last line
 # "N passed, M failed"; exit status non-zero if anything failed. Each case's output goes
@@ -358,6 +359,15 @@ for mpi in "${MPIS[@]}"; do
         fi
         run_case "$mpi" "$np" "pytest-np$np" "${pyenv[@]}" -- "$py" -m pytest -q -rs -p no:cacheprovider --color=no \
             "$ROOT/tests/python" -k "not matches_the_csv"
+        if [ $python_ok -eq 1 ] && [ $torch_ok -eq 1 ]; then
+            # mdloader.pyg.DataLoader's state saved by one job and resumed by the next.
+            resume_dir=$ROOT/target/bindings/$mpi/pyg-resume-np$np
+            rm -rf "$resume_dir" && mkdir -p "$resume_dir"
+            case_py=$ROOT/tests/python/pyg_resume_case.py
+            run_case "$mpi" "$np" "pyg-resume-save-np$np" "${pyenv[@]}" -- "$py" "$case_py" save "$resume_dir"
+            run_case "$mpi" "$np" "pyg-resume-after-restart-np$np" "${pyenv[@]}" -- "$py" "$case_py" resume \
+                "$resume_dir"
+        fi
     done
     if [ $python_ok -eq 1 ] && [ "$mpi" = mpich ]; then
         # The Open MPI wheel under MPICH's mpi4py must refuse (the Open MPI venv exists
@@ -395,6 +405,10 @@ for mpi in "${MPIS[@]}"; do
         case_py=$ROOT/tests/python/mixed_threads_case.py
         run_case "$mpi" 1 "pyg-mixed-thread-levels-np2" "${pyenv[@]}" -- "$py" "$case_py" --funneled : -n 1 \
             "$py" "$case_py"
+        # 2 graphs on 3 ranks: the rank that holds none must cut batches with the
+        # graphs' own Data subclass (it took plain Data and cut them wrong, exit 0).
+        run_case "$mpi" 3 "pyg-rank-without-graphs-np3" "${pyenv[@]}" -- "$py" \
+            "$ROOT/tests/python/pyg_no_graphs_case.py"
     fi
     # The decode test must notice a wrong value: one coordinate of the reference changed
     # in its last digit (read by every rank, so every rank fetches that molecule).

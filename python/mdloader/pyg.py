@@ -14,9 +14,14 @@ pickle) with two facts per attribute that torch_geometric's batching needs and t
 agreed across ranks with the schema: the concatenation dimension (``Data.__cat_dim__``)
 and whether the attribute is incremented by the graph's node count (``Data.__inc__``:
 ``edge_index`` and other ``*index*`` attributes); each graph's node count is stored
-too. A batch is then built from the fetched fields with vectorised numpy, equal to
-``Batch.from_data_list`` of the same graphs (``batch``, ``ptr``, the increments, and
-the slice and increment dictionaries that ``get_example`` and ``to_data_list`` use).
+too. The graphs' class is agreed as well (every graph must be of one ``Data`` class,
+whose ``__cat_dim__`` cuts a batch back into graphs): a rank that holds no graph
+imports it by its module and qualified name. A batch is then built from the fetched
+fields with vectorised numpy, equal to ``Batch.from_data_list`` of the same graphs
+(``batch``, ``ptr``, the increments, and the slice and increment dictionaries that
+``get_example`` and ``to_data_list`` use). bfloat16 tensors, which numpy lacks, are
+stored as their raw 16-bit patterns and come back bit for bit (not as an attribute
+incremented by the node count).
 
 HydraGNN users: ``DistDataset(data, label, comm, ddstore_width=..., local=...)`` takes
 HydraGNN's arguments; ``ddstore_width`` ranks hold one full copy (replica groups). It
@@ -31,6 +36,7 @@ from __future__ import annotations
 import atexit
 import copy
 import functools
+import importlib
 import warnings
 import weakref
 from typing import Any, Iterable, Iterator, Optional
@@ -46,8 +52,9 @@ from .typed import agree_schema, decode, encode
 __all__ = ["DistDataset", "DataLoader", "collate"]
 
 NUM_NODES = "__num_nodes__"  # hidden field: each graph's node count (-1: not known)
-# Kinds of attribute.
-TENSOR, NUMBER, EXPLICIT_NUM_NODES = "tensor", "number", "num_nodes"
+# Kinds of attribute. numpy has no bfloat16: such a tensor is stored as its raw 16-bit
+# patterns (int16) and viewed back as bfloat16, bit for bit.
+TENSOR, BFLOAT16, NUMBER, EXPLICIT_NUM_NODES = "tensor", "bfloat16", "number", "num_nodes"
 
 
 def _attribute(data: Data, key: str, value: Any, nodes: Optional[int]) -> tuple:
@@ -58,8 +65,9 @@ def _attribute(data: Data, key: str, value: Any, nodes: Optional[int]) -> tuple:
     if isinstance(value, torch.Tensor):
         if value.is_sparse or value.layout != torch.strided:
             raise TypeError(f"attribute {key!r}: sparse tensors are not supported")
-        array = value.detach().cpu().resolve_neg().resolve_conj().numpy()
-        kind = TENSOR
+        plain = value.detach().cpu().resolve_neg().resolve_conj()
+        kind = BFLOAT16 if plain.dtype == torch.bfloat16 else TENSOR
+        array = (plain.view(torch.int16) if kind == BFLOAT16 else plain).numpy()
         cat = data.__cat_dim__(key, value) if value.dim() else 0
     elif isinstance(value, (bool, int, float)):
         # As torch_geometric batches numbers: torch.tensor of the list.
@@ -76,6 +84,10 @@ def _attribute(data: Data, key: str, value: Any, nodes: Optional[int]) -> tuple:
         raise TypeError(f"attribute {key!r}: its increment ({inc!r}) is neither 0 nor the graph's node count "
                         f"({nodes}); mdloader.pyg supports only those two (not yet torch_geometric's max + 1 for "
                         "*batch* attributes, nor custom __inc__ rules)")
+    if kind == BFLOAT16 and inc:
+        # Adding node counts to the stored bit patterns would not add them to the values.
+        raise TypeError(f"attribute {key!r}: a bfloat16 attribute incremented by the node count (an index) is "
+                        "not supported")
     # A graph without nodes cannot tell whether the attribute is incremented (0 either
     # way): None, settled by the other graphs.
     incremented = None if not nodes else inc == nodes
@@ -83,12 +95,16 @@ def _attribute(data: Data, key: str, value: Any, nodes: Optional[int]) -> tuple:
 
 
 def _records(graphs: list) -> tuple:
-    """(mappings of arrays, per-attribute facts) of ``graphs``; every graph must have the
-    same attributes and facts."""
+    """(mappings of arrays, per-attribute facts, which are incremented) of ``graphs``;
+    every graph must be of one class and have the same attributes and facts."""
     records, facts, settled = [], None, {}
     for i, data in enumerate(graphs):
         if not isinstance(data, Data):
             raise TypeError(f"graph {i} is a {type(data).__name__}, not a torch_geometric.data.Data")
+        if type(data) is not type(graphs[0]):
+            raise ValueError(f"graph {i} is a {_dotted(_class_name(type(data)))}, graph 0 a "
+                             f"{_dotted(_class_name(type(graphs[0])))}: every graph must be of one class (it says "
+                             "how a batch is cut back into graphs)")
         record, mine = {}, []
         nodes = data.num_nodes  # inferred from the attributes: once per graph
         for key in data.keys():
@@ -113,9 +129,9 @@ def _records(graphs: list) -> tuple:
 
 
 def register_graphs(loader: Loader, graphs: Any, problem: str = "") -> tuple:
-    """Collective: register this rank's graphs; the (schema, facts) agreed by all ranks.
-    ``problem``: why this rank has no graphs to give (any failure before, agreed here,
-    so that every rank raises together)."""
+    """Collective: register this rank's graphs; the (schema, facts, graphs' class) agreed
+    by all ranks. ``problem``: why this rank has no graphs to give (any failure before,
+    agreed here, so that every rank raises together)."""
     schema = facts = None
     incremented: dict = {}
     data, offsets = np.zeros(0, dtype=np.uint8), np.zeros(1, dtype=np.uint64)
@@ -127,20 +143,74 @@ def register_graphs(loader: Loader, graphs: Any, problem: str = "") -> tuple:
         except Exception as err:  # noqa: BLE001 - any failure here is agreed, not raised alone
             problem = f"{type(err).__name__}: {err}"
             schema = facts = None
+    mine = type(graphs[0]) if facts is not None else None  # None: no graphs here
     # The facts are compared in key order: graphs of different ranks may list them
     # in different orders.
     schema, facts = agree_schema(loader.comm, schema, problem, None if facts is None else sorted(facts))
     # Whether an attribute is incremented, from the ranks whose graphs could tell (a
     # graph without nodes cannot); the same gathered facts give every rank one answer.
+    # The graphs' class too: it cuts a batch back into graphs (Data.__cat_dim__ in
+    # to_data_list), so a rank without graphs must use the others'.
+    everyone = loader.comm.allgather((incremented, None if mine is None else _class_name(mine)))
     settled: dict = {}
-    for theirs in loader.comm.allgather(incremented):
+    for theirs, _ in everyone:
         for key, inc in theirs.items():
             if inc is not None and settled.setdefault(key, inc) != inc:
                 raise ValueError(f"register_shard: attribute {key!r} is incremented by the node count on some "
                                  "ranks and not on others")
+    data_class = _agreed_class(loader.comm, [name for _, name in everyone], mine)
     loader.register_shard(data, offsets, align=8)
     loader.schema = schema
-    return schema, tuple((key, kind, cat, settled.get(key, False)) for key, kind, cat in facts)
+    return schema, tuple((key, kind, cat, settled.get(key, False)) for key, kind, cat in facts), data_class
+
+
+def _class_name(cls: type) -> tuple:
+    """(module, qualified name) of a class: what another rank imports it by."""
+    return cls.__module__, cls.__qualname__
+
+
+def _dotted(name: tuple) -> str:
+    return ".".join(name)
+
+
+def _agreed_class(comm: Any, names: list, mine: Optional[type]) -> type:
+    """The one class of every rank's graphs (``names``: each rank's (module, qualified
+    name), None for a rank without graphs); ``mine``: this rank's, None where it has no
+    graphs and imports the class by its name. Every rank raises the same ValueError
+    when the ranks' classes differ or when a rank cannot import it (one allgather more,
+    only where a rank has no graphs)."""
+    present = [(rank, name) for rank, name in enumerate(names) if name is not None]
+    first_rank, first = present[0]  # some rank has graphs (agree_schema)
+    for rank, name in present:
+        if name != first:
+            raise ValueError(f"register_shard: the graphs' classes differ across ranks: rank {first_rank}'s are "
+                             f"{_dotted(first)}, rank {rank}'s {_dotted(name)}; every graph must be of one class "
+                             "(it says how a batch is cut back into graphs)")
+    if len(present) == len(names):
+        return mine
+    problem = ""
+    if mine is None:
+        try:
+            mine = _import_class(first)
+        except Exception as err:  # noqa: BLE001 - agreed below, not raised alone
+            problem = f"{type(err).__name__}: {err}"
+    for rank, why in enumerate(comm.allgather(problem)):
+        if why:
+            raise ValueError(f"register_shard: rank {rank} holds no graphs and cannot import their class "
+                             f"{_dotted(first)} ({why}); define it at the top level of a module that every rank "
+                             "can import")
+    return mine
+
+
+def _import_class(name: tuple) -> type:
+    """The Data subclass named (module, qualified name), imported."""
+    module, qualname = name
+    found: Any = importlib.import_module(module)
+    for part in qualname.split("."):
+        found = getattr(found, part)  # a class defined in a function ("<locals>") is not found
+    if not (isinstance(found, type) and issubclass(found, Data)):
+        raise TypeError(f"{_dotted(name)} is not a torch_geometric.data.Data class")
+    return found
 
 
 def collate(fields: Any, facts: tuple, follow_batch: Iterable[str] = (), exclude_keys: Iterable[str] = (),
@@ -171,7 +241,8 @@ def collate(fields: Any, facts: tuple, follow_batch: Iterable[str] = (), exclude
             value = value + shift.reshape(shape)
         slices = np.zeros(graphs + 1, dtype=np.int64)
         np.cumsum(counts, out=slices[1:])
-        store[key] = torch.from_numpy(np.ascontiguousarray(value))
+        tensor = torch.from_numpy(np.ascontiguousarray(value))
+        store[key] = tensor.view(torch.bfloat16) if kind == BFLOAT16 else tensor
         slice_dict[key] = torch.from_numpy(slices)
         inc_dict[key] = torch.from_numpy(first_node.copy() if incremented else np.zeros(graphs, dtype=np.int64))
         if key in follow:
@@ -225,16 +296,14 @@ class DistDataset(torch.utils.data.Dataset):
         self.loader = Loader(self.comm, group_size=None if width == self.comm.Get_size() else width)
         self._open_epoch = None  # the batches of the DataLoader epoch in progress
         mine, problem = None, ""
-        self.data_class = Data
         try:
             mine = list(data) if local else [data[i] for i in self.loader.replica_part(len(data))]
-            # The graphs' class (a Data subclass may concatenate its own way); the
-            # others' where this rank has none.
-            self.data_class = type(mine[0]) if mine and isinstance(mine[0], Data) else Data
         except Exception as err:  # noqa: BLE001 - agreed in register_graphs
             problem = f"{label}: {type(err).__name__}: {err}"
         try:
-            self.schema, self.facts = register_graphs(self.loader, mine, problem)
+            # data_class: the graphs' class (a Data subclass may concatenate its own
+            # way), agreed: a rank without graphs imports the others'.
+            self.schema, self.facts, self.data_class = register_graphs(self.loader, mine, problem)
         except (TypeError, ValueError):
             self.loader.close()  # raised on every rank alike: closing is collective
             raise
@@ -296,10 +365,20 @@ class DataLoader:
     the same number of batches (``DistributedSampler`` does); ``shuffle`` and ``seed``
     are the sampler's business. ``set_epoch`` is passed on to the sampler.
 
-    ``len(loader)`` is the number of batches per epoch, the same on every rank.
+    ``len(loader)`` is this rank's number of batches per epoch. With the library's
+    sampler it is the same on every rank. With the user's sampler it is the sampler's
+    (``len(sampler) / batch_size``, rounded as ``drop_last`` says, or
+    ``len(batch_sampler)``), which may differ across ranks (a sampler of uneven shares:
+    3 batches on one rank, 2 on another); ``iter`` then raises ValueError on every
+    rank, naming each rank's count, before any batch is fetched.
     ``set_epoch(e)`` as torch's sampler. Leaving a loop early is fine: the next
     ``iter`` (this loader's or another's on the same dataset) ends the epoch left open.
     ``follow_batch`` and ``exclude_keys`` as torch_geometric's ``DataLoader``.
+
+    :meth:`state_dict` / :meth:`load_state_dict` resume mid-epoch as torchdata's
+    ``StatefulDataLoader``: the state says how many batches of which epoch the loop
+    has taken, and after ``load_state_dict`` the next ``iter`` yields exactly the
+    batches an uninterrupted run would have yielded after them.
 
     collate_ahead: batches fetched and collated on a thread of the loader's own, ahead
     of the training loop (default 2; 0: in the loop), so that the loop only takes
@@ -352,13 +431,84 @@ class DataLoader:
         self.epoch = 0
         self._epoch_was_set = False  # set_epoch called since the last iter
         self._ahead: Optional[tuple] = None  # (its settings, its batches): the epoch started ahead
+        self._step = 0  # batches of self.epoch the loop has taken
+        self._resume: Optional[tuple] = None  # (epoch, step) of load_state_dict, for the next iter
 
     def set_epoch(self, epoch: int) -> None:
+        if epoch != self.epoch:
+            self._step = 0
         self.epoch = epoch
         self._epoch_was_set = True
+        self._pass_epoch_on(epoch)
+
+    def _pass_epoch_on(self, epoch: int) -> None:
         for user_sampler in (self.sampler, self.batch_sampler, getattr(self.batch_sampler, "sampler", None)):
             if hasattr(user_sampler, "set_epoch"):
                 user_sampler.set_epoch(epoch)
+
+    def _own_sampler(self) -> bool:
+        """Whether the library's sampler draws the order (no sampler of the user's)."""
+        return self.sampler is None and self.batch_sampler is None
+
+    def state_dict(self) -> dict:
+        """Where the run stands, as torchdata's ``StatefulDataLoader`` says it: the epoch
+        and the number of its batches the loop has taken (those the loader's thread
+        collated ahead are not counted), with what the order depends on, to check the
+        resumed run. Plain values (``json``, ``torch.save``); local, the same on every
+        rank. Taken after an epoch's last batch, it resumes with nothing left of that
+        epoch: the next ``set_epoch`` gives the next one whole."""
+        return {
+            "epoch": self.epoch,
+            "step": self._step,
+            "sampler": "library" if self._own_sampler() else "user",
+            "batch_size": self.batch_size,
+            "shuffle": self.shuffle,
+            "seed": self.seed,
+            "drop_last": self.drop_last,
+            "num_samples": len(self.dataset),
+            "ranks": self.dataset.comm.Get_size(),
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        """Collective (one allgather). The next ``iter`` resumes ``state``'s epoch at its
+        next batch, exactly as the uninterrupted run would have gone on (the library
+        seeks there: the batches before are not fetched); the epochs after it are whole.
+        The epoch is passed on to the user's sampler (``set_epoch``), whose order of the
+        epoch must be the saved run's (torch's ``DistributedSampler``: from its seed and
+        epoch). A state that does not fit this run (another batch size, seed, dataset
+        length, number of ranks, a step past the epoch's end) or that differs across
+        ranks raises ValueError on every rank, naming what differs."""
+        position, problem = None, ""
+        try:
+            position = self._position_of(state)
+        except (TypeError, ValueError) as err:
+            problem = str(err)
+        everyone = self.dataset.comm.allgather((position, problem))
+        for rank, (_, why) in enumerate(everyone):
+            if why:
+                raise ValueError(f"mdloader.pyg.DataLoader.load_state_dict: on rank {rank}: {why}")
+        for rank, (theirs, _) in enumerate(everyone):
+            if theirs != everyone[0][0]:
+                raise ValueError(f"mdloader.pyg.DataLoader.load_state_dict: the states differ across ranks (epoch, "
+                                 f"step): rank 0's {everyone[0][0]}, rank {rank}'s {theirs}; load the same run's "
+                                 "state on every rank")
+        self.epoch, self._step = position
+        self._resume = position
+        self._pass_epoch_on(self.epoch)
+
+    def _position_of(self, state: dict) -> tuple:
+        """(epoch, step) of a state of :meth:`state_dict`, checked against this run."""
+        current = self.state_dict()
+        missing = sorted(set(current) - set(state))
+        if missing:
+            raise ValueError(f"the state has no {', '.join(missing)}: not one of DataLoader.state_dict()")
+        for key in ("sampler", "batch_size", "shuffle", "seed", "drop_last", "num_samples", "ranks"):
+            if state[key] != current[key]:
+                raise ValueError(f"{key} was {state[key]!r} in the saved run, is {current[key]!r} in this one")
+        epoch, step = _count(state["epoch"], "epoch"), _count(state["step"], "step")
+        if self._own_sampler() and step > len(self):
+            raise ValueError(f"step {step} is past the epoch's {len(self)} batches")
+        return epoch, step
 
     def __len__(self) -> int:
         if self.batch_sampler is not None:
@@ -371,17 +521,21 @@ class DataLoader:
     def __iter__(self) -> Iterator[Batch]:
         self._agree_collate_ahead()
         settings = self._settings(self.epoch)
+        resume, self._resume = self._resume, None
+        start = resume[1] if resume is not None and resume[0] == self.epoch else 0
         advancing, self._epoch_was_set = self._epoch_was_set, False
         ahead, self._ahead = self._ahead, None
-        if ahead is not None and ahead[0] == settings and self.dataset._open_epoch is ahead[1]:
+        # An epoch started ahead starts at its first batch.
+        if not start and ahead is not None and ahead[0] == settings and self.dataset._open_epoch is ahead[1]:
             batches, advancing = ahead[1], ahead[2]
         else:
             # An epoch left open by a loop that stopped early (this loader's or another's
             # on the same dataset), or started ahead for other settings, ends here, on
             # every rank alike: its thread first.
             self.dataset._close_open_epoch()
-            batches = self._start(self.epoch, advancing)
-        return self._one_epoch(batches, self.epoch + 1 if advancing else self.epoch, advancing)
+            batches = self._start(self.epoch, advancing, start)
+        self._step = start
+        return self._one_epoch(batches, self.epoch + 1 if advancing else self.epoch, advancing, start)
 
     def _agree_collate_ahead(self) -> None:
         """The smallest ``collate_ahead`` of all ranks, once (collective, as ``iter`` is):
@@ -403,16 +557,17 @@ class DataLoader:
         return (epoch, self.batch_size, self.shuffle, self.seed, self.drop_last, self.prefetch, self.collate_ahead,
                 tuple(self.follow_batch), tuple(self.exclude_keys), self.sampler, self.batch_sampler)
 
-    def _start(self, epoch: int, advancing: bool) -> Iterator:
-        """The batches from ``epoch`` on, on the loader's thread where there is one; with
-        ``start_ahead``, epoch after epoch (see :meth:`_epochs`)."""
-        if self.collate_ahead and self.start_ahead and self.sampler is None and self.batch_sampler is None:
-            batches = in_background(self._epochs(epoch, advancing), self.collate_ahead)
+    def _start(self, epoch: int, advancing: bool, start: int) -> Iterator:
+        """The batches from ``epoch``'s batch ``start`` on, on the loader's thread where
+        there is one; with ``start_ahead``, epoch after epoch (see :meth:`_epochs`)."""
+        users = None if self._own_sampler() else self._users_batches(start)
+        if self.collate_ahead and self.start_ahead and users is None:
+            batches = in_background(self._epochs(epoch, advancing, start), self.collate_ahead)
             _epochs_ahead.add(self.dataset)
         elif self.collate_ahead:
-            batches = in_background(self._batches(epoch), self.collate_ahead)
+            batches = in_background(self._batches(epoch, start, users), self.collate_ahead)
         else:
-            batches = self._batches(epoch)
+            batches = self._batches(epoch, start, users)
         self.dataset._open_epoch = batches
         if self.collate_ahead:
             # A collective call on dataset.loader from the script (job_stats between
@@ -420,20 +575,21 @@ class DataLoader:
             self.dataset.loader.epoch_on_thread(batches.thread, self.dataset._close_open_epoch)
         return batches
 
-    def _epochs(self, epoch: int, advancing: bool) -> Iterator:
+    def _epochs(self, epoch: int, advancing: bool, start: int) -> Iterator:
         """The epochs' batches one after the other, each epoch followed by
         ``_EPOCH_END``, for the loader's thread: it goes on into the next epoch (``epoch +
         1`` where the script calls ``set_epoch``, else the same) while the script
         validates or logs, within the thread's usual ``collate_ahead`` items ahead, and
         the next ``iter`` takes up where it stands. Starting a thread there instead cost
-        the loop's last ``next`` 0.5-4 ms (QM9 SchNet)."""
+        the loop's last ``next`` 0.5-4 ms (QM9 SchNet). The first epoch from its batch
+        ``start``, the others whole."""
         while True:
-            yield from self._batches(epoch)
+            yield from self._batches(epoch, start)
             yield _EPOCH_END
-            epoch = epoch + 1 if advancing else epoch
+            epoch, start = epoch + 1 if advancing else epoch, 0
 
-    def _one_epoch(self, batches: Iterator, next_epoch: int, advancing: bool) -> Iterator[Batch]:
-        taken = 0
+    def _one_epoch(self, batches: Iterator, next_epoch: int, advancing: bool, taken: int) -> Iterator[Batch]:
+        """The loop's batches of one epoch, from its batch ``taken``."""
         for batch in batches:
             if batch is _EPOCH_END:
                 # The epoch ran to its end, on every rank alike (every rank has the same
@@ -443,6 +599,7 @@ class DataLoader:
                     self._ahead = (self._settings(next_epoch), batches, advancing)
                 return
             taken += 1
+            self._step = taken
             yield batch
         if self.dataset._open_epoch is not batches and taken < self._batches_per_epoch():
             # Another use of the dataset ended this epoch (its thread stopped) before
@@ -456,21 +613,49 @@ class DataLoader:
         except TypeError:  # a batch sampler without a length
             return float("inf")
 
-    def _users_batches(self) -> Iterable:
-        if self.batch_sampler is not None:
-            return self.batch_sampler
-        ids = np.fromiter(iter(self.sampler), dtype=np.int64)
-        cut = len(ids) - len(ids) % self.batch_size if self.drop_last else len(ids)
-        return [ids[k:k + self.batch_size] for k in range(0, cut, self.batch_size)]
+    def _users_batches(self, start: int) -> list:
+        """This epoch's batches of the user's sampler, their number agreed (collective:
+        one allgather, in ``iter``, not on the loader's thread, where it could meet the
+        script's own collective calls on the communicator). A sampler that fails on one
+        rank, ranks with different numbers of batches (the library would refuse them
+        without saying whose) or a resumed step past them raise ValueError on every
+        rank."""
+        batches, problem = [], ""
+        try:
+            if self.batch_sampler is not None:
+                batches = list(self.batch_sampler)
+            else:
+                ids = np.fromiter(iter(self.sampler), dtype=np.int64)
+                cut = len(ids) - len(ids) % self.batch_size if self.drop_last else len(ids)
+                batches = [ids[k:k + self.batch_size] for k in range(0, cut, self.batch_size)]
+        except Exception as err:  # noqa: BLE001 - agreed below, not raised alone
+            problem = f"{type(err).__name__}: {err}"
+        everyone = self.dataset.comm.allgather((len(batches), problem))
+        for rank, (_, why) in enumerate(everyone):
+            if why:
+                raise ValueError(f"mdloader.pyg.DataLoader: the sampler failed on rank {rank}: {why}")
+        counts = [count for count, _ in everyone]
+        if len(set(counts)) > 1:
+            each = ", ".join(f"rank {rank}: {count}" for rank, count in enumerate(counts))
+            raise ValueError(f"mdloader.pyg.DataLoader: the sampler gives the ranks different numbers of batches "
+                             f"per epoch ({each}); every rank must take as many: use torch's DistributedSampler "
+                             "(it gives every rank as many samples), or drop_last=True where the ranks' samples "
+                             "differ by less than a batch")
+        if start > counts[0]:
+            raise ValueError(f"mdloader.pyg.DataLoader: the state loaded resumes at batch {start}, past this epoch's "
+                             f"{counts[0]} batches")
+        return batches
 
-    def _batches(self, epoch_number: int) -> Iterator[Batch]:
+    def _batches(self, epoch_number: int, start: int, users: Optional[list] = None) -> Iterator[Batch]:
+        """The batches of the library's epoch ``epoch_number``, or of the user's sampler's
+        ``users``, from batch ``start`` on."""
         loader = self.dataset.loader
         loader.set_prefetch(self.prefetch)
-        if self.sampler is None and self.batch_sampler is None:
+        if users is None:
             epoch = loader.epoch(self.batch_size, seed=self.seed, epoch=epoch_number, shuffle=self.shuffle,
-                                 drop_last=self.drop_last)
+                                 drop_last=self.drop_last, start_step=start)
         else:
-            epoch = loader.epoch_of_batches(self._users_batches())
+            epoch = loader.epoch_of_batches(users, start_step=start)
         for fetched in epoch:
             yield collate(fetched.fields, self.dataset.facts, self.follow_batch, self.exclude_keys,
                           self.dataset.data_class)
@@ -490,6 +675,13 @@ def _stop_epochs_ahead() -> None:
     for dataset in list(_epochs_ahead):
         if dataset._open_epoch is not None:
             dataset._open_epoch.close()
+
+
+def _count(value: Any, what: str) -> int:
+    """A state's count: a non-negative integer (ValueError otherwise)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < 0:
+        raise ValueError(f"{what} must be a non-negative integer, not {value!r}")
+    return int(value)
 
 
 def _threads_allowed(depth: int, what: str) -> int:

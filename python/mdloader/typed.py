@@ -88,7 +88,12 @@ def _as_array(value: Any, name: str) -> np.ndarray:
     if isinstance(value, np.ndarray):
         a = value
     elif hasattr(value, "__dlpack__") and not isinstance(value, (bytes, bytearray, memoryview)):
-        a = np.from_dlpack(_plain_tensor(value))
+        try:
+            a = np.from_dlpack(_plain_tensor(value))
+        except (RuntimeError, BufferError, TypeError) as err:  # e.g. torch.bfloat16, which numpy lacks
+            raise TypeError(f"field {name!r}: numpy cannot take a {type(value).__name__} of dtype "
+                            f"{getattr(value, 'dtype', '?')} ({err}); typed samples hold numpy dtypes (mdloader.pyg "
+                            "stores bfloat16 attributes of graphs)") from None
     elif isinstance(value, (bool, int, float, np.number, np.bool_)):
         a = np.asarray(value)
     else:

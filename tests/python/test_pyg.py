@@ -30,14 +30,26 @@ def graphs(count: int, seed: int = 0) -> list:
     return out
 
 
-def assert_same_batch(got: Batch, want: Batch) -> None:
+def assert_same_fields(got: Data, want: Data) -> None:
     assert set(got.keys()) == set(want.keys())
     for key in want.keys():
         a, b = got[key], want[key]
         if isinstance(b, torch.Tensor):
-            assert a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b), key
+            assert a.dtype == b.dtype and a.shape == b.shape, key
+            if b.dtype == torch.bfloat16:  # bit for bit (a NaN equals nothing)
+                a, b = a.view(torch.int16), b.view(torch.int16)
+            assert torch.equal(a, b), key
         else:
             assert a == b, key
+
+
+def assert_same_graph(got: Data, want: Data) -> None:
+    assert type(got) is type(want), (type(got), type(want))
+    assert_same_fields(got, want)
+
+
+def assert_same_batch(got: Batch, want: Batch) -> None:
+    assert_same_fields(got, want)
     for name in ("_slice_dict", "_inc_dict"):
         a, b = getattr(got, name), getattr(want, name)
         assert set(a) == set(b), name
@@ -308,3 +320,207 @@ def test_data_subclasses_and_torch_geometric_own_exceptions(comm):
         assert_same_batch(ds._fetch([0, 2]), Batch.from_data_list([every[0], every[2]]))
     finally:
         ds.close()
+
+
+def featured(count: int) -> list:
+    """Graphs of a Data subclass that concatenates ``foo`` along its dimension 1."""
+    g = torch.Generator().manual_seed(7)
+    return [PairedData(x=torch.randn(3 + k, 2, generator=g), edge_index=torch.tensor([[0, 1], [1, 2]]),
+                       foo=torch.randn(10, k + 1, generator=g), idx=k) for k in range(count)]
+
+
+@pytest.mark.parametrize("local", [False, True])
+def test_a_rank_without_graphs_rebuilds_them_as_their_class(comm, local):
+    """One graph of a subclass with its own __cat_dim__: the ranks that hold none cut
+    batches with the subclass too (they took plain Data and cut foo along dimension 0)."""
+    stored = featured(1)
+    ds = DistDataset(stored if not local or comm.rank == 0 else [], "t", comm, local=local)
+    try:
+        assert ds.data_class is PairedData
+        assert_same_graph(ds[0], stored[0])
+        for got in ds.__getitems__([0, 0]):
+            assert_same_graph(got, stored[0])
+        for batch in DataLoader(ds, batch_size=1):
+            assert isinstance(batch, PairedData)
+            assert_same_graph(batch.get_example(0), stored[0])
+    finally:
+        ds.close()
+
+
+def test_graphs_of_different_classes_fail_on_every_rank(comm):
+    plain = [Data(x=torch.randn(3, 2)), Data(x=torch.randn(2, 2))]
+    paired = [PairedData(x=torch.randn(3, 2)), PairedData(x=torch.randn(2, 2))]
+    mixed = [plain[0], paired[1]] if comm.rank == comm.size - 1 else plain
+    with pytest.raises(ValueError, match=rf"on rank {comm.size - 1}: ValueError: graph 1 is a test_pyg.PairedData, "
+                                         "graph 0 a torch_geometric.data.data.Data: every graph must be of one class"):
+        DistDataset(mixed, "t", comm, local=True)
+    with pytest.raises(ValueError, match=r"classes differ across ranks: rank 0's are test_pyg.PairedData, rank 1's "
+                                         r"torch_geometric.data.data.Data"):
+        DistDataset(paired if comm.rank == 0 else plain, "t", comm, local=True)
+
+
+def test_a_class_a_rank_without_graphs_cannot_import_fails_on_every_rank(comm):
+    class Hidden(Data):  # defined in a function: not importable by its name
+        pass
+
+    mine = [Hidden(x=torch.randn(2, 2))]
+    with pytest.raises(ValueError, match=r"rank 1 holds no graphs and cannot import their class "
+                                         r"test_pyg.test_a_class_a_rank.*<locals>.Hidden \(AttributeError"):
+        DistDataset(mine if comm.rank == 0 else [], "t", comm, local=True)
+    ds = DistDataset(mine, "t", comm, local=True)  # every rank holds its own: nothing to import
+    try:
+        assert ds.data_class is Hidden and isinstance(ds[comm.size - 1], Hidden)
+    finally:
+        ds.close()
+
+
+def bfloat16_graphs(count: int) -> list:
+    """Graphs with bfloat16 attributes over every kind of bit pattern (NaNs with
+    payloads, infinities, subnormals, -0)."""
+    g = torch.Generator().manual_seed(11)
+    out = []
+    for i in range(count):
+        n = 2 + i % 4
+        bits = torch.randint(-(2**15), 2**15, (n, 3), generator=g, dtype=torch.int16)
+        if i == 0:
+            bits[0] = torch.tensor([0x7FC1, -0x8000, 0x0001], dtype=torch.int16)  # NaN payload, -0, subnormal
+        out.append(Data(x=bits.view(torch.bfloat16), pos=torch.randn(n, 3, generator=g),
+                        edge_index=torch.randint(0, n, (2, 3), generator=g),
+                        y=torch.randn(1, generator=g).bfloat16(), idx=i))
+    return out
+
+
+def test_bfloat16_attributes_come_back_bit_for_bit(comm):
+    every = bfloat16_graphs(9)
+    ds = DistDataset(every, "t", comm)
+    try:
+        ids = [8, 0, 3, 3]
+        got, want = ds._fetch(ids), Batch.from_data_list([every[i] for i in ids])
+        assert got.x.dtype == torch.bfloat16 and got.y.dtype == torch.bfloat16
+        assert_same_batch(got, want)
+        for mine, theirs in zip(got.to_data_list(), [every[i] for i in ids]):
+            assert_same_graph(mine, theirs)
+        assert_same_graph(ds[0], every[0])
+        for batch in DataLoader(ds, batch_size=2, shuffle=True):
+            for mine in batch.to_data_list():
+                assert_same_graph(mine, every[int(mine.idx)])
+    finally:
+        ds.close()
+
+
+def test_bfloat16_that_cannot_be_stored_is_named(comm):
+    index = Data(x=torch.randn(2, 1), my_index=torch.zeros(2, dtype=torch.bfloat16))
+    with pytest.raises(ValueError, match=r"attribute 'my_index': a bfloat16 attribute incremented by the node count"):
+        DistDataset([index], "t", comm, local=True)
+    import mdloader
+
+    ld = mdloader.Loader(comm)
+    try:
+        with pytest.raises(ValueError, match=r"field 'w': numpy cannot take a Tensor of dtype torch.bfloat16"):
+            ld.register_shard([{"w": torch.zeros(2, dtype=torch.bfloat16)}])
+    finally:
+        ld.close()
+
+
+def resumable_loaders(comm, dataset):
+    """(name, a function making a loader) for each way of ordering an epoch."""
+    from torch.utils.data import BatchSampler
+    from torch.utils.data.distributed import DistributedSampler
+
+    def sampler():
+        return DistributedSampler(dataset, num_replicas=comm.size, rank=comm.rank, shuffle=True, seed=3)
+
+    return [
+        ("library", lambda: DataLoader(dataset, batch_size=4, shuffle=True, seed=5)),
+        ("library-drop-last", lambda: DataLoader(dataset, batch_size=4, shuffle=True, seed=5, drop_last=True)),
+        ("library-in-the-loop", lambda: DataLoader(dataset, batch_size=4, shuffle=True, seed=5, collate_ahead=0)),
+        ("sampler", lambda: DataLoader(dataset, batch_size=4, sampler=sampler())),
+        ("batch-sampler", lambda: DataLoader(dataset, batch_sampler=BatchSampler(sampler(), 3, True))),
+    ]
+
+
+def test_a_state_resumes_the_epoch_at_its_next_batch(comm, dataset):
+    """A state taken after k batches of epoch 1 (k from none to all), through json, in a
+    new loader: the rest of epoch 1, then epoch 2 whole, as the uninterrupted run; a
+    state taken again in the resumed run resumes as well."""
+    import json
+
+    def ids_of(batches):
+        return [b.idx.tolist() for b in batches]
+
+    for name, make in resumable_loaders(comm, dataset):
+        whole = make()
+        want = {}
+        for epoch in (1, 2):
+            whole.set_epoch(epoch)
+            want[epoch] = ids_of(whole)
+        steps = len(want[1])
+        for k in sorted({0, 1, steps // 2, steps}):
+            first = make()
+            first.set_epoch(1)
+            batches = iter(first)
+            assert ids_of(next(batches) for _ in range(k)) == want[1][:k], name
+            state = json.loads(json.dumps(first.state_dict()))
+            assert (state["epoch"], state["step"]) == (1, k), name
+            second = make()
+            second.load_state_dict(state)
+            assert second.state_dict() == state
+            second.set_epoch(1)
+            resumed = iter(second)
+            got = ids_of(next(resumed) for _ in range((steps - k) // 2))
+            # Interrupted again in the resumed epoch: the step counts from the epoch's start.
+            third = make()
+            third.load_state_dict(second.state_dict())
+            got += ids_of(third)
+            assert got == want[1][k:], (name, k)
+            third.set_epoch(2)
+            assert ids_of(third) == want[2], (name, k)
+            assert third.state_dict()["step"] == len(want[2])
+
+
+def test_a_state_that_does_not_fit_fails_on_every_rank(comm, dataset):
+    loader = DataLoader(dataset, batch_size=4, shuffle=True, seed=5)
+    loader.set_epoch(3)
+    state = loader.state_dict()
+    cases = {
+        "batch_size was 4 in the saved run, is 5 in this one": DataLoader(dataset, batch_size=5, shuffle=True, seed=5),
+        "seed was 5 in the saved run, is 6 in this one": DataLoader(dataset, batch_size=4, shuffle=True, seed=6),
+        "sampler was 'library' in the saved run, is 'user'": DataLoader(dataset, batch_size=4, sampler=range(3)),
+    }
+    for message, other in cases.items():
+        with pytest.raises(ValueError, match=r"load_state_dict: on rank 0: " + message):
+            other.load_state_dict(state)
+    shorter = DistDataset(graphs(40), "shorter", comm)
+    try:
+        with pytest.raises(ValueError, match="num_samples was 41 in the saved run, is 40 in this one"):
+            DataLoader(shorter, batch_size=4, shuffle=True, seed=5).load_state_dict(state)
+    finally:
+        shorter.close()
+    with pytest.raises(ValueError, match=rf"step {len(loader) + 1} is past the epoch's {len(loader)} batches"):
+        loader.load_state_dict({**state, "step": len(loader) + 1})
+    with pytest.raises(ValueError, match="the state has no seed, shuffle: not one of DataLoader.state_dict()"):
+        loader.load_state_dict({k: v for k, v in state.items() if k not in ("seed", "shuffle")})
+    with pytest.raises(ValueError, match=r"the states differ across ranks \(epoch, step\): rank 0's \(3, 0\), rank 1's "
+                                         r"\(3, 1\)"):
+        loader.load_state_dict({**state, "step": min(comm.rank, 1)})
+    # A user's sampler: its number of batches is known at iter, where a step past it fails.
+    users = DataLoader(dataset, batch_size=4, sampler=range(comm.rank, 41, comm.size), drop_last=True)
+    users.load_state_dict({**users.state_dict(), "step": 99})
+    with pytest.raises(ValueError, match=r"resumes at batch 99, past this epoch's \d+ batches"):
+        iter(users)
+    assert loader.state_dict() == state  # nothing was loaded
+    assert len(list(loader)) == len(loader)
+
+
+def test_ranks_with_different_numbers_of_batches_are_named(comm, dataset):
+    """A user's sampler of uneven shares: len(loader) is this rank's, and iter names
+    every rank's count (the library said only "2 on some, 3 on others")."""
+    ids = list(range(12 if comm.rank == 0 else 8))
+    loader = DataLoader(dataset, batch_size=4, sampler=ids)
+    assert len(loader) == (3 if comm.rank == 0 else 2)
+    counts = ", ".join(f"rank {r}: {3 if r == 0 else 2}" for r in range(comm.size))
+    with pytest.raises(ValueError, match=rf"different numbers of batches per epoch \({counts}\); every rank must take "
+                                         r"as many: use torch's DistributedSampler .* or drop_last=True"):
+        iter(loader)
+    uneven = list(range(9 if comm.rank == 0 else 8))  # less than a batch apart: drop_last evens them
+    assert len(list(DataLoader(dataset, batch_size=4, sampler=uneven, drop_last=True))) == 2
