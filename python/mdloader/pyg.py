@@ -271,9 +271,11 @@ class DistDataset(torch.utils.data.Dataset):
     """torch_geometric graphs held by the ranks of ``comm`` (HydraGNN's ``DistDataset``
     arguments).
 
-    data: the graphs (``Data``). With ``local=False`` every rank passes the whole
-    dataset (or the same indexable view of it) and keeps its share; with ``local=True``
-    each rank passes only its own graphs. label: a name (for messages). ddstore_width:
+    data: the graphs, all of one ``Data`` class (a subclass: defined at the top level
+    of a module, which a rank that holds no graph imports to cut batches as the others
+    do). With ``local=False`` every rank passes the whole dataset (or the same indexable
+    view of it) and keeps its share; with ``local=True`` each rank passes only its own
+    graphs (possibly none). label: a name (for messages). ddstore_width:
     how many consecutive ranks hold one full copy (replica groups; default all of
     ``comm``, one copy); fetches then read only the rank's own group.
 
