@@ -368,6 +368,18 @@ for mpi in "${MPIS[@]}"; do
             run_case "$mpi" "$np" "pyg-resume-after-restart-np$np" "${pyenv[@]}" -- "$py" "$case_py" resume \
                 "$resume_dir"
         fi
+        # mdloader.fairchem: fairchem-core pins its own torch, so it has venvs of its own,
+        # which scripts/install-fairchem.sh makes (6 GB, about 5 min: not done here).
+        fpy=$ROOT/.venv-fairchem/bin/python
+        [ "$mpi" = mpich ] && fpy=$ROOT/.venv-fairchem-mpich/bin/python
+        if [ "$np" = 2 ] && "$fpy" -c "import fairchem.core" >/dev/null 2>&1; then
+            run_case "$mpi" 2 fairchem-pytest-np2 "${pyenv[@]}" -- "$fpy" -m pytest -q -p no:cacheprovider --color=no \
+                "$ROOT/tests/python/test_fairchem.py"
+            run_case "$mpi" 2 fairchem-train-np2 "${pyenv[@]}" -- "$fpy" "$ROOT/tests/python/fairchem_train_case.py" \
+                "$ROOT/target/fairchem-train-data" --epochs 3 --check
+        elif [ "$np" = 2 ]; then
+            echo "SKIP $mpi/fairchem: fairchem-core is not installed ($fpy; scripts/install-fairchem.sh $mpi), the mdloader.fairchem tests do NOT run"
+        fi
     done
     if [ $python_ok -eq 1 ] && [ "$mpi" = mpich ]; then
         # The Open MPI wheel under MPICH's mpi4py must refuse (the Open MPI venv exists
