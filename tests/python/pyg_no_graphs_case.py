@@ -6,6 +6,7 @@ field by field and of the subclass: a rank without graphs took plain Data and cu
 ``feat`` along dimension 0, with exit code 0. The class is this script's (``__main__``),
 which that rank imports by its name. Prints "rank without graphs: ok" on rank 0."""
 
+import os
 import sys
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from mpi4py import MPI
 from torch_geometric.data import Data
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+os.environ.setdefault("MDL_CALIBRATION", "off")  # as in the pytest suite: it only costs time here
 from test_pyg import assert_same_graph  # noqa: E402
 
 from mdloader.pyg import DataLoader, DistDataset  # noqa: E402

@@ -11,6 +11,7 @@ cut. The second job loads the states into new loaders over a new dataset and mus
 exactly those ids. Prints "saved: ok" / "resumed after a restart: ok" on rank 0."""
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from mpi4py import MPI
 from torch.utils.data.distributed import DistributedSampler
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+os.environ.setdefault("MDL_CALIBRATION", "off")  # as in the pytest suite: it only costs time here
 from test_pyg import graphs  # noqa: E402
 
 from mdloader.pyg import DataLoader, DistDataset  # noqa: E402
