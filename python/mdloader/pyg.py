@@ -34,6 +34,7 @@ sampler or the user's own (``sampler=DistributedSampler(...)``, ``batch_sampler=
 from __future__ import annotations
 
 import atexit
+import contextlib
 import copy
 import functools
 import importlib
@@ -46,7 +47,7 @@ import torch
 from torch_geometric.data import Batch, Data
 
 from .background import in_background
-from .loader import EpochTakenOver, Loader
+from .loader import EpochTakenOver, Loader, MDLError
 from .typed import agree_schema, decode, encode
 
 __all__ = ["DistDataset", "DataLoader", "collate"]
@@ -321,22 +322,36 @@ class DistDataset(torch.utils.data.Dataset):
     def len(self) -> int:
         return len(self)
 
-    def _fetch(self, ids: Any) -> Batch:
+    def _fetch(self, ids: Any, call: str = "__getitems__") -> Batch:
         if torch.utils.data.get_worker_info() is not None or self.loader is None:
             raise RuntimeError(f"{self.label}: a fetch is a collective MPI call, which torch's worker processes "
                                "cannot make: use num_workers=0, or mdloader.pyg.DataLoader")
-        self._close_open_epoch()
-        fetched = self.loader.fetch(np.asarray(ids, dtype=np.int64))
+        with self._named(call):
+            self._close_open_epoch()
+            fetched = self.loader.fetch(np.asarray(ids, dtype=np.int64))
         return collate(fetched.fields, self.facts, data_class=self.data_class)
+
+    @contextlib.contextmanager
+    def _named(self, call: str) -> Iterator[None]:
+        """The library's errors inside ``call`` as this dataset's: its label and the call
+        the user's code made (torch_geometric's DataLoader makes ``__getitems__``), before
+        the library's own text, which names its call (and, where ranks are in different
+        calls, the other rank's)."""
+        try:
+            yield
+        except MDLError as err:
+            if type(err) is not MDLError:  # EpochTakenOver and the like say it already
+                raise
+            raise MDLError(err.status, f"dataset {self.label!r}: {err.message}", call=f"DistDataset.{call}") from None
 
     def get(self, idx: int) -> Data:
         return self[idx]
 
     def __getitem__(self, idx: int) -> Data:
-        return self._fetch([idx]).get_example(0)
+        return self._fetch([idx], "__getitem__").get_example(0)
 
     def __getitems__(self, ids: list) -> list:
-        return self._fetch(ids).to_data_list()
+        return self._fetch(ids, "__getitems__").to_data_list()
 
     def _close_open_epoch(self) -> None:
         """End the epoch a DataLoader left open (its thread, then the library's epoch)."""
@@ -347,9 +362,12 @@ class DistDataset(torch.utils.data.Dataset):
         self.loader.end_epoch()
 
     def close(self) -> None:
-        """Collective: end any open epoch and free the loader."""
-        self._close_open_epoch()
-        self.loader.close()
+        """Collective: end any open epoch and free the loader. Where another rank is in a
+        different call (``Status.ERR_CALL_MISMATCH``) nothing is done: close again once
+        every rank does."""
+        with self._named("close"):
+            self._close_open_epoch()
+            self.loader.close()
 
 
 class DataLoader:

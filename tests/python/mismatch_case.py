@@ -56,8 +56,8 @@ except MDLError as err:
     expected = "mdl_fetch_batch" in text and "mdl_finalize" in text and "different calls" in text
     if mode != "close" or err.status != Status.ERR_CALL_MISMATCH or not expected:
         failures.append(f"expected ERR_CALL_MISMATCH naming both calls, got {err.status!r}")
-    if rank == 0 and "DistDataset.__getitems__" not in text:
-        failures.append("the message does not name the dataset's call")
+    if "trainset" not in text or ("DistDataset.__getitems__" if rank == 0 else "DistDataset.close") not in text:
+        failures.append("the message does not name the dataset and its call")
 
 # Nothing was done: every rank can now close together.
 try:
