@@ -377,6 +377,10 @@ for mpi in "${MPIS[@]}"; do
                 "$ROOT/tests/python/test_fairchem.py"
             run_case "$mpi" 2 fairchem-train-np2 "${pyenv[@]}" -- "$fpy" "$ROOT/tests/python/fairchem_train_case.py" \
                 "$ROOT/target/fairchem-train-data" --epochs 3 --check
+            # fairchem's own trainer (TrainEvalRunner, torchtnt) from a fairchem config, under mpirun.
+            run_case "$mpi" 2 fairchem-trainer-np2 "${pyenv[@]}" -- "$fpy" -m mdloader.fairchem_launch -c \
+                "$ROOT/tests/python/fairchem_config/train.yaml" data_dir="$ROOT/target/fairchem-train-data" \
+                job.run_dir="$ROOT/target/fairchem-trainer-$mpi"
         elif [ "$np" = 2 ]; then
             echo "SKIP $mpi/fairchem: fairchem-core is not installed ($fpy; scripts/install-fairchem.sh $mpi), the mdloader.fairchem tests do NOT run"
         fi

@@ -301,7 +301,7 @@ class DataLoader:
         number agreed (collective: one allgather)."""
         batches, problem = [], ""
         try:
-            batches = [self._global_ids[np.asarray(b, dtype=np.int64).reshape(-1)] for b in self.batch_sampler]
+            batches = [self._global_ids[_ids_of(b, len(self._global_ids))] for b in self.batch_sampler]
         except Exception as err:  # noqa: BLE001 - agreed below
             problem = f"{type(err).__name__}: {err}"
         everyone = self.base.comm.allgather((len(batches), problem))
@@ -319,6 +319,16 @@ class DataLoader:
     def _batches(self, batches: list) -> Iterator[Any]:
         for fetched in self.base.loader.epoch_of_batches(batches):
             yield self._finish(fetched.fields)
+
+
+def _ids_of(batch: Any, count: int) -> np.ndarray:
+    """A sampler's batch as an array of the dataset's ids (IndexError for one outside
+    0 .. count - 1: numpy would take a negative one from the end)."""
+    ids = np.asarray(batch, dtype=np.int64).reshape(-1)
+    if ids.size and (ids.min() < 0 or ids.max() >= count):
+        bad = ids[(ids < 0) | (ids >= count)][0]
+        raise IndexError(f"id {bad} is not one of the dataset's {count}")
+    return ids
 
 
 def _resolve(dataset: Any) -> tuple:

@@ -55,7 +55,7 @@ def structures_of_atoms(atoms: Iterable[Any], a2g_args: Optional[dict] = None,
     (e.g. fairchem's ``common_transform`` with a ``dataset_name``) where given."""
     args = dict(a2g_args or {})
     out = []
-    for i, a in enumerate(atoms):
+    for a in atoms:
         data = AtomicData.from_ase(a, **args)
         out.append(transform(data) if transform is not None else data)
     return out

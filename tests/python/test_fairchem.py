@@ -346,7 +346,13 @@ def test_a_sampler_with_uneven_batches_fails_on_every_rank(comm, dataset):
     def uneven(dataset, num_replicas, rank):
         return [[0, 1]] * (2 + rank)
 
+    def negative_on_the_last_rank(dataset, num_replicas, rank):
+        return [[0, -1 if rank == num_replicas - 1 else 1]]
+
     loader = get_dataloader(dataset, uneven)
     with pytest.raises(ValueError, match="different numbers of batches"):
+        iter(loader)
+    loader = get_dataloader(dataset, negative_on_the_last_rank)
+    with pytest.raises(ValueError, match=f"failed on rank {comm.size - 1}: IndexError: id -1 is not one"):
         iter(loader)
     assert all_ranks(comm, True)
