@@ -377,10 +377,12 @@ for mpi in "${MPIS[@]}"; do
                 "$ROOT/tests/python/test_fairchem.py"
             run_case "$mpi" 2 fairchem-train-np2 "${pyenv[@]}" -- "$fpy" "$ROOT/tests/python/fairchem_train_case.py" \
                 "$ROOT/target/fairchem-train-data" --epochs 3 --check
-            # fairchem's own trainer (TrainEvalRunner, torchtnt) from a fairchem config, under mpirun.
-            run_case "$mpi" 2 fairchem-trainer-np2 "${pyenv[@]}" -- "$fpy" -m mdloader.fairchem_launch -c \
-                "$ROOT/tests/python/fairchem_config/train.yaml" data_dir="$ROOT/target/fairchem-train-data" \
-                job.run_dir="$ROOT/target/fairchem-trainer-$mpi"
+            # fairchem's own trainer under mpirun: the same run as on ase_db, loss for loss.
+            if said=$("$ROOT/tests/python/fairchem_trainer_case.sh" "$mpi" "$fpy" "$ROOT/target/fairchem-train-data"); then
+                pass "$mpi/fairchem-trainer-np2 ($said)"
+            else
+                fail "$mpi/fairchem-trainer-np2 ($said)" "$LOGDIR/bindings-$mpi-fairchem-trainer-np2.log"
+            fi
         elif [ "$np" = 2 ]; then
             echo "SKIP $mpi/fairchem: fairchem-core is not installed ($fpy; scripts/install-fairchem.sh $mpi), the mdloader.fairchem tests do NOT run"
         fi

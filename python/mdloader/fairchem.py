@@ -280,6 +280,11 @@ class DataLoader:
             self.batch_sampler.set_epoch(epoch)
 
     def __iter__(self) -> Iterator[Any]:
+        # torch's DataLoader draws its workers' base seed from torch's default generator
+        # at every iter; drawing it here too leaves a model that draws random numbers
+        # (UMA's random edge rotations) the stream it has under fairchem's loader, so
+        # that a switched run repeats the run it replaces.
+        torch.empty((), dtype=torch.int64).random_()
         if self._threads is None:
             self._threads = every_rank_allows_threads(self.base.comm)
         prefetch = self.prefetch if self._threads else 0
