@@ -35,8 +35,9 @@ over structures.
 
 from __future__ import annotations
 
+import atexit
 import functools
-import warnings
+import weakref
 from typing import Any, Callable, Iterable, Iterator, Optional
 
 import numpy as np
@@ -297,6 +298,7 @@ class DataLoader:
         if ahead:
             made = in_background(made, ahead)
             self.base._open_epoch = made
+            _epochs_on_threads.add(self.base)
             # A collective call on the loader from the script stops this thread first.
             self.base.loader.epoch_on_thread(made.thread, self.base._close_open_epoch)
         return made
@@ -324,6 +326,19 @@ class DataLoader:
     def _batches(self, batches: list) -> Iterator[Any]:
         for fetched in self.base.loader.epoch_of_batches(batches):
             yield self._finish(fetched.fields)
+
+
+#: Datasets whose loader's thread may be in an epoch: the thread is stopped at exit, before
+#: MPI_Finalize (which mpi4py calls after Python's exit handlers), so that no thread is
+#: inside MPI then (a loop left early, then the script's end).
+_epochs_on_threads: "weakref.WeakSet[DistAseDBDataset]" = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_epochs_on_threads() -> None:
+    for dataset in list(_epochs_on_threads):
+        if dataset._open_epoch is not None:
+            dataset._open_epoch.close()
 
 
 def _ids_of(batch: Any, count: int) -> np.ndarray:
