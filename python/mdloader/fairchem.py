@@ -45,6 +45,7 @@ import torch
 from fairchem.core.datasets.atomic_data import AtomicData
 
 from .background import every_rank_allows_threads, in_background
+from .batches import agreed_batches
 from .fairchem_records import collate, examples, facts_and_records
 from .fairchem_samplers import MaxAtomBatchSampler
 from .fairchem_sources import AseDBPart, structures_of_atoms
@@ -305,23 +306,13 @@ class DataLoader:
 
     def _agreed_batches(self) -> list:
         """This epoch's batches of the sampler, as global ids of the dataset held, their
-        number agreed (collective: one allgather)."""
-        batches, problem = [], ""
-        try:
-            batches = [self._global_ids[_ids_of(b, len(self._global_ids))] for b in self.batch_sampler]
-        except Exception as err:  # noqa: BLE001 - agreed below
-            problem = f"{type(err).__name__}: {err}"
-        everyone = self.base.comm.allgather((len(batches), problem))
-        for rank, (_, why) in enumerate(everyone):
-            if why:
-                raise ValueError(f"mdloader.fairchem.DataLoader: the batch sampler failed on rank {rank}: {why}")
-        counts = [count for count, _ in everyone]
-        if len(set(counts)) > 1:
-            each = ", ".join(f"rank {rank}: {count}" for rank, count in enumerate(counts))
-            raise ValueError(f"mdloader.fairchem.DataLoader: the batch sampler gives the ranks different numbers of "
-                             f"batches this epoch ({each}); every rank must take as many (fairchem's "
-                             "MaxAtomDistributedBatchSampler and mdloader's MaxAtomBatchSampler do)")
-        return batches
+        number agreed (:func:`mdloader.batches.agreed_batches`)."""
+        return agreed_batches(
+            self.base.comm,
+            lambda: [self._global_ids[_ids_of(b, len(self._global_ids))] for b in self.batch_sampler],
+            "mdloader.fairchem.DataLoader",
+            "fairchem's MaxAtomDistributedBatchSampler and mdloader's MaxAtomBatchSampler do",
+        )
 
     def _batches(self, batches: list) -> Iterator[Any]:
         for fetched in self.base.loader.epoch_of_batches(batches):

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import sys
+
+from .ddp import free_port
 
 
 def main(argv: list | None = None) -> int:
@@ -65,12 +66,7 @@ def _set_torch_distributed_env(comm) -> None:
     """RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT from MPI: rank 0 picks
     a free port on MASTER_ADDR (default loopback: one node)."""
     addr = os.environ.get("MASTER_ADDR", "127.0.0.1")
-    port = None
-    if comm.rank == 0:
-        with socket.socket() as s:
-            s.bind((addr, 0))
-            port = s.getsockname()[1]
-    port = comm.bcast(port)
+    port = free_port(comm, addr)
     from mpi4py import MPI
 
     node = comm.Split_type(MPI.COMM_TYPE_SHARED)

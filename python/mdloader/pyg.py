@@ -47,8 +47,9 @@ import torch
 from torch_geometric.data import Batch, Data
 
 from .background import in_background
+from .batches import agreed_batches
 from .loader import EpochTakenOver, Loader, MDLError
-from .typed import agree_schema, decode, encode
+from .typed import agree_schema, encode
 
 __all__ = ["DistDataset", "DataLoader", "collate"]
 
@@ -634,37 +635,23 @@ class DataLoader:
             return float("inf")
 
     def _users_batches(self, start: int) -> list:
-        """This epoch's batches of the user's sampler, their number agreed (collective:
-        one allgather, in ``iter``, not on the loader's thread, where it could meet the
-        script's own collective calls on the communicator). A sampler that fails on one
-        rank, ranks with different numbers of batches (the library would refuse them
-        without saying whose) or a resumed step past them raise ValueError on every
-        rank."""
-        batches, problem = [], ""
-        try:
-            if self.batch_sampler is not None:
-                batches = list(self.batch_sampler)
-            else:
-                ids = np.fromiter(iter(self.sampler), dtype=np.int64)
-                cut = len(ids) - len(ids) % self.batch_size if self.drop_last else len(ids)
-                batches = [ids[k:k + self.batch_size] for k in range(0, cut, self.batch_size)]
-        except Exception as err:  # noqa: BLE001 - agreed below, not raised alone
-            problem = f"{type(err).__name__}: {err}"
-        everyone = self.dataset.comm.allgather((len(batches), problem))
-        for rank, (_, why) in enumerate(everyone):
-            if why:
-                raise ValueError(f"mdloader.pyg.DataLoader: the sampler failed on rank {rank}: {why}")
-        counts = [count for count, _ in everyone]
-        if len(set(counts)) > 1:
-            each = ", ".join(f"rank {rank}: {count}" for rank, count in enumerate(counts))
-            raise ValueError(f"mdloader.pyg.DataLoader: the sampler gives the ranks different numbers of batches "
-                             f"per epoch ({each}); every rank must take as many: use torch's DistributedSampler "
-                             "(it gives every rank as many samples), or drop_last=True where the ranks' samples "
-                             "differ by less than a batch")
-        if start > counts[0]:
+        """This epoch's batches of the user's sampler, their number agreed
+        (:func:`mdloader.batches.agreed_batches`); a resumed step past them raises
+        ValueError on every rank."""
+        batches = agreed_batches(self.dataset.comm, self._take_users_batches, "mdloader.pyg.DataLoader",
+                                 "use torch's DistributedSampler (it gives every rank as many samples), or "
+                                 "drop_last=True where the ranks' samples differ by less than a batch")
+        if start > len(batches):
             raise ValueError(f"mdloader.pyg.DataLoader: the state loaded resumes at batch {start}, past this epoch's "
-                             f"{counts[0]} batches")
+                             f"{len(batches)} batches")
         return batches
+
+    def _take_users_batches(self) -> list:
+        if self.batch_sampler is not None:
+            return list(self.batch_sampler)
+        ids = np.fromiter(iter(self.sampler), dtype=np.int64)
+        cut = len(ids) - len(ids) % self.batch_size if self.drop_last else len(ids)
+        return [ids[k:k + self.batch_size] for k in range(0, cut, self.batch_size)]
 
     def _batches(self, epoch_number: int, start: int, users: Optional[list] = None) -> Iterator[Batch]:
         """The batches of the library's epoch ``epoch_number``, or of the user's sampler's

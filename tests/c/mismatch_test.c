@@ -31,27 +31,12 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "alarm.h"
 #include "common.h"
 #include "mdloader.h"
 
 static int g_rank, g_size, g_passed, g_failed;
-static const char *volatile g_case = "startup";
 static uint64_t g_base = 200;
-
-static void on_alarm(int sig)
-{
-    (void)sig;
-    char line[256];
-    size_t k = 0;
-    tc_sig_puts(line, &k, sizeof line, "[rank ");
-    tc_sig_putu(line, &k, sizeof line, (unsigned long long)g_rank);
-    tc_sig_puts(line, &k, sizeof line, "] TIMEOUT in case ");
-    tc_sig_puts(line, &k, sizeof line, g_case);
-    line[k++] = '\n';
-    ssize_t ignored = write(2, line, k);
-    (void)ignored;
-    _exit(3);
-}
 
 /* A registered loader over the test dataset. */
 static mdl_loader *open_loader(tc_dataset *d)
@@ -143,7 +128,7 @@ static mdl_status do_epoch(mdl_loader **h, tc_dataset *d)
 static void pair_case(const char *name, tc_dataset *d, call_fn odd, const char *odd_name, call_fn usual,
                       const char *usual_name)
 {
-    g_case = name;
+    tc_alarm_case = name;
     alarm(120);
     mdl_loader *h = open_loader(d);
     /* A few healthy steps first: the mismatch meets a loader in use. */
@@ -182,7 +167,7 @@ static void pair_case(const char *name, tc_dataset *d, call_fn odd, const char *
    on, so rank 0 prints its verdict ("PASS step-begin") and ends it (MPI_Abort). */
 static void step_begin(tc_dataset *d)
 {
-    g_case = "step-begin";
+    tc_alarm_case = "step-begin";
     alarm(120);
     mdl_loader *h = open_loader(d);
     const uint64_t *ids;
@@ -206,7 +191,7 @@ static void step_begin(tc_dataset *d)
    deadline ends it (the library's watchdog, or MDL_TIMEOUT's error, then MPI_Abort). */
 static void fetch_allreduce(tc_dataset *d)
 {
-    g_case = "fetch-allreduce";
+    tc_alarm_case = "fetch-allreduce";
     mdl_loader *h = open_loader(d);
     for (int s = 0; s < 3; s++)
         fetch_some(h, d);
@@ -236,10 +221,7 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--base") && i + 1 < argc)
             tc_parse_u64(argv[++i], &g_base);
     }
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_alarm;
-    sigaction(SIGALRM, &sa, NULL);
+    tc_alarm_install(g_rank);
 
     if (g_size < 2) {
         fprintf(stderr, "mismatch_test needs at least 2 ranks\n");

@@ -21,17 +21,9 @@ import mdloader
 mode = sys.argv[1]
 comm = MPI.COMM_WORLD
 if mode == "raise-ddp":
-    import socket
+    from mdloader.ddp import init_gloo
 
-    import torch.distributed as dist
-
-    port = None
-    if comm.rank == 0:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-    port = comm.bcast(port)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=comm.rank, world_size=comm.size)
+    init_gloo(comm)
 with mdloader.Loader(comm) as ld:
     ld.register_shard([np.full(64, i % 256, dtype=np.uint8) for i in range(1000)])
     start = time.time()

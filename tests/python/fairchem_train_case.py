@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import os
-import socket
 import sys
 import time
 from pathlib import Path
@@ -27,6 +25,8 @@ from pathlib import Path
 from mpi4py import MPI
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from mdloader.ddp import init_gloo  # noqa: E402
 
 BACKBONE = {
     # tests/core/units/mlip_unit/backbone/K2L2.yaml of fairchem, direct forces
@@ -39,20 +39,6 @@ BACKBONE = {
 }
 HEADS = {"energy": {"module": "fairchem.core.models.uma.escn_md.MLP_Energy_Head"},
          "forces": {"module": "fairchem.core.models.uma.escn_md.Linear_Force_Head"}}
-
-
-def init_ddp(comm) -> None:
-    """gloo with MPI's ranks: rank 0 picks a free port on the loopback and MPI tells the
-    others (one node)."""
-    import torch.distributed as dist
-
-    port = None
-    if comm.rank == 0:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-    port = comm.bcast(port)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=comm.rank, world_size=comm.size)
 
 
 def ensure_data(comm, folder: Path, count: int) -> None:
@@ -103,7 +89,7 @@ def main() -> int:
     torch.set_num_threads(1)
     torch.manual_seed(0)
     ensure_data(comm, args.data, args.count)
-    init_ddp(comm)
+    init_gloo(comm)
     config = {"src": str(args.data), "a2g_args": {"r_energy": True, "r_forces": True}}
     sampler_fn = functools.partial(MaxAtomDistributedBatchSampler, max_atoms=args.max_atoms, shuffle=True, seed=0)
     loader, close = loader_of(args.feeder, config, sampler_fn, comm)

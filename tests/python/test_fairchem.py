@@ -72,19 +72,10 @@ def dataset(comm, config):
 def ddp(comm):
     """torch.distributed over gloo with MPI's ranks (fairchem's BalancedBatchSampler
     gathers sizes through it)."""
-    import os
-    import socket
+    from mdloader.ddp import init_gloo
 
     if not torch.distributed.is_initialized():
-        port = None
-        if comm.rank == 0:
-            with socket.socket() as s:
-                s.bind(("127.0.0.1", 0))
-                port = s.getsockname()[1]
-        port = comm.bcast(port)
-        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-        torch.distributed.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=comm.rank,
-                                             world_size=comm.size)
+        init_gloo(comm)
     return torch.distributed
 
 

@@ -519,7 +519,7 @@ def test_ranks_with_different_numbers_of_batches_are_named(comm, dataset):
     loader = DataLoader(dataset, batch_size=4, sampler=ids)
     assert len(loader) == (3 if comm.rank == 0 else 2)
     counts = ", ".join(f"rank {r}: {3 if r == 0 else 2}" for r in range(comm.size))
-    with pytest.raises(ValueError, match=rf"different numbers of batches per epoch \({counts}\); every rank must take "
+    with pytest.raises(ValueError, match=rf"different numbers of batches this epoch \({counts}\); every rank must take "
                                          r"as many: use torch's DistributedSampler .* or drop_last=True"):
         iter(loader)
     uneven = list(range(9 if comm.rank == 0 else 8))  # less than a batch apart: drop_last evens them
