@@ -20,13 +20,25 @@ pub enum Call {
     Register = 2,
     Fetch = 3,
     EpochBegin = 4,
-    EpochStep = 5,
-    Stats = 6,
-    Finalize = 7,
+    EpochBeginIds = 5,
+    EpochSeek = 6,
+    EpochStep = 7,
+    Stats = 8,
+    Finalize = 9,
 }
 
-const ALL: [Call; 8] =
-    [Call::Other, Call::Init, Call::Register, Call::Fetch, Call::EpochBegin, Call::EpochStep, Call::Stats, Call::Finalize];
+const ALL: [Call; 10] = [
+    Call::Other,
+    Call::Init,
+    Call::Register,
+    Call::Fetch,
+    Call::EpochBegin,
+    Call::EpochBeginIds,
+    Call::EpochSeek,
+    Call::EpochStep,
+    Call::Stats,
+    Call::Finalize,
+];
 
 impl Call {
     /// The group of the export named `name`.
@@ -36,7 +48,9 @@ impl Call {
             "mdl_register_shard" => Call::Register,
             "mdl_fetch_batch" => Call::Fetch,
             "mdl_next_batch" => Call::EpochStep,
-            "mdl_epoch_begin" | "mdl_epoch_begin_ids" | "mdl_epoch_seek" => Call::EpochBegin,
+            "mdl_epoch_begin" => Call::EpochBegin,
+            "mdl_epoch_begin_ids" => Call::EpochBeginIds,
+            "mdl_epoch_seek" => Call::EpochSeek,
             "mdl_stats_json_job" => Call::Stats,
             "mdl_finalize" => Call::Finalize,
             _ => Call::Other,
@@ -54,7 +68,9 @@ impl Call {
             Call::Init => "mdl_init",
             Call::Register => "mdl_register_shard",
             Call::Fetch => "mdl_fetch_batch",
-            Call::EpochBegin => "mdl_epoch_begin/mdl_epoch_seek",
+            Call::EpochBegin => "mdl_epoch_begin",
+            Call::EpochBeginIds => "mdl_epoch_begin_ids",
+            Call::EpochSeek => "mdl_epoch_seek",
             Call::EpochStep => "an epoch's step (mdl_next_batch)",
             Call::Stats => "mdl_stats_json_job",
             Call::Finalize => "mdl_finalize",
@@ -98,11 +114,9 @@ mod tests {
     }
 
     #[test]
-    fn an_epochs_begin_and_its_steps_are_told_apart() {
-        for name in ["mdl_epoch_begin", "mdl_epoch_begin_ids", "mdl_epoch_seek"] {
-            assert_eq!(Call::of_export(name), Call::EpochBegin, "{name}");
-        }
-        assert_eq!(Call::of_export("mdl_next_batch"), Call::EpochStep);
+    fn an_epochs_begins_seek_and_steps_are_told_apart() {
+        let calls = ["mdl_epoch_begin", "mdl_epoch_begin_ids", "mdl_epoch_seek", "mdl_next_batch"].map(Call::of_export);
+        assert_eq!(calls, [Call::EpochBegin, Call::EpochBeginIds, Call::EpochSeek, Call::EpochStep]);
         assert_eq!(Call::of_export("mdl_fetch_batch"), Call::Fetch);
     }
 

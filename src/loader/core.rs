@@ -84,7 +84,10 @@ impl Core {
     /// `group_size` is `mdl_init_replicated`'s (None for `mdl_init`: the whole host):
     /// checked and agreed with the configuration, then the host is split into groups.
     pub fn init(host: MPI_Comm, local_check: Result<()>, group_size: Option<i64>) -> Result<Core> {
-        let mut comm = Comm::duplicate(host)?;
+        // This rank's own watchdog until the ranks agree (an invalid setting is agreed
+        // below; meanwhile the default).
+        let own_watchdog = Config::from_env().map_or(crate::config::DEFAULT_WATCHDOG_SECONDS, |c| c.watchdog_seconds);
+        let mut comm = Comm::duplicate(host, own_watchdog)?;
         let spec = group_size.map_or(Ok(GroupSpec::Whole), |size| GroupSpec::from_arg(size, comm.size()));
         let agreed = Self::agree_on_config(&comm, local_check, spec);
         let (config, policy, spec, facts) = match agreed {

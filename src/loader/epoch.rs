@@ -137,6 +137,11 @@ impl EpochRun {
         !self.finished
     }
 
+    /// Whether steps of the epoch are still to be taken (the same on every rank).
+    pub fn has_steps_left(&self) -> bool {
+        !self.finished && self.next_step < self.epoch.steps()
+    }
+
     /// Collective: the next batch, or None at the end of the epoch (on every rank at once).
     pub fn next(&mut self, core: &Arc<Mutex<Core>>) -> Result<Option<&Batch>> {
         if self.finished || self.next_step >= self.epoch.steps() {

@@ -19,7 +19,7 @@ pub use published::Published;
 use self::core::Core;
 use crate::agree::Setting;
 use crate::config::Backend;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, mdl_status};
 use crate::sampler::Epoch;
 use crate::store::ShardView;
 use epoch::EpochRun;
@@ -78,12 +78,7 @@ impl Loader {
 
     /// Collective.
     pub fn register_shard(&mut self, shard: Result<ShardView>) -> Result<()> {
-        // Every rank is in the same epoch state (epochs begin and end collectively), so
-        // all refuse together without communicating: the prefetch thread may be using
-        // the communicator.
-        if self.epoch.as_ref().is_some_and(EpochRun::is_active) {
-            return Err(Error::state("a shard cannot be registered during a sampler epoch"));
-        }
+        self.refuse_during_epoch("a shard cannot be registered during a sampler epoch")?;
         self.core.lock().register_shard(shard)
     }
 
@@ -122,14 +117,7 @@ impl Loader {
 
     /// Collective.
     pub fn fetch_batch(&mut self, args: Result<FetchArgs>) -> Result<()> {
-        // Every rank is in the same epoch state (epochs begin and end collectively), so
-        // all refuse together without communicating; the prefetch thread may be using
-        // the communicator.
-        if self.epoch.as_ref().is_some_and(EpochRun::is_active) {
-            return Err(Error::state(
-                "refused during a sampler epoch: take batches with mdl_next_batch until it returns n == 0",
-            ));
-        }
+        self.refuse_during_epoch("refused during a sampler epoch: take its batches with mdl_next_batch first")?;
         self.core.lock().fetch_batch(args)
     }
 
@@ -137,9 +125,7 @@ impl Loader {
     /// alike (its steps are agreed ahead, perhaps on the prefetch thread, on the same
     /// communicator).
     pub fn job_stats_json(&mut self, checks: Result<()>) -> Result<String> {
-        if self.epoch.as_ref().is_some_and(EpochRun::is_active) {
-            return Err(Error::state("refused during a sampler epoch: call it before mdl_epoch_begin or after the epoch's last batch"));
-        }
+        self.refuse_during_epoch("refused during a sampler epoch: call it before mdl_epoch_begin or after the epoch's last batch")?;
         self.core.lock().job_stats_json(checks)
     }
 
@@ -155,9 +141,7 @@ impl Loader {
             Setting::identical("drop_last", args.drop_last as u64),
         ];
         let begun = self.start_epoch(order, 0, settings);
-        if begun.is_err() {
-            self.resume(interrupted)?;
-        }
+        self.resume_after_refusal(&begun, interrupted)?;
         begun
     }
 
@@ -171,9 +155,7 @@ impl Loader {
             .map(|given| Arc::new(EpochOrder::Given(given)));
         let settings = order.as_ref().map_or_else(|_| vec![Setting::identical("number of batches (steps)", 0)], |o| o.settings());
         let begun = self.start_epoch(order, 0, settings);
-        if begun.is_err() {
-            self.resume(interrupted)?;
-        }
+        self.resume_after_refusal(&begun, interrupted)?;
         begun
     }
 
@@ -187,10 +169,22 @@ impl Loader {
             return self.core.lock().agree_call(Err(Error::state("no epoch to seek in (call mdl_epoch_begin first)")), &[]).map(drop);
         };
         let sought = self.start_epoch(Ok(order), step, Vec::new());
-        if sought.is_err() {
-            self.resume(interrupted)?;
-        }
+        self.resume_after_refusal(&sought, interrupted)?;
         sought
+    }
+
+    /// Refuse a collective call while the epoch has steps left: every rank has taken as
+    /// many steps (the steps are the same number on every rank), so all refuse alike
+    /// without communicating, while the prefetch thread may be using the communicator.
+    /// An epoch whose steps were all taken ends here (its thread stopped), whether or
+    /// not this rank asked for its end (n == 0): a rank that counted its batches and one
+    /// that took the end must make the same call.
+    fn refuse_during_epoch(&mut self, why: &str) -> Result<()> {
+        match &self.epoch {
+            Some(run) if run.has_steps_left() => Err(Error::state(why)),
+            Some(run) if run.is_active() => self.stop_epoch(),
+            _ => Ok(()),
+        }
     }
 
     /// Stop the epoch in progress (its prefetch thread uses the communicator, which the
@@ -208,8 +202,14 @@ impl Loader {
 
     /// Collective: after a refused begin or seek, resume the interrupted epoch where it
     /// stood. Every rank refused the same call (it was agreed on), so every rank resumes
-    /// at the same step, with or without prefetch as agreed again here.
-    fn resume(&mut self, interrupted: Option<Interrupted>) -> Result<()> {
+    /// at the same step, with or without prefetch as agreed again here. Not where the
+    /// other ranks were in another call (`MDL_ERR_CALL_MISMATCH`): they would not take
+    /// part in that agreement, so this rank's interrupted epoch stays stopped.
+    fn resume_after_refusal(&mut self, started: &Result<()>, interrupted: Option<Interrupted>) -> Result<()> {
+        let Err(refusal) = started else { return Ok(()) };
+        if refusal.status == mdl_status::MDL_ERR_CALL_MISMATCH {
+            return Ok(());
+        }
         let Some(Interrupted { order, step, depth }) = interrupted else { return Ok(()) };
         let run = EpochRun::prepare(&self.core, order, step, depth);
         let spawned = self.core.lock().agree_call(Ok(()), &[Self::spawn_failure(&run)]);

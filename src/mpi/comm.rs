@@ -57,7 +57,9 @@ unsafe impl Send for Comm {}
 
 impl Comm {
     /// Collective over `host`: duplicate it and make errors on the duplicate return codes.
-    pub fn duplicate(host: ffi::MPI_Comm) -> Result<Comm> {
+    /// `watchdog_seconds`: this rank's own `MDL_WATCHDOG`, for the waits before the
+    /// ranks agree on a policy (it steers no communication).
+    pub fn duplicate(host: ffi::MPI_Comm, watchdog_seconds: f64) -> Result<Comm> {
         if !super::is_usable() {
             return Err(Error::state("MPI is not initialised (or already finalised)"));
         }
@@ -71,9 +73,10 @@ impl Comm {
         // SAFETY: host is a communicator handle from the caller (checked valid above);
         // raw receives the copy.
         // (Under the watchdog: a rank whose peers make another call waits here.)
-        let duplicated = watched(&WaitPolicy::UNAGREED, "MPI_Comm_dup", || unsafe { ffi::MPI_Comm_dup(host, &mut raw) });
+        let policy = WaitPolicy { watchdog_seconds, ..WaitPolicy::UNAGREED };
+        let duplicated = watched(&policy, "MPI_Comm_dup", || unsafe { ffi::MPI_Comm_dup(host, &mut raw) });
         check(duplicated, "MPI_Comm_dup")?;
-        let comm = Comm { raw, rank: 0, size: 0, policy: WaitPolicy::UNAGREED };
+        let comm = Comm { raw, rank: 0, size: 0, policy };
         // SAFETY: comm.raw is the communicator just created.
         check(
             unsafe { ffi::MPI_Comm_set_errhandler(comm.raw, ffi::RSMPI_ERRORS_RETURN) },

@@ -15,6 +15,8 @@ pub struct SharedArray {
     raw: ffi::MPI_Win,
     base: *mut u64,
     len: usize,
+    /// The node communicator's watchdog, for the free.
+    watchdog_seconds: f64,
 }
 
 // SAFETY: the memory is written only between publish() barriers during registration,
@@ -58,7 +60,7 @@ impl SharedArray {
                 })
                 .and_then(|()| check(ffi::MPI_Win_lock_all(ffi::MPI_MODE_NOCHECK as c_int, raw), "MPI_Win_lock_all"))
         };
-        let array = SharedArray { raw, base: base as *mut u64, len };
+        let array = SharedArray { raw, base: base as *mut u64, len, watchdog_seconds: node.wait_policy().watchdog_seconds };
         setup?;
         if (size as usize) < len * 8 {
             return Err(Error::new(crate::error::mdl_status::MDL_ERR_MPI, "MPI_Win_shared_query: the leader's segment is too small"));
@@ -106,7 +108,7 @@ impl SharedArray {
 
     /// Collective over the node: free the window. Skipped when MPI is finalised.
     pub fn free(mut self) -> Result<()> {
-        super::window::free_locked(&mut self.raw)
+        super::window::free_locked(&mut self.raw, self.watchdog_seconds)
     }
 }
 

@@ -39,7 +39,8 @@ impl WaitPolicy {
     /// Before the ranks have agreed on a policy: nonblocking calls completed by testing
     /// and yielding, the one kind of call that every rank can make without knowing the
     /// others' settings.
-    /// The watchdog keeps its default until the ranks agree on theirs.
+    /// (A loader's communicator starts with its rank's own watchdog instead, see
+    /// `Comm::duplicate`.)
     pub(crate) const UNAGREED: WaitPolicy = WaitPolicy {
         yield_between_tests: true,
         trust_flush: false,

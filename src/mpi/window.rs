@@ -341,7 +341,7 @@ impl Window {
 
     /// Collective: close the epoch and free the window. Skipped when MPI is finalised.
     pub fn free(mut self) -> Result<()> {
-        free_locked(&mut self.raw)?;
+        free_locked(&mut self.raw, self.policy.watchdog_seconds)?;
         if let Some(memory) = self.private.take() {
             memory.release();
         }
@@ -351,7 +351,8 @@ impl Window {
 
 /// Collective: close the access epoch opened at a window's creation and free it (the
 /// shard's window and the node-shared index alike). Skipped when MPI is finalised.
-pub(super) fn free_locked(raw: &mut ffi::MPI_Win) -> Result<()> {
+/// `MPI_Win_free` waits for the other ranks: under the watchdog (`watchdog_seconds`).
+pub(super) fn free_locked(raw: &mut ffi::MPI_Win, watchdog_seconds: f64) -> Result<()> {
     if !super::is_usable() {
         return Ok(());
     }
@@ -359,6 +360,7 @@ pub(super) fn free_locked(raw: &mut ffi::MPI_Win) -> Result<()> {
     // does not use afterwards.
     unsafe {
         check(ffi::MPI_Win_unlock_all(*raw), "MPI_Win_unlock_all")?;
+        let _watched = super::watchdog::watch("MPI_Win_free", watchdog_seconds);
         check(ffi::MPI_Win_free(raw), "MPI_Win_free")
     }
 }

@@ -9,6 +9,8 @@
  *   fetch-finalize   rank 0 fetches once more; the others finalize (a loop left early)
  *   stats-fetch      rank 0 asks for the job's statistics; the others fetch
  *   epoch-fetch      rank 0 begins a sampler epoch; the others fetch
+ *   epoch-fetch-after-an-epoch  the same after an epoch taken whole (rank 0 counting
+ *                    its batches, the others asking for the end)
  *   step-begin       rank 0 leaves a sampler epoch early and begins the next one; the
  *                    others take their next step (see step_begin)
  *   fetch-allreduce  rank 0 fetches once more; the others wait in an MPI_Allreduce of
@@ -125,16 +127,41 @@ static mdl_status do_epoch(mdl_loader **h, tc_dataset *d)
     return mdl_epoch_begin(*h, 1, 0, 8, 1, 0);
 }
 
-static void pair_case(const char *name, tc_dataset *d, call_fn odd, const char *odd_name, call_fn usual,
-                      const char *usual_name)
+/* Every rank takes a whole sampler epoch, rank 0 counting its batches instead of
+   asking for the end (n == 0), as a loop over a known length does. */
+static int whole_epoch(mdl_loader *h, tc_dataset *d, uint64_t epoch)
+{
+    const uint64_t batch = 4, ranks = (uint64_t)g_size;
+    uint64_t steps = ((tc_total(d) + ranks - 1) / ranks + batch - 1) / batch;
+    const uint64_t *ids;
+    const void *data;
+    const uint64_t *offsets;
+    size_t n;
+    int ok = mdl_epoch_begin(h, 1, epoch, batch, 1, 0) == MDL_OK;
+    for (uint64_t s = 0; ok && s < steps; s++)
+        ok &= mdl_next_batch(h, &ids, &data, &offsets, &n) == MDL_OK && n > 0;
+    if (ok && g_rank != 0)
+        ok &= mdl_next_batch(h, &ids, &data, &offsets, &n) == MDL_OK && n == 0;
+    return ok;
+}
+
+static void pair_case(const char *name, tc_dataset *d, int after_an_epoch, call_fn odd, const char *odd_name,
+                      call_fn usual, const char *usual_name)
 {
     tc_alarm_case = name;
     alarm(120);
     mdl_loader *h = open_loader(d);
-    /* A few healthy steps first: the mismatch meets a loader in use. */
+    /* A few healthy steps first: the mismatch meets a loader in use; with
+       after_an_epoch, an epoch taken whole too (a begin that meets another call then
+       has an ended epoch to resume, which it must not, the others being elsewhere). */
     int ok = 1;
     for (int s = 0; s < 3; s++)
         ok &= fetch_some(h, d) == MDL_OK;
+    if (after_an_epoch) {
+        ok &= whole_epoch(h, d, 0);
+        /* Rank 0 did not ask for the end: its fetch must not be refused alone. */
+        ok &= fetch_some(h, d) == MDL_OK;
+    }
     mdl_status got = g_rank == 0 ? odd(&h, d) : usual(&h, d);
     const char *mine = g_rank == 0 ? odd_name : usual_name;
     const char *theirs = g_rank == 0 ? usual_name : odd_name;
@@ -240,11 +267,13 @@ int main(int argc, char **argv)
     if (only && !strcmp(only, "step-begin"))
         step_begin(&d);
     if (!only || !strcmp(only, "fetch-finalize"))
-        pair_case("fetch-finalize", &d, do_fetch, "mdl_fetch_batch", do_finalize, "mdl_finalize");
+        pair_case("fetch-finalize", &d, 0, do_fetch, "mdl_fetch_batch", do_finalize, "mdl_finalize");
     if (!only || !strcmp(only, "stats-fetch"))
-        pair_case("stats-fetch", &d, do_stats, "mdl_stats_json_job", do_fetch, "mdl_fetch_batch");
+        pair_case("stats-fetch", &d, 0, do_stats, "mdl_stats_json_job", do_fetch, "mdl_fetch_batch");
     if (!only || !strcmp(only, "epoch-fetch"))
-        pair_case("epoch-fetch", &d, do_epoch, "mdl_epoch_begin", do_fetch, "mdl_fetch_batch");
+        pair_case("epoch-fetch", &d, 0, do_epoch, "mdl_epoch_begin", do_fetch, "mdl_fetch_batch");
+    if (!only || !strcmp(only, "epoch-fetch-after-an-epoch"))
+        pair_case("epoch-fetch-after-an-epoch", &d, 1, do_epoch, "mdl_epoch_begin", do_fetch, "mdl_fetch_batch");
     tc_dataset_free(&d);
     if (g_rank == 0)
         printf("%d passed, %d failed\n", g_passed, g_failed);
