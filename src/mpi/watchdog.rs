@@ -11,11 +11,16 @@
 //! Waits register here and unregister when they end (a lock and a push: tens of
 //! nanoseconds beside the 2-4 us a nonblocking wait would cost every small step, which
 //! is why the deadline is not a test loop's, unless `MDL_TIMEOUT` asks for one).
+//!
+//! The thread must not allocate: its first `malloc` would give it a glibc arena of its
+//! own, 64 MiB of address space, which a rank under `ulimit -v` needs for its shard
+//! (`tests/run_shm_tests.sh`, address-space-short). Hence a thread of `pthread_create`'s,
+//! std's futex mutex (parking_lot allocates a thread's parking data when it waits) and
+//! a small stack; its last words (the line before `MPI_Abort`) may allocate.
 
 use super::ffi;
 use crate::call;
-use parking_lot::Mutex;
-use std::sync::OnceLock;
+use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 struct Waiting {
@@ -34,6 +39,12 @@ struct Watched {
 
 static WATCHED: Mutex<Watched> = Mutex::new(Watched { next_id: 0, waits: Vec::new() });
 
+/// The waits, whatever a thread that panicked while holding them left (they stay
+/// consistent: each change is one push or one removal).
+fn watched() -> MutexGuard<'static, Watched> {
+    WATCHED.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 /// A wait under watch; unregistered when dropped.
 pub struct Watch(Option<u64>);
 
@@ -42,7 +53,7 @@ pub fn watch(mpi: &'static str, deadline_seconds: f64) -> Watch {
     if deadline_seconds <= 0.0 || !start_watchdog() {
         return Watch(None);
     }
-    let mut watched = WATCHED.lock();
+    let mut watched = watched();
     let id = watched.next_id;
     watched.next_id += 1;
     let deadline = Duration::from_secs_f64(deadline_seconds);
@@ -53,13 +64,16 @@ pub fn watch(mpi: &'static str, deadline_seconds: f64) -> Watch {
 impl Drop for Watch {
     fn drop(&mut self) {
         if let Some(id) = self.0 {
-            let mut watched = WATCHED.lock();
+            let mut watched = watched();
             if let Some(at) = watched.waits.iter().position(|w| w.id == id) {
                 watched.waits.swap_remove(at);
             }
         }
     }
 }
+
+/// The watchdog's stack: it calls nothing deep until the job's last line.
+const WATCHDOG_STACK_BYTES: usize = 256 << 10;
 
 /// How often the watchdog looks: often enough that a short deadline (a test's) is
 /// kept within a quarter of it, at most once a second.
@@ -70,18 +84,42 @@ const MAX_LOOK_INTERVAL: Duration = Duration::from_secs(1);
 fn start_watchdog() -> bool {
     static STARTED: OnceLock<bool> = OnceLock::new();
     *STARTED.get_or_init(|| {
-        let spawned = std::thread::Builder::new().name("mdloader-watchdog".into()).spawn(watch_for_ever);
-        if let Err(err) = &spawned {
-            log::warn!("the watchdog thread could not start ({err}): a stuck collective call will wait for ever");
+        let started = spawn_thread_without_allocating();
+        if let Err(rc) = started {
+            log::warn!("the watchdog thread could not start (pthread_create: {rc}): a stuck collective call will wait for ever");
         }
-        spawned.is_ok()
+        started.is_ok()
     })
+}
+
+/// A detached thread made with `pthread_create`, not `std::thread`: a std thread
+/// records its handle in a thread-local whose destructor's registration allocates, and
+/// a thread's first allocation gives it a glibc arena of its own (64 MiB of address
+/// space, measured: the whole margin of a rank under `ulimit -v`).
+fn spawn_thread_without_allocating() -> Result<(), i32> {
+    extern "C" fn run(_: *mut libc::c_void) -> *mut libc::c_void {
+        // Nothing may unwind into C; the loop itself does not panic.
+        let _ = std::panic::catch_unwind(watch_for_ever);
+        std::ptr::null_mut()
+    }
+    // SAFETY: attr is initialised before use and destroyed after; the thread runs `run`,
+    // which takes no argument, and is detached (nothing joins it).
+    unsafe {
+        let mut attr: libc::pthread_attr_t = std::mem::zeroed();
+        libc::pthread_attr_init(&mut attr);
+        libc::pthread_attr_setstacksize(&mut attr, WATCHDOG_STACK_BYTES);
+        libc::pthread_attr_setdetachstate(&mut attr, libc::PTHREAD_CREATE_DETACHED);
+        let mut thread: libc::pthread_t = std::mem::zeroed();
+        let rc = libc::pthread_create(&mut thread, &attr, run, std::ptr::null_mut());
+        libc::pthread_attr_destroy(&mut attr);
+        if rc == 0 { Ok(()) } else { Err(rc) }
+    }
 }
 
 fn watch_for_ever() {
     loop {
         let interval = {
-            let watched = WATCHED.lock();
+            let watched = watched();
             if let Some(late) = watched.waits.iter().find(|w| w.since.elapsed() > w.deadline) {
                 end_the_job(late);
             }
