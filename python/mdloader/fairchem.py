@@ -49,7 +49,7 @@ from .batches import agreed_batches
 from .fairchem_records import collate, examples, facts_and_records
 from .fairchem_samplers import MaxAtomBatchSampler
 from .fairchem_sources import AseDBPart, structures_of_atoms
-from .loader import Loader
+from .loader import EpochTakenOver, Loader
 from .typed import agree_schema, encode
 
 __all__ = ["DistAseDBDataset", "DataLoader", "get_dataloader", "MaxAtomBatchSampler"]
@@ -158,10 +158,10 @@ class DistAseDBDataset(torch.utils.data.Dataset):
         gathered = np.empty(sum(counts), dtype=np.int64)
         self.comm.Allgatherv(natoms_mine, [gathered, counts])
         if natoms_all is not None:
-            # The files' metadata must say what the rows hold: each rank checks its own.
-            first = self.loader.local_ids.start
-            wrong = "" if natoms_all.shape == gathered.shape and np.array_equal(
-                natoms_all[first:first + natoms_mine.size], natoms_mine) else "metadata.npz"
+            # The files' metadata must say what the rows hold, all of them: every rank
+            # holds the whole array, and one that read another copy of the files (a
+            # stale node-local one) is told so wherever its rows' counts differ.
+            wrong = "" if natoms_all.shape == gathered.shape and np.array_equal(natoms_all, gathered) else "metadata.npz"
             for rank, why in enumerate(self.comm.allgather(wrong)):
                 if why:
                     self._fail(f"DistAseDBDataset: on rank {rank}: the atom counts of metadata.npz differ from the "
@@ -302,7 +302,19 @@ class DataLoader:
             _epochs_on_threads.add(self.base)
             # A collective call on the loader from the script stops this thread first.
             self.base.loader.epoch_on_thread(made.thread, self.base._close_open_epoch)
+            return self._whole(made, len(batches))
         return made
+
+    def _whole(self, made: Any, count: int) -> Iterator[Any]:
+        """The thread's batches, or :class:`mdloader.EpochTakenOver` where another use
+        of the dataset (``dataset[i]``, a second loader's loop) stopped the thread before
+        the epoch's end: the loop must not take that for the end of the epoch."""
+        taken = 0
+        for batch in made:
+            taken += 1
+            yield batch
+        if taken < count and self.base._open_epoch is not made:
+            raise EpochTakenOver()
 
     def _agreed_batches(self) -> list:
         """This epoch's batches of the sampler, as global ids of the dataset held, their
@@ -335,7 +347,11 @@ def _stop_epochs_on_threads() -> None:
 def _ids_of(batch: Any, count: int) -> np.ndarray:
     """A sampler's batch as an array of the dataset's ids (IndexError for one outside
     0 .. count - 1: numpy would take a negative one from the end)."""
-    ids = np.asarray(batch, dtype=np.int64).reshape(-1)
+    given = np.asarray(batch)
+    if given.size and (given.dtype.kind not in "iu" or given.ndim != 1):
+        # A float, a bool mask or nested lists would be cast into other ids silently.
+        raise TypeError(f"a batch must be a flat list of integer ids, not {given.dtype} of shape {given.shape}")
+    ids = given.astype(np.int64).reshape(-1)
     if ids.size and (ids.min() < 0 or ids.max() >= count):
         bad = ids[(ids < 0) | (ids >= count)][0]
         raise IndexError(f"id {bad} is not one of the dataset's {count}")
