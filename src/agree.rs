@@ -16,7 +16,7 @@
 
 use crate::call::{self, Call};
 use crate::memory;
-use crate::config::Backend;
+use crate::backend::Backend;
 use crate::error::{Error, Result, mdl_status};
 use crate::mpi::{Comm, Reduction};
 

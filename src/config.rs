@@ -2,7 +2,9 @@
 //! README and in the header.
 
 use crate::agree::Setting;
+use crate::backend::Backend;
 use crate::error::{Error, Result};
+use crate::mpi::DEFAULT_WATCHDOG_SECONDS;
 use std::path::PathBuf;
 use std::str::FromStr;
 
@@ -15,43 +17,6 @@ pub enum Progress {
     Auto,
     On,
     Off,
-}
-
-/// Which engine moves the bytes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Backend {
-    /// The estimator decides, per step.
-    Auto = 0,
-    OneSided = 1,
-    Collective = 2,
-}
-
-impl Backend {
-    pub fn from_code(code: i64) -> Option<Backend> {
-        match code {
-            0 => Some(Backend::Auto),
-            1 => Some(Backend::OneSided),
-            2 => Some(Backend::Collective),
-            _ => None,
-        }
-    }
-
-    pub fn parse(text: &str) -> Option<Backend> {
-        match text.trim().to_ascii_lowercase().as_str() {
-            "auto" => Some(Backend::Auto),
-            "onesided" | "one-sided" | "rma" => Some(Backend::OneSided),
-            "collective" | "alltoallv" => Some(Backend::Collective),
-            _ => None,
-        }
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Backend::Auto => "auto",
-            Backend::OneSided => "onesided",
-            Backend::Collective => "collective",
-        }
-    }
 }
 
 /// Where the cost model's parameters come from at registration.
@@ -183,11 +148,6 @@ pub(crate) const PROGRESS_US_MIN: u64 = 10;
 pub(crate) const PROGRESS_US_MAX: u64 = 1_000_000;
 /// A shorter timeout would fail healthy collectives.
 pub(crate) const TIMEOUT_MIN: f64 = 0.001;
-/// The watchdog's default: torch's collectives give up after 30 minutes by default, so
-/// a job that trains with them never has ranks that far apart at one call; and the
-/// slowest healthy wait of the library (a registration whose peers still read their
-/// files, a calibration) is minutes, not half an hour, even at thousands of ranks.
-pub(crate) const DEFAULT_WATCHDOG_SECONDS: f64 = 1800.0;
 /// `MDL_MAX_MESSAGE_BYTES`'s default: the collective engine's exchanges take any size
 /// in one round (beyond `int` counts through `MPI_Alltoallw`, see `mpi::large_count`).
 pub(crate) const NO_MESSAGE_LIMIT: u64 = u64::MAX;
@@ -418,21 +378,5 @@ impl Wait {
             c if c == Wait::Yield as u64 => "yield",
             _ => "?",
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn backend_names_round_trip() {
-        for b in [Backend::Auto, Backend::OneSided, Backend::Collective] {
-            assert_eq!(Backend::parse(b.name()), Some(b));
-            assert_eq!(Backend::from_code(b as i64), Some(b));
-        }
-        assert_eq!(Backend::parse(" Collective "), Some(Backend::Collective));
-        assert_eq!(Backend::parse("fast"), None);
-        assert_eq!(Backend::from_code(3), None);
     }
 }

@@ -9,6 +9,7 @@
 //! index) -> `mpi` (the only code that calls MPI).
 
 mod agree;
+mod backend;
 mod call;
 mod config;
 mod engine;

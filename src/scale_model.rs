@@ -43,7 +43,7 @@
 //! every rank (`sync`), so the zero-collective step moves the crossover towards the
 //! one-sided engine.
 
-use crate::config::Backend;
+use crate::backend::Backend;
 use crate::estimator::model::{CostParams, StepFeatures};
 
 /// An interconnect, in SI units.

@@ -1,6 +1,6 @@
 //! What the loader did, for `mdl_stats_json` and the periodic log summary.
 
-use crate::config::Backend;
+use crate::backend::Backend;
 use crate::estimator::EstimatorCounters;
 use crate::estimator::calibrate::Calibration;
 use std::fmt::Write;

@@ -33,7 +33,7 @@
 
 use super::{Engine, KnownBatches, StepContext};
 use crate::agree::{Proposal, agree, agree_on_checks};
-use crate::config::Backend;
+use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::memory::{self, PageAlignedBytes};
 use crate::mpi::{Comm, CountWidth, Get};

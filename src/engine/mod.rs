@@ -9,7 +9,7 @@ use collective::Collective;
 pub use collective::{ExchangeBuffers, ExchangeShape, RequestsToOwner, ServeRoom, exchange_shape};
 use onesided::OneSided;
 
-use crate::config::Backend;
+use crate::backend::Backend;
 use crate::error::Result;
 use crate::mpi::{Comm, GetLimits};
 use std::cell::RefCell;

@@ -27,7 +27,7 @@
 use super::features;
 use crate::agree::agree_on_fallback;
 use super::model::{CostParams, SERVED_TERM, StepFeatures, features_of, fit_nonnegative};
-use crate::config::Backend;
+use crate::backend::Backend;
 use crate::engine::{ExchangeBuffers, StepContext, copy_local, exchange_shape, fetch_remote};
 use crate::error::{Error, Result, mdl_status, outcome_of};
 use crate::memory;

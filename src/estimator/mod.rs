@@ -45,7 +45,7 @@ pub mod features;
 pub mod model;
 mod portable;
 
-use crate::config::Backend;
+use crate::backend::Backend;
 use model::{CostParams, StepFeatures};
 use std::collections::BTreeMap;
 

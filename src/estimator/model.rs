@@ -30,7 +30,7 @@
 //!   of what they cost. At two ranks B = IN, the two cannot
 //!   be told apart and the fit keeps `b_coll` alone.
 
-use crate::config::Backend;
+use crate::backend::Backend;
 
 /// What the model knows about a step.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]

@@ -4,7 +4,7 @@
 use super::args::{self, slice, slice_mut};
 use super::handle::{Call, install_finalize_hook, with_loader, with_published};
 use super::{boundary, init_logging, with_last_error};
-use crate::config::Backend;
+use crate::backend::Backend;
 use crate::error::{Error, Result, mdl_status};
 use crate::loader::{EpochArgs, FetchArgs, Loader, MAX_PREFETCH};
 use crate::mpi::Comm;

@@ -15,10 +15,11 @@ use super::published::Published;
 use super::replica::{GroupSpec, ReplicaGroup, ReplicaInfo};
 use super::step::PendingMeasurement;
 use crate::agree::{AgreementBuffers, Fallback, Setting, agree_identical, agree_settings};
-use crate::config::{Backend, Config, Wait};
+use crate::backend::Backend;
+use crate::config::{Calibration as CalibrationMode, Config, Wait};
 use crate::engine::ExchangeBuffers;
 use crate::error::{Error, Result, mdl_status, outcome_of};
-use crate::estimator::calibrate::Calibration;
+use crate::estimator::calibrate::{self, Calibration};
 use crate::estimator::model::CostParams;
 use crate::estimator::{Estimator, EstimatorCounters, Settings};
 use crate::mpi::{self, Comm, GetLimits, ProgressThread, WaitPolicy};
@@ -86,7 +87,7 @@ impl Core {
     pub fn init(host: MPI_Comm, local_check: Result<()>, group_size: Option<i64>) -> Result<Core> {
         // This rank's own watchdog until the ranks agree (an invalid setting is agreed
         // below; meanwhile the default).
-        let own_watchdog = Config::from_env().map_or(crate::config::DEFAULT_WATCHDOG_SECONDS, |c| c.watchdog_seconds);
+        let own_watchdog = Config::from_env().map_or(mpi::DEFAULT_WATCHDOG_SECONDS, |c| c.watchdog_seconds);
         let mut comm = Comm::duplicate(host, own_watchdog)?;
         let spec = group_size.map_or(Ok(GroupSpec::Whole), |size| GroupSpec::from_arg(size, comm.size()));
         let agreed = Self::agree_on_config(&comm, local_check, spec);
@@ -208,8 +209,15 @@ impl Core {
             node_key: self.config.node_key,
             shm_dir: self.config.shm_dir.clone(),
             shm_reserve: self.config.shm_reserve,
+            scratch_shard_bytes: if self.calibration_measures() { calibrate::SCRATCH_SHARD_BYTES } else { 0 },
             placement: None,
         }
+    }
+
+    /// Whether registration measures the cost model (not read from a file, not off,
+    /// a budget of time): agreed, since the settings are.
+    fn calibration_measures(&self) -> bool {
+        self.config.calibration == CalibrationMode::Measure && self.config.calibration_seconds > 0.0
     }
 
     pub(super) fn limits(&self) -> GetLimits {

@@ -18,7 +18,7 @@ pub use published::Published;
 
 use self::core::Core;
 use crate::agree::Setting;
-use crate::config::Backend;
+use crate::backend::Backend;
 use crate::error::{Error, Result, mdl_status};
 use crate::sampler::Epoch;
 use crate::store::ShardView;

@@ -7,7 +7,7 @@
 //! held only to read or copy them.
 
 use super::replica::ReplicaInfo;
-use crate::config::Backend;
+use crate::backend::Backend;
 use crate::error::{Error, Result, mdl_status};
 use crate::estimator::EstimatorCounters;
 use crate::estimator::calibrate::Calibration;

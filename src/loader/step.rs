@@ -6,7 +6,7 @@
 use super::core::Core;
 use super::replica::{GroupBatches, ReplicaGroup};
 use crate::agree::{Agreed, AgreementBuffers, CALL_AGREEMENT_MIN, Proposal, Setting, agree_in, agree_settings_in};
-use crate::config::Backend;
+use crate::backend::Backend;
 use crate::engine::{ExchangeShape, KnownBatches, RequestsToOwner, StepContext, copy_local, exchange_shape, fetch_remote};
 use crate::error::{Error, Result, mdl_status};
 use crate::estimator::model::StepFeatures;
@@ -403,7 +403,7 @@ impl Core {
             engine_stats.steps += 1;
             engine_stats.seconds += seconds;
             engine_stats.predicted_seconds += decision.predicted(decision.engine);
-            engine_stats.predicted_other_seconds += decision.predicted(other_engine(decision.engine));
+            engine_stats.predicted_other_seconds += decision.predicted(decision.engine.other());
         } else {
             self.stats.engine_free_steps += 1;
         }
@@ -429,11 +429,6 @@ fn fits(plan: &BatchPlan, out_len: usize) -> Result<()> {
         ));
     }
     Ok(())
-}
-
-
-fn other_engine(engine: Backend) -> Backend {
-    if engine == Backend::Collective { Backend::OneSided } else { Backend::Collective }
 }
 
 #[cfg(test)]

@@ -1,7 +1,7 @@
 //! What ran, told: the per-epoch summary line in the log and the job's statistics.
 
 use super::core::Core;
-use crate::config::Backend;
+use crate::backend::Backend;
 use crate::error::Result;
 use crate::stats::JobStats;
 

@@ -45,7 +45,7 @@ impl WaitPolicy {
         yield_between_tests: true,
         trust_flush: false,
         timeout_seconds: 0.0,
-        watchdog_seconds: crate::config::DEFAULT_WATCHDOG_SECONDS,
+        watchdog_seconds: watchdog::DEFAULT_WATCHDOG_SECONDS,
     };
 
     fn yields(&self) -> bool {

@@ -23,6 +23,12 @@ use crate::call;
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
+/// The watchdog's default: torch's collectives give up after 30 minutes by default, so
+/// a job that trains with them never has ranks that far apart at one call; and the
+/// slowest healthy wait of the library (a registration whose peers still read their
+/// files, a calibration) is minutes, not half an hour, even at thousands of ranks.
+pub const DEFAULT_WATCHDOG_SECONDS: f64 = 1800.0;
+
 struct Waiting {
     id: u64,
     since: Instant,

@@ -108,6 +108,9 @@ pub struct StoreSettings {
     /// `MDL_SHM_DIR` and `MDL_SHM_RESERVE` (see `shm_budget`).
     pub shm_dir: std::path::PathBuf,
     pub shm_reserve: u64,
+    /// Bytes of the scratch shard that calibration registers beside this store, in a
+    /// store of the same kind, when it measures (0: it will not).
+    pub scratch_shard_bytes: u64,
     /// Where the memory goes, decided already (calibration's scratch store follows the
     /// registered store); None: checked at registration (`shm_budget`).
     pub placement: Option<SharedPlacement>,

@@ -13,7 +13,7 @@
 //! - the shards of the node's ranks: with `MDL_NODE_LOCAL=on` in one shared window,
 //!   otherwise in `MPI_Win_allocate`'s window, which both MPIs also place in shared
 //!   memory between ranks of a node;
-//! - on more than one node, the calibration's scratch shards (`SCRATCH_SHARD_BYTES` a
+//! - on more than one node, the calibration's scratch shards (`StoreSettings::scratch_shard_bytes` a
 //!   rank, about 0.5 MiB), registered next in a store of the same kind.
 //!
 //! A node of one rank counts no shard: MPI keeps a lone rank's window in its private
@@ -36,7 +36,6 @@
 
 use super::StoreSettings;
 use crate::error::{Error, Result, mdl_status};
-use crate::estimator::calibrate::SCRATCH_SHARD_BYTES;
 use crate::mpi::Comm;
 
 /// Where the store's memory goes: node-shared (true) or private to each rank.
@@ -86,10 +85,11 @@ pub fn decide(comm: &Comm, shard_len: usize, entries: u64, settings: &StoreSetti
     let available = free.map_or(u64::MAX, |f| f.saturating_sub(settings.shm_reserve));
     let node = comm.split_shared()?;
     let lone = node.size() == 1;
-    // On more than one node, calibration then registers a scratch store of the same
-    // kind, whose node window is mapped beside this one (one node skips calibration).
+    // On more than one node, calibration (when it measures) then registers a scratch
+    // store of the same kind, whose node window is mapped beside this one (one node
+    // skips calibration).
     let spans_nodes = node.size() < comm.size();
-    let scratch = if spans_nodes { segment_bytes(SCRATCH_SHARD_BYTES as usize) } else { 0 };
+    let scratch = if spans_nodes { segment_bytes(settings.scratch_shard_bytes as usize) } else { 0 };
     let node_shards = node.allreduce_sum(&[if lone { 0 } else { segment_bytes(shard_len) + scratch }]);
     let demand = node_shards.map(|sum| Demand { index: entries.saturating_mul(8), shards: sum[0] });
     let here = demand.as_ref().map_or(wanted, |d| d.placement(available, settings.shared_index));
