@@ -48,8 +48,6 @@ pub struct StepContext<'a> {
 
 /// Every rank's batch of a step, known on every rank without communication.
 pub trait KnownBatches {
-    /// Rank `rank`'s ids, in its request order.
-    fn batch_of(&self, rank: usize, ids: &mut Vec<u64>);
     /// `visit(q, id)` for the ids of `owned` (this rank's samples) in every rank q's
     /// batch, by rank and in batch order; O(those ids), not O(every batch).
     fn for_each_request(&self, owned: Range<u64>, visit: &mut dyn FnMut(usize, u64));

@@ -271,7 +271,6 @@ pub extern "C" fn mdl_fetch_batch(
                         ids: slice(ids, n, "ids")?,
                         out_offsets: slice_mut(out_offsets, n_offsets, "out_offsets")?,
                         out: slice_mut(out as *mut u8, out_len, "out")?,
-                        known_batches: None,
                     })
                 }
             })();

@@ -6,14 +6,15 @@
 //! communicate. See `agree.rs`.
 //!
 //! The rest of `Core` is in its jobs' files: `registration` (the shard, calibration,
-//! the progress thread), `step` (one step's protocol: plan, agree, decide, run),
-//! `ahead` (steps whose agreement started earlier: the built-in sampler's) and
-//! `summary` (the log's summary lines and the job's statistics).
+//! the progress thread), `step` (one step's protocol, from plan to publish, for
+//! `mdl_fetch_batch` and the epochs' steps alike), `agreements` (the buffers every
+//! agreement goes through), `served` (what a rank serves in an epoch of known batches)
+//! and `summary` (the log's summary lines and the job's statistics).
 
-use super::epoch::Batch;
+use super::batch::Batch;
 use super::published::Published;
 use super::replica::{GroupSpec, ReplicaGroup, ReplicaInfo};
-use super::step::PendingMeasurement;
+use super::measurement::PendingMeasurement;
 use crate::agree::{AgreementBuffers, Fallback, Setting, agree_identical, agree_settings};
 use crate::backend::Backend;
 use crate::config::{Calibration as CalibrationMode, Config, Wait};

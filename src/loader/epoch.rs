@@ -9,49 +9,16 @@
 //! thread finishes exactly the same steps before it exits, and no rank is left waiting
 //! in a fetch that another rank's thread skipped.
 
+use super::batch::Batch;
 use super::core::Core;
 use super::pipeline::Pipeline;
-use crate::engine::KnownBatches;
-use std::ops::Range;
 use crate::error::{Error, Result, mdl_status};
-use crate::memory::PageAlignedBytes;
-use crate::sampler::Epoch;
 use super::order::EpochOrder;
 use crossbeam::channel::{Receiver, Sender, unbounded};
 use parking_lot::{Condvar, Mutex};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-
-/// One batch in loader-owned memory. The buffers keep their capacity from step to
-/// step: no allocation once they have grown to the largest batch.
-#[derive(Default)]
-pub struct Batch {
-    pub ids: Vec<u64>,
-    /// Page-aligned: see `PageAlignedBytes`.
-    pub data: PageAlignedBytes,
-    pub offsets: Vec<u64>,
-}
-
-/// One step of the built-in sampler's epoch, whose batches every rank knows.
-pub(super) struct SamplerStep<'a> {
-    pub epoch: &'a Epoch,
-    pub step: u64,
-}
-
-impl KnownBatches for SamplerStep<'_> {
-    fn batch_of(&self, rank: usize, ids: &mut Vec<u64>) {
-        self.epoch.batch_into(self.step, rank, ids);
-    }
-
-    fn for_each_request(&self, owned: Range<u64>, visit: &mut dyn FnMut(usize, u64)) {
-        self.epoch.for_each_request(self.step, owned, visit);
-    }
-
-    fn served_bytes(&self, owned: Range<u64>) -> u64 {
-        self.epoch.served_bytes(self.step, owned)
-    }
-}
 
 /// Where an epoch's batches come from.
 enum Source {

@@ -1,19 +1,22 @@
 //! The loader handle behind `mdl_loader`: the core (communicator, store, engines,
 //! estimator) and, while one runs, an epoch of the built-in sampler.
 
-mod ahead;
+mod agreements;
+mod batch;
 mod core;
 mod epoch;
+mod measurement;
 mod order;
 mod pipeline;
 mod published;
 mod registration;
 mod replica;
+mod served;
 mod step;
 mod summary;
 
+pub use batch::Batch;
 pub use step::FetchArgs;
-pub use epoch::Batch;
 pub use published::Published;
 
 use self::core::Core;

@@ -6,11 +6,12 @@
 //! owner works out what the others ask of it; with a given order they tell it, as in
 //! `mdl_fetch_batch`.
 
-use super::epoch::SamplerStep;
 use crate::memory;
 use crate::agree::Setting;
 use crate::error::{Error, Result};
+use crate::engine::KnownBatches;
 use crate::sampler::Epoch;
+use std::ops::Range;
 
 pub enum EpochOrder {
     Sampler(Epoch),
@@ -130,6 +131,22 @@ fn copied(values: &[u64]) -> Result<Vec<u64>> {
     let mut copy = memory::with_room(values.len())?;
     copy.extend_from_slice(values);
     Ok(copy)
+}
+
+/// One step of the built-in sampler's epoch, whose batches every rank knows.
+pub struct SamplerStep<'a> {
+    pub epoch: &'a Epoch,
+    pub step: u64,
+}
+
+impl KnownBatches for SamplerStep<'_> {
+    fn for_each_request(&self, owned: Range<u64>, visit: &mut dyn FnMut(usize, u64)) {
+        self.epoch.for_each_request(self.step, owned, visit);
+    }
+
+    fn served_bytes(&self, owned: Range<u64>) -> u64 {
+        self.epoch.served_bytes(self.step, owned)
+    }
 }
 
 #[cfg(test)]

@@ -21,14 +21,15 @@
 //! (see `epoch`), after which the agreements of the steps that will not run are
 //! completed ([`Pipeline::drain`]).
 
-use crate::call::{self, Call};
-use super::ahead::StepAhead;
+use super::batch::Batch;
 use super::core::Core;
-use super::epoch::Batch;
 use super::order::EpochOrder;
+use super::step::{Step, Timing};
+use crate::call::{self, Call};
 use crate::memory::{self, PageAlignedBytes};
 use crate::engine::KnownBatches;
 use crate::error::{Error, Result, mdl_status};
+use crate::plan::BatchPlan;
 use std::collections::VecDeque;
 
 pub struct Pipeline {
@@ -46,7 +47,8 @@ struct Started {
     batch: Batch,
     /// Bytes of `batch.data` the step fills.
     needed: usize,
-    ahead: StepAhead,
+    /// The step itself, its agreement under way.
+    run: Step,
 }
 
 impl Pipeline {
@@ -75,15 +77,15 @@ impl Pipeline {
             }
             self.next_to_start += 1;
         }
-        let Some(Started { step: started, mut batch, needed, ahead }) = self.started.pop_front() else {
+        let Some(Started { step: started, mut batch, needed, run }) = self.started.pop_front() else {
             unreachable!("step {step} was started above");
         };
         debug_assert_eq!(started, step, "steps run in order");
         let known = epoch.known(step);
         let known = known.as_ref().map(|k| k as &dyn KnownBatches);
-        let result = core.finish_step_ahead(ahead, &mut batch.data[..needed], &mut batch.offsets, known);
+        let result = core.finish_step(run, &mut batch.data[..needed], known);
         match result {
-            Ok(()) => (batch, Ok(())),
+            Ok(_) => (batch, Ok(())),
             Err(err) if err.status == mdl_status::MDL_ERR_TIMEOUT => {
                 // Gets or an exchange into this buffer may still be under way.
                 std::mem::forget(batch);
@@ -101,13 +103,14 @@ impl Pipeline {
             .and_then(|()| epoch.sampler().map_or(Ok(()), |sampler| core.prepare_epoch(sampler)));
         let Batch { ids, data, offsets } = &mut batch;
         let mut needed = 0;
-        let size_out = |bytes: u64| {
-            needed = size_buffers(data, offsets, bytes, ids.len())?;
+        let lay_out = |plan: &BatchPlan| {
+            needed = size_buffers(data, offsets, plan.total_bytes(), ids.len())?;
+            offsets.copy_from_slice(&plan.out_offsets);
             Ok(())
         };
         let known = epoch.known(step);
-        let ahead = core.start_step_ahead(ids, ready, size_out, known.as_ref().map(|k| k as &dyn KnownBatches))?;
-        self.started.push_back(Started { step, batch, needed, ahead });
+        let run = core.start_step(ids, ready, lay_out, known.as_ref().map(|k| k as &dyn KnownBatches), Timing::Ahead)?;
+        self.started.push_back(Started { step, batch, needed, run });
         Ok(())
     }
 
@@ -120,7 +123,7 @@ impl Pipeline {
     pub fn drain(&mut self, core: &mut Core) -> Result<()> {
         let _in_step = call::enter(Call::EpochStep);
         while let Some(started) = self.started.pop_front() {
-            if let Err(err) = core.abandon_step_ahead(started.ahead) {
+            if let Err(err) = core.abandon_step(started.run) {
                 self.started.clear();
                 return Err(err);
             }

@@ -141,10 +141,6 @@ pub struct GroupBatches<'a> {
 }
 
 impl KnownBatches for GroupBatches<'_> {
-    fn batch_of(&self, rank: usize, ids: &mut Vec<u64>) {
-        self.all.batch_of(self.group.members[rank], ids);
-    }
-
     fn for_each_request(&self, owned: Range<u64>, visit: &mut dyn FnMut(usize, u64)) {
         self.all.for_each_request(owned, &mut |host_rank, id| {
             let rank = self.group.rank_of(host_rank).expect("the epoch's inversion keeps only the group's requests");

@@ -1,163 +1,188 @@
-//! One step's protocol: plan it locally, agree with the other ranks (errors, the
-//! features of the step, the earlier steps' times), decide the engine, run it.
-//! `mdl_fetch_batch` takes all of it at once; the steps agreed ahead (`ahead`) share
-//! everything but the agreement's timing.
+//! One step's protocol, in one place: plan it locally, propose its agreement (this
+//! rank's failure if any, the step's features, the earlier steps' times), settle the
+//! agreement (learn the times; fail where any rank failed), decide the engine, run it,
+//! publish the statistics.
+//!
+//! A [`Step`] is what lies between the two halves: [`Core::start_step`] plans and
+//! proposes, [`Core::finish_step`] settles, decides and runs. `mdl_fetch_batch` does
+//! both at once, its agreement blocking; an epoch's steps (`pipeline`) start
+//! `MDL_AGREEMENT_LAG` steps before they finish, their agreements nonblocking
+//! reductions that complete in between.
+//!
+//! Everything that may fail on one rank alone (the plan, the output buffer, the
+//! exchange's buffers) happens in `start_step`, before the agreement, so that the
+//! failure reaches every rank before any of them communicates for the step.
 
 use super::core::Core;
+use super::measurement::{AgreedStep, MEASUREMENTS_PER_AGREEMENT, PendingMeasurement, agreed_steps, agreement_values, times_len};
 use super::replica::{GroupBatches, ReplicaGroup};
-use crate::agree::{Agreed, AgreementBuffers, CALL_AGREEMENT_MIN, Proposal, Setting, agree_in, agree_settings_in};
+use crate::agree::{Agreed, AgreementUnderWay, Proposal, agree_in, start_agreement};
 use crate::backend::Backend;
 use crate::engine::{ExchangeShape, KnownBatches, RequestsToOwner, StepContext, copy_local, exchange_shape, fetch_remote};
 use crate::error::{Error, Result, mdl_status};
+use crate::estimator::features::{self, NodeFeatures};
 use crate::estimator::model::StepFeatures;
-use crate::estimator::features::NodeFeatures;
-use crate::estimator::{Decision, Measured, ProbePrediction, Spreads, features};
-use crate::memory;
+use crate::estimator::{Decision, Measured};
 use crate::mpi;
 use crate::node;
 use crate::plan::BatchPlan;
 
-/// The caller's arguments of one fetch, already checked for NULL pointers.
+/// The caller's arguments of one `mdl_fetch_batch`, already checked for NULL pointers.
 pub struct FetchArgs<'a> {
     pub ids: &'a [u64],
     pub out: &'a mut [u8],
     /// ids.len() + 1 entries.
     pub out_offsets: &'a mut [u64],
-    /// Every rank's ids of this step, when known (the built-in sampler); see
-    /// `StepContext::known_batches`.
-    pub known_batches: Option<&'a dyn KnownBatches>,
 }
 
-/// A step's plan, independent of the buffer it will fill.
-pub(super) struct PlannedStep {
-    pub(super) plan: BatchPlan,
-    pub(super) shape: ExchangeShape,
+/// When a step's agreement completes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Timing {
+    /// At once, in a blocking reduction: nothing is left to overlap it with.
+    Now,
+    /// At [`Core::finish_step`], steps later: a nonblocking reduction.
+    Ahead,
 }
 
-/// A fetch that passed its local checks, ready to run once the ranks agree.
-pub(super) struct PreparedFetch<'a> {
-    pub(super) plan: BatchPlan,
-    pub(super) out: &'a mut [u8],
-    /// This rank's part of the collective exchange.
-    pub(super) shape: ExchangeShape,
-    pub(super) known_batches: Option<&'a dyn KnownBatches>,
+/// A step started on this rank: planned (or failed here), its agreement proposed.
+pub(super) struct Step {
+    /// The plan, or this rank's reason to fail the step (in the agreement).
+    planned: Result<BatchPlan>,
+    /// The earlier steps whose times this agreement brings.
+    measured: Vec<PendingMeasurement>,
+    /// Whether the features were encoded for known batches (the sampler's layout).
+    known: bool,
+    agreement: Agreement,
 }
 
-pub(super) struct PendingMeasurement {
-    /// The step's number on this loader (its estimator decisions so far), for the log.
-    pub(super) step: u64,
-    pub(super) engine: Backend,
-    pub(super) features: StepFeatures,
-    /// This rank's time; 0 when the step failed here.
-    pub(super) seconds: f64,
-    /// When this rank started the step's engine (`node::monotonic_seconds`).
-    pub(super) arrived: f64,
-    /// When this rank left it, on the same clock: `arrived + seconds` would mix the
-    /// shared clock with `MPI_Wtime`, which may be another clock (MPICH's may follow
-    /// wall time, and a wall clock may be stepped between the two readings).
-    pub(super) departed: f64,
-    /// For a probe: what was predicted at its decision.
-    pub(super) probe: Option<ProbePrediction>,
+/// A step's plan, and its exchange's shape (which its features describe).
+struct PlannedStep {
+    plan: BatchPlan,
+    shape: ExchangeShape,
 }
 
-/// The values each rank contributes to a step's agreement: the times of the steps it
-/// ran since the last agreement started (the same number on every rank, since all
-/// ran the same steps), then the same times negated (the all-reduce's maximum of
-/// those is the fastest rank's time), then when it started each of those steps'
-/// engines, and the same negated (the last and the first rank's arrival), then when
-/// it left them, and the same negated (the last and the first departure), then the
-/// step's features (see `estimator::features`). The features start at [`times_len`].
-pub(super) fn agreement_values(measured: &[PendingMeasurement], features_len: usize) -> Vec<f64> {
-    let n = measured.len();
-    let mut values = vec![0.0; times_len(measured) + features_len];
-    for (k, m) in measured.iter().enumerate() {
-        values[k] = m.seconds;
-        values[n + k] = -m.seconds;
-        values[2 * n + k] = m.arrived;
-        values[3 * n + k] = -m.arrived;
-        values[4 * n + k] = m.departed;
-        values[5 * n + k] = -m.departed;
-    }
-    values
+enum Agreement {
+    Reached(Result<Agreed>),
+    UnderWay(AgreementUnderWay),
 }
-
-/// Values per measured step in an agreement (see [`agreement_values`]).
-const VALUES_PER_MEASUREMENT: usize = 6;
-
-/// One earlier step as the ranks agreed on it.
-#[derive(Clone, Copy, Debug, PartialEq)]
-struct AgreedStep {
-    /// The slowest and the fastest rank's engine time.
-    slowest: f64,
-    fastest: f64,
-    /// When the last rank started the engine, less when the first did, and the same
-    /// for when they left it (on one clock).
-    spreads: Spreads,
-}
-
-/// The `n` measured steps of an agreement, from the maxima of every rank's
-/// [`agreement_values`] (its first [`times_len`] values).
-fn agreed_steps(maxima: &[f64], n: usize) -> impl Iterator<Item = AgreedStep> + '_ {
-    let column = move |c: usize, k: usize| maxima[c * n + k];
-    (0..n).map(move |k| AgreedStep {
-        slowest: column(0, k),
-        fastest: -column(1, k),
-        spreads: Spreads {
-            arrivals: (column(2, k) + column(3, k)).max(0.0),
-            departures: (column(4, k) + column(5, k)).max(0.0),
-        },
-    })
-}
-
-pub(super) fn times_len(measured: &[PendingMeasurement]) -> usize {
-    VALUES_PER_MEASUREMENT * measured.len()
-}
-
-/// The most measured steps one agreement brings: its buffers are reserved ahead for a
-/// bounded number of values. Each step adds one measurement and each agreement takes up
-/// to this many, so the ones left (after an epoch's last steps, which start no
-/// agreement) come with the next agreements.
-const MEASUREMENTS_PER_AGREEMENT: usize = 4;
 
 impl Core {
-    /// Collective: fetch a batch into the caller's buffer.
+    /// Collective: fetch a batch into the caller's buffer (`mdl_fetch_batch`): a step
+    /// started and finished at once.
     pub fn fetch_batch(&mut self, args: Result<FetchArgs>) -> Result<()> {
-        let prepared = args.and_then(|args| self.prepare(args));
-        let (ranks, me) = (self.data_comm().size(), self.data_comm().rank());
-        let matrix_max_ranks = self.matrix_max_ranks();
+        let (ids, ready, out, out_offsets) = match args {
+            Ok(FetchArgs { ids, out, out_offsets }) => (ids, Ok(()), out, Some(out_offsets)),
+            Err(err) => (&[][..], Err(err), &mut [][..], None),
+        };
+        let out_len = out.len();
+        let lay_out = |plan: &BatchPlan| {
+            // Written even when the buffer is too small: out_offsets[n] tells the size
+            // needed, on every rank of a step some rank refused.
+            if let Some(out_offsets) = out_offsets {
+                out_offsets.copy_from_slice(&plan.out_offsets);
+            }
+            fits(plan, out_len)
+        };
+        let step = self.start_step(ids, ready, lay_out, None, Timing::Now)?;
+        let samples = self.finish_step(step, out, None)?;
+        self.log_summary_every_epoch(samples);
+        Ok(())
+    }
+
+    /// Collective (the agreement's start): plan a step of this rank's `ids` and propose
+    /// its agreement. `ready`: this rank's reason to fail the step, found before (its
+    /// batch, its epoch). `lay_out(plan)` writes the batch's offsets and checks or grows
+    /// its output buffer. `known`: every rank's batch of the step (the built-in
+    /// sampler's); each rank's features then include the bytes it serves, worked out
+    /// from them, so O(1) values at any number of ranks. Without it (`mdl_fetch_batch`,
+    /// batches the caller gave), only this rank knows its own, and the features carry
+    /// the request matrix up to `MDL_MATRIX_MAX_RANKS` ranks.
+    pub(super) fn start_step(
+        &mut self,
+        ids: &[u64],
+        ready: Result<()>,
+        lay_out: impl FnOnce(&BatchPlan) -> Result<()>,
+        known: Option<&dyn KnownBatches>,
+        timing: Timing,
+    ) -> Result<Step> {
+        let planned = ready
+            .and_then(|()| self.plan_step(ids))
+            .and_then(|p| lay_out(&p.plan).map(|()| p))
+            .and_then(|p| self.reserve_sends(known, &p.plan).map(|()| p));
         let measured = self.take_measured();
         let at = times_len(&measured);
-        let mut maxima = agreement_values(&measured, features::encoded_len(ranks, matrix_max_ranks));
-        if let Ok(p) = &prepared {
-            features::encode(&p.plan, &p.shape, me, matrix_max_ranks, self.buffers.borrow().room(), &mut maxima[at..]);
+        let (ranks, me, matrix_max_ranks) = (self.data_comm().size(), self.data_comm().rank(), self.matrix_max_ranks());
+        let features_len = if known.is_some() { features::KNOWN_LEN } else { features::encoded_len(ranks, matrix_max_ranks) };
+        let mut maxima = agreement_values(&measured, features_len);
+        if let Ok(PlannedStep { plan, shape }) = &planned {
+            let values = &mut maxima[at..];
+            match known {
+                Some(known) => values.copy_from_slice(&features::encode_known(plan, shape, self.served_bytes(known, plan))),
+                None => features::encode(plan, shape, me, matrix_max_ranks, self.buffers.borrow().room(), values),
+            }
         }
-        let error = prepared.as_ref().err().cloned();
-        let same = self.estimator.fingerprint();
+        let error = planned.as_ref().err().cloned();
+        let proposal = Proposal { error, backend: self.backend, maxima, same: self.estimator.fingerprint() };
         let mut buffers = self.take_agreement_buffers();
-        let agreed = agree_in(&self.comm, &Proposal { error: error.clone(), backend: self.backend, maxima, same }, &mut buffers);
-        self.give_back_agreement_buffers(buffers);
-        let agreed = match agreed {
+        let agreement = match timing {
+            Timing::Now => {
+                let agreed = agree_in(&self.comm, &proposal, &mut buffers);
+                self.give_back_agreement_buffers(buffers);
+                Agreement::Reached(agreed)
+            }
+            Timing::Ahead => Agreement::UnderWay(start_agreement(&self.comm, &proposal, buffers)?),
+        };
+        Ok(Step { planned: planned.map(|p| p.plan), measured, known: known.is_some(), agreement })
+    }
+
+    /// Collective: complete a started step's agreement, then decide its engine and run
+    /// it into `out` (laid out at its start); returns the samples fetched. `known` is
+    /// what the step started with.
+    pub(super) fn finish_step(&mut self, step: Step, out: &mut [u8], known: Option<&dyn KnownBatches>) -> Result<u64> {
+        let Step { planned, measured, known: started_known, agreement } = step;
+        debug_assert_eq!(started_known, known.is_some(), "a step finishes with the batches it started with");
+        let blocking = matches!(agreement, Agreement::Reached(_));
+        let agreed = match self.complete(agreement) {
             Ok(agreed) => agreed,
             Err(err) => {
-                if err.status == mdl_status::MDL_ERR_CALL_MISMATCH {
+                if blocking && err.status == mdl_status::MDL_ERR_CALL_MISMATCH {
                     // Nothing was done, on any rank: the measurements go with the next step.
                     self.pending.splice(0..0, measured);
                 }
                 return Err(err);
             }
         };
-        self.settle(measured, &agreed, error)?;
-        let prepared = prepared.expect("agreed that every rank prepared its fetch");
-        let (step_features, node, requests_to_me) = self.agreed_features(&agreed.maxima[at..]);
-        let decision = self.decide(&step_features, node, self.backend);
-        let samples = self.run(decision.as_ref(), prepared, step_features, requests_to_me.as_ref())?;
-        self.log_summary_every_epoch(samples);
+        let at = times_len(&measured);
+        self.settle(measured, &agreed, planned.as_ref().err().cloned())?;
+        let plan = planned.expect("agreed that every rank planned its step");
+        let (step_features, node, requests_to_me) = self.agreed_features(&agreed.maxima[at..], known.is_some());
+        let decision = self.decide(&step_features, node, agreed.backend_max);
+        self.run(decision.as_ref(), &plan, out, known, step_features, requests_to_me.as_ref())
+    }
+
+    /// Collective: complete the agreement of a step that will not run (its epoch
+    /// stopped first, on every rank alike), keeping what it measured.
+    pub(super) fn abandon_step(&mut self, step: Step) -> Result<()> {
+        let at = times_len(&step.measured);
+        let agreed = self.complete(step.agreement)?;
+        self.learn(step.measured, &agreed.maxima[..at]);
         Ok(())
+    }
+
+    fn complete(&mut self, agreement: Agreement) -> Result<Agreed> {
+        match agreement {
+            Agreement::Reached(agreed) => agreed,
+            Agreement::UnderWay(under_way) => {
+                let (agreed, buffers) = under_way.finish()?;
+                self.give_back_agreement_buffers(buffers);
+                Ok(agreed)
+            }
+        }
     }
 
     /// What every step does with its agreement first: learn the earlier steps' times it
     /// carries, then fail where any rank failed or the backends differ.
-    pub(super) fn settle(&mut self, measured: Vec<PendingMeasurement>, agreed: &Agreed, error: Option<Error>) -> Result<()> {
+    fn settle(&mut self, measured: Vec<PendingMeasurement>, agreed: &Agreed, error: Option<Error>) -> Result<()> {
         let at = times_len(&measured);
         self.learn(measured, &agreed.maxima[..at]);
         agreed.outcome(error)?;
@@ -165,10 +190,14 @@ impl Core {
     }
 
     /// The step's features, its node's, and (with the request matrix) what the others
-    /// ask of this rank, from the agreed values that follow the times.
-    pub(super) fn agreed_features(&self, values: &[f64]) -> (StepFeatures, NodeFeatures, Option<RequestsToOwner>) {
-        let (ranks, me, matrix_max_ranks) = (self.data_comm().size(), self.data_comm().rank(), self.matrix_max_ranks());
+    /// ask of this rank, from the agreed values that follow the times, in the layout
+    /// the step proposed them in (`known`: the sampler's batches).
+    fn agreed_features(&self, values: &[f64], known: bool) -> (StepFeatures, NodeFeatures, Option<RequestsToOwner>) {
         let max_message = self.config.max_message_bytes;
+        if known {
+            return (features::decode_known(values, max_message), features::decode_known_node(values), None);
+        }
+        let (ranks, me, matrix_max_ranks) = (self.data_comm().size(), self.data_comm().rank(), self.matrix_max_ranks());
         (
             features::decode(values, ranks, matrix_max_ranks, max_message),
             features::decode_node(values),
@@ -176,17 +205,8 @@ impl Core {
         )
     }
 
-    /// Local part of a fetch: plan it, lay out the output, check the capacity.
-    fn prepare<'a>(&self, args: FetchArgs<'a>) -> Result<PreparedFetch<'a>> {
-        let PlannedStep { plan, shape } = self.plan_step(args.ids)?;
-        // Filled even when the buffer is too small: out_offsets[n] tells the size needed.
-        args.out_offsets.copy_from_slice(&plan.out_offsets);
-        fits(&plan, args.out.len())?;
-        Ok(PreparedFetch { plan, out: args.out, shape, known_batches: args.known_batches })
-    }
-
     /// Plan a fetch of `ids` and reserve what its exchange needs.
-    pub(super) fn plan_step(&self, ids: &[u64]) -> Result<PlannedStep> {
+    fn plan_step(&self, ids: &[u64]) -> Result<PlannedStep> {
         let store = self.store()?;
         let data = self.data_comm();
         let plan = BatchPlan::on_node(&store.index, data.rank(), ids, &store.topology)?;
@@ -208,7 +228,7 @@ impl Core {
     /// rank's negated, the last arrival, the first arrival negated, the last departure,
     /// the first departure negated, see `agreement_values`). Every rank has the same
     /// earlier steps (all ran them), so all learn the same.
-    pub(super) fn learn(&mut self, measured: Vec<PendingMeasurement>, times: &[f64]) {
+    fn learn(&mut self, measured: Vec<PendingMeasurement>, times: &[f64]) {
         let agreed = agreed_steps(times, measured.len());
         for (previous, AgreedStep { slowest, fastest, spreads }) in measured.into_iter().zip(agreed) {
             // With replica groups every group runs its own exchange: the slowest and
@@ -238,7 +258,7 @@ impl Core {
         }
     }
 
-    pub(super) fn refuse_differing_backends(agreed: &Agreed) -> Result<()> {
+    fn refuse_differing_backends(agreed: &Agreed) -> Result<()> {
         if agreed.backends_differ() {
             return Err(Error::invalid(format!(
                 "the backend is set differently across ranks ({} and {}); call mdl_set_backend \
@@ -264,7 +284,7 @@ impl Core {
     /// The engine of a step whose agreed features are `features`, the same on every
     /// rank; None, with the node-local path on, when no rank has a remote sample (the
     /// copies are the whole step). With it off every step runs its engine, as before.
-    pub(super) fn decide(&mut self, features: &StepFeatures, node: NodeFeatures, backend: Backend) -> Option<Decision> {
+    fn decide(&mut self, features: &StepFeatures, node: NodeFeatures, backend: Backend) -> Option<Decision> {
         if (self.config.node_local || self.group.is_some()) && !features.needs_engine() {
             log::trace!("{features:?}, node-local {node:?}: no remote sample on any rank, no engine");
             return None;
@@ -288,78 +308,24 @@ impl Core {
     }
 
     /// The oldest measured steps, as many as one agreement brings.
-    pub(super) fn take_measured(&mut self) -> Vec<PendingMeasurement> {
+    fn take_measured(&mut self) -> Vec<PendingMeasurement> {
         let carried = self.pending.len().min(MEASUREMENTS_PER_AGREEMENT);
         self.pending.drain(..carried).collect()
-    }
-
-    /// The most values (besides the header) any step's agreement proposes (its
-    /// measured steps and the larger of the two feature layouts), and at least as many
-    /// as any other call's first agreement: every agreement through the reserved
-    /// buffers is padded to this, so that ranks in different calls meet reductions of
-    /// one length and are told so (see `agree`).
-    fn agreement_values_max(&self) -> usize {
-        let (ranks, matrix_max_ranks) = (self.data_comm().size(), self.matrix_max_ranks());
-        let step = VALUES_PER_MEASUREMENT * MEASUREMENTS_PER_AGREEMENT
-            + features::encoded_len(ranks, matrix_max_ranks).max(features::KNOWN_LEN);
-        step.max(CALL_AGREEMENT_MIN)
-    }
-
-    /// Collective: agree on `checks` and `settings` as the first agreement of a call
-    /// that is not a step (an epoch's start, the job's statistics, finalize), padded
-    /// like the steps' agreements (see [`Core::agreement_values_max`]).
-    pub fn agree_call(&mut self, checks: Result<()>, settings: &[Setting]) -> Result<Vec<u64>> {
-        let mut buffers = self.take_agreement_buffers();
-        let reserved = buffers.is_reserved();
-        // Unreserved: the agreement of a few values on the stack, which cannot fail alone.
-        let agreed = agree_settings_in(&self.comm, checks, settings, reserved.then_some(&mut buffers));
-        self.give_back_agreement_buffers(buffers);
-        agreed
-    }
-
-    /// Buffers for a step's or a call's first agreement: once the loader is registered
-    /// (on every rank alike), reserved ones, which pad it to one length; before, or
-    /// where none is left, unreserved ones, on every rank alike too (the reserved
-    /// buffers are taken and given back in the same order everywhere).
-    pub(super) fn take_agreement_buffers(&mut self) -> AgreementBuffers {
-        match self.store {
-            Some(_) => self.agreement_buffers.pop().unwrap_or_default(),
-            None => AgreementBuffers::default(),
-        }
-    }
-
-    pub(super) fn give_back_agreement_buffers(&mut self, buffers: AgreementBuffers) {
-        if buffers.is_reserved() {
-            self.agreement_buffers.push(buffers);
-        }
-    }
-
-    /// Reserve buffers for `under_way` step agreements at once, before an agreement
-    /// that carries the failure to every rank (registration: one, for
-    /// `mdl_fetch_batch`; an epoch's start: its steps agreed ahead): no step's
-    /// agreement then allocates, where a failure on one rank would leave the others
-    /// waiting in the reduction.
-    pub fn reserve_agreements(&mut self, under_way: usize) -> Result<()> {
-        let values = self.agreement_values_max();
-        while self.agreement_buffers.len() < under_way {
-            memory::reserve(&mut self.agreement_buffers, 1)?;
-            self.agreement_buffers.push(AgreementBuffers::reserve(values)?);
-        }
-        Ok(())
     }
 
     /// Run a step: copy the local and node-local samples, then move the remote ones
     /// with the decided engine (none when no rank has any); returns the samples
     /// fetched. The estimator learns from the engine's time alone: the copies cost the
     /// same whichever engine runs.
-    pub(super) fn run(
+    fn run(
         &mut self,
         decision: Option<&Decision>,
-        prepared: PreparedFetch,
+        plan: &BatchPlan,
+        out: &mut [u8],
+        known_batches: Option<&dyn KnownBatches>,
         features: StepFeatures,
         requests_to_me: Option<&RequestsToOwner>,
     ) -> Result<u64> {
-        let PreparedFetch { plan, out, known_batches, .. } = prepared;
         let store = self.store.as_ref().expect("prepared fetches have a store");
         let in_group = match (&self.group, known_batches) {
             (Some(group), Some(all)) => Some(GroupBatches { all, group }),
@@ -370,7 +336,7 @@ impl Core {
             // Not data_comm(): the statistics are borrowed mutably below.
             comm: self.group.as_ref().map_or(&self.comm, ReplicaGroup::comm),
             store,
-            plan: &plan,
+            plan,
             limits: self.limits(),
             buffers: &self.buffers,
             collective_rounds: features.rounds as u64,
@@ -429,39 +395,4 @@ fn fits(plan: &BatchPlan, out_len: usize) -> Result<()> {
         ));
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// `departed` is not `arrived + seconds` here: the departure is read on its own, on
-    /// the arrivals' clock, after the engine.
-    fn measurement(seconds: f64, arrived: f64, departed: f64) -> PendingMeasurement {
-        let features = StepFeatures { gets: 1.0, samples: 1.0, bytes: 1.0, rounds: 1.0, served: 1.0 };
-        PendingMeasurement { step: 0, engine: Backend::OneSided, features, seconds, arrived, departed, probe: None }
-    }
-
-    /// What each rank proposes, combined as the agreement's all-reduce does (maximum),
-    /// reads back as the slowest and fastest rank's times and the arrivals' spread.
-    #[test]
-    fn the_agreement_brings_each_steps_extremes() {
-        let ranks = [
-            vec![measurement(3e-6, 100.000_010, 100.000_020), measurement(9e-6, 100.000_500, 100.000_600)],
-            vec![measurement(5e-6, 100.000_002, 100.000_012), measurement(4e-6, 100.000_900, 100.000_950)],
-            vec![measurement(1e-6, 100.000_004, 100.000_009), measurement(6e-6, 100.000_800, 100.000_820)],
-        ];
-        let proposals: Vec<Vec<f64>> = ranks.iter().map(|m| agreement_values(m, 3)).collect();
-        assert_eq!(proposals[0].len(), 6 * 2 + 3, "six values per step, then the features");
-        let maxima: Vec<f64> = (0..proposals[0].len()).map(|i| proposals.iter().map(|p| p[i]).fold(f64::MIN, f64::max)).collect();
-        let agreed: Vec<AgreedStep> = agreed_steps(&maxima[..times_len(&ranks[0])], 2).collect();
-        let close = |a: f64, b: f64| (a - b).abs() < 1e-9;
-        assert_eq!((agreed[0].slowest, agreed[0].fastest), (5e-6, 1e-6));
-        assert_eq!((agreed[1].slowest, agreed[1].fastest), (9e-6, 4e-6));
-        assert!(close(agreed[0].spreads.arrivals, 8e-6), "{:?}", agreed[0]);
-        assert!(close(agreed[1].spreads.arrivals, 400e-6), "{:?}", agreed[1]);
-        // The departures as read (arrival + time would give 8 and 395 us).
-        assert!(close(agreed[0].spreads.departures, 11e-6), "{:?}", agreed[0]);
-        assert!(close(agreed[1].spreads.departures, 350e-6), "{:?}", agreed[1]);
-    }
 }

@@ -22,7 +22,7 @@ pub use progress::{ProgressThread, stop_all_threads as stop_progress_threads};
 pub use reduction::Reduction;
 pub use shared::SharedArray;
 pub use wait::{WaitPolicy, mark_background_thread};
-pub use watchdog::DEFAULT_WATCHDOG_SECONDS;
+pub(crate) use watchdog::DEFAULT_WATCHDOG_SECONDS;
 pub use window::{Get, GetLimits, PrivateMemory, Segment, Window};
 
 use crate::error::{Error, Result, mdl_status};

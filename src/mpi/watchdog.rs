@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 /// a job that trains with them never has ranks that far apart at one call; and the
 /// slowest healthy wait of the library (a registration whose peers still read their
 /// files, a calibration) is minutes, not half an hour, even at thousands of ranks.
-pub const DEFAULT_WATCHDOG_SECONDS: f64 = 1800.0;
+pub(crate) const DEFAULT_WATCHDOG_SECONDS: f64 = 1800.0;
 
 struct Waiting {
     id: u64,
