@@ -44,7 +44,8 @@ run_suite() {
     tally "$name" "$log" "${PIPESTATUS[0]}"
 }
 
-run_suite unit env MPICC=mpicc.openmpi CARGO_TARGET_DIR=target/openmpi cargo test --quiet
+# The bench feature adds the benchmark programs' own tests (examples/scale_model).
+run_suite unit env MPICC=mpicc.openmpi CARGO_TARGET_DIR=target/openmpi cargo test --quiet --features bench
 for mpi in $MPIS; do
     run_suite "build-$mpi" scripts/build.sh "$mpi"
 done

@@ -24,10 +24,13 @@ mod plan;
 mod prefetch;
 mod rng;
 mod sampler;
-pub mod scale_model;
 mod stats;
-pub mod step_cost;
 mod store;
+
+/// The internals the benchmark programs under `examples/` measure (`step_cost`) or
+/// model (`scale_model`): built only with the `bench` feature, never in the product.
+#[cfg(feature = "bench")]
+pub mod bench;
 
 pub use error::mdl_status;
 

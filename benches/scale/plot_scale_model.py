@@ -4,7 +4,7 @@
 
 Default: docs/figures/scale_model.png from benches/scale/scale_model.csv (jitter 2 us)
 and benches/scale/scale_model_jitter20.csv (jitter 20 us), both written by
-`cargo run --release --example scale_model` (see benches/scale/README.md).
+`cargo run --release --features bench --example scale_model` (see benches/scale/README.md).
 
 One row per CSV, one panel per sample size. Colour: log2(T_collective / T_onesided) for
 sampler steps agreed ahead (blue: one-sided predicted faster). Solid black line: their

@@ -1,6 +1,6 @@
 //! Predicted winner map of the two engines at scale, from interconnect parameters.
 //!
-//!   cargo run --release --example scale_model -- [--latency-us 2] [--bandwidth-gbs 25]
+//!   cargo run --release --features bench --example scale_model -- [--latency-us 2] [--bandwidth-gbs 25]
 //!       [--get-us 1] [--overhead-us 0.25] [--memcpy-gbs 10] [--plan-ns 140]
 //!       [--asked-ns 15] [--jitter-us 2] > benches/scale/scale_model.csv
 //!
@@ -10,7 +10,9 @@
 //! rank counts, columns batch sizes, 'C' where the collective engine is predicted
 //! faster and '1' where one-sided is.
 
-use mdloader::scale_model::{Interconnect, StepKind, StepOverheads, predict};
+mod model;
+
+use model::{Interconnect, StepKind, StepOverheads, predict};
 
 fn main() {
     let mut net = Interconnect::slingshot();

@@ -1,15 +1,18 @@
 //! The library's CPU work per step against the number of ranks and the batch size, in
-//! one process playing rank 0 of P (no MPI; see `mdloader::step_cost`).
+//! one process playing rank 0 of P (no MPI; see `measure.rs`). Built with the library's `bench` feature, which
+//! exposes the internals it measures.
 //!
-//!   cargo run --release --example step_cost > benches/scale/step_cost.csv
-//!   cargo run --release --example step_cost -- 4096 256     # one point (P, B)
-//!   cargo run --release --example step_cost -- replica 1000000000 4096 8 256   # N P G B
-//!   cargo run --release --example step_cost -- node 2 256 256   # one node: P B sample bytes
+//!   cargo run --release --features bench --example step_cost > benches/scale/step_cost.csv
+//!   cargo run --release --features bench --example step_cost -- 4096 256     # one point (P, B)
+//!   cargo run --release --features bench --example step_cost -- replica 1000000000 4096 8 256   # N P G B
+//!   cargo run --release --features bench --example step_cost -- node 2 256 256   # one node: P B sample bytes
 //!
 //! CSV on stdout (ranks, batch, sampler_us, plan_us, served_us, agreement_us, asked_of_me_us,
 //! total_us, inversion_per_epoch_us, replan_all_us); a readable table on stderr.
 
-use mdloader::step_cost::{measure, one_node, replica_inversion};
+mod measure;
+
+use measure::{measure, one_node, replica_inversion};
 
 fn main() {
     let mut args: Vec<String> = std::env::args().skip(1).collect();

@@ -1,5 +1,5 @@
 //! The library's own CPU work in one step, measured in one process that plays rank r of
-//! P ranks, without MPI (the benchmark `examples/step_cost.rs`, `benches/scale/`).
+//! P ranks, without MPI (`benches/scale/`).
 //!
 //! A step of the built-in sampler on rank r, as `loader::pipeline` runs it: draw the
 //! batch (sampler), plan it (owner, offset, output layout, coalesced gets), look up
@@ -10,11 +10,7 @@
 //! finds which ids each rank asks of it (from the same inversion). Before, r replanned
 //! every rank's batch for that (still measured, for comparison).
 
-use crate::engine::exchange_shape;
-use crate::estimator::features;
-use crate::plan::BatchPlan;
-use crate::sampler::Epoch;
-use crate::store::{GlobalIndex, Topology};
+use mdloader::bench::{BatchPlan, Epoch, GlobalIndex, Topology, exchange_shape, features};
 use std::time::Instant;
 
 /// Microseconds per step of each part: medians over the steps measured.

@@ -43,8 +43,7 @@
 //! every rank (`sync`), so the zero-collective step moves the crossover towards the
 //! one-sided engine.
 
-use crate::backend::Backend;
-use crate::estimator::model::{CostParams, StepFeatures};
+use mdloader::bench::{Backend, CostParams, StepFeatures};
 
 /// An interconnect, in SI units.
 #[derive(Clone, Copy, Debug)]
