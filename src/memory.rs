@@ -3,7 +3,7 @@
 //! buffers) goes through here, so that running out of memory is `MDL_ERR_NO_MEMORY`,
 //! which the caller can agree with the other ranks, instead of an abort of the job.
 //!
-//! Built with the `fault-injection` feature (tests only), the k-th allocation made here
+//! Built with the `test-hooks` feature (tests only), the k-th allocation made here
 //! fails on a process started with `MDL_FAULT_ALLOC_AT=k`: the fault tests
 //! (`tests/run_fault_tests.sh`) walk k along a job and report each failure that does
 //! not end as an error on every rank (a hang, a rank left waiting in a collective).
@@ -138,13 +138,13 @@ fn no_memory(count: usize, size: usize) -> Error {
     Error::no_memory((count as u64).saturating_mul(size as u64))
 }
 
-#[cfg(not(feature = "fault-injection"))]
+#[cfg(not(feature = "test-hooks"))]
 #[inline(always)]
 fn refuse_if_injected(_count: usize, _size: usize) -> Result<()> {
     Ok(())
 }
 
-#[cfg(feature = "fault-injection")]
+#[cfg(feature = "test-hooks")]
 fn refuse_if_injected(count: usize, size: usize) -> Result<()> {
     use std::sync::OnceLock;
     use std::sync::atomic::{AtomicU64, Ordering};

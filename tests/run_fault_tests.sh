@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Fault injection (issue 19): a job of 3 ranks (tests/c/fault_test.c: init, register,
 # fetches, a sampler epoch with prefetch, finalize) against the library built with the
-# `fault-injection` feature, where the last rank's k-th fallible allocation fails
+# `test-hooks` feature, where the last rank's k-th fallible allocation fails
 # (MDL_FAULT_ALLOC_AT=k, src/memory.rs), for every k from 1 until the job makes fewer
 # allocations than k. Each run must end, within the timeout, with every rank reporting
 # the same thing: every byte right, or the same call failed.
 #
 #   tests/run_fault_tests.sh openmpi|mpich|all
+#
+# Also, against the same library: one rank's cost model one ulp off
+# (MDL_TEST_PERTURB_MODEL, tests/c/errors_test.c --model) at 2 and 3 ranks.
 #
 # Cases: both engines forced with MDL_NODE_LOCAL=off (calibration and every step
 # through the engine), the collective engine without the request matrix in several
@@ -27,14 +30,25 @@ MAX_K=${MDL_FAULT_MAX_K:-2000}
 LOGDIR=${MDL_TEST_LOGDIR:-$ROOT/target/test-logs}
 mkdir -p "$LOGDIR"
 
-# build <mpi>: the library with fault injection (its own target directory) and the test.
+# build <mpi>: the library with the test hooks (its own target directory) and the tests
+# that drive them.
 build() {
-    local mpi=$1 dir=$ROOT/target/$1-fault
-    (cd "$ROOT" && MPICC=mpicc.$mpi CARGO_TARGET_DIR=$dir cargo build --release --quiet --features fault-injection) &&
-        ln -sf libmdloader.so "$dir/release/libmdloader.so.0" &&
+    local mpi=$1 dir=$ROOT/target/$1-fault test
+    (cd "$ROOT" && MPICC=mpicc.$mpi CARGO_TARGET_DIR=$dir cargo build --release --quiet --features test-hooks) &&
+        ln -sf libmdloader.so "$dir/release/libmdloader.so.0" || return 1
+    for test in fault_test errors_test; do
         "mpicc.$mpi" -std=c11 -O2 -Wall -Wextra -Werror -I"$ROOT/include" -I"$ROOT/tests/c" \
-            "$ROOT/tests/c/fault_test.c" -o "$dir/fault_test" -L"$dir/release" -lmdloader \
-            -Wl,-rpath,"$dir/release"
+            "$ROOT/tests/c/$test.c" -o "$dir/$test" -L"$dir/release" -lmdloader \
+            -Wl,-rpath,"$dir/release" || return 1
+    done
+}
+
+# model_case <mpi> <np>: one rank's cost model one ulp off (MDL_TEST_PERTURB_MODEL):
+# every step refused on every rank (errors_test --model).
+model_case() {
+    local mpi=$1 np=$2 log=$LOGDIR/fault-$1-model-np$2.log TIMEOUT=$RUN_TIMEOUT
+    mdl_mpirun "$mpi" "$np" "$log" -- "$ROOT/target/$mpi-fault/errors_test" --model
+    mdl_verdict "$mpi/model-fingerprint-np$np" $? "$log"
 }
 
 # one_run <mpi> <k> <log> <VAR=value...> -- <args>: 2 ranks plain, the last one injected.
@@ -115,5 +129,9 @@ for mpi in "${MPIS[@]}"; do
     # the limit), with a sample over the budget read by a get (fault_test --fold).
     wanted collective-fold && sweep "$mpi" collective-fold MDL_NODE_LOCAL=off MDL_MATRIX_MAX_RANKS=0 -- collective --fold
     wanted defaults && sweep "$mpi" defaults MDL_NODE_LOCAL=on -- auto
+    if wanted model; then
+        model_case "$mpi" 2
+        model_case "$mpi" 3
+    fi
 done
 mdl_summary

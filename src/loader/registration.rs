@@ -226,14 +226,20 @@ impl Core {
     }
 }
 
-/// A test hook, not a setting: `MDL_TEST_PERTURB_MODEL` in a rank's environment at
-/// registration moves one parameter of that rank's cost model by one ulp (the next
-/// double up: a fitted parameter may be 0), as a rank that computed differently would;
-/// the steps' agreements must then refuse every step on every rank
-/// (tests/c/errors_test.c).
+/// A test hook (the `test-hooks` feature), not a setting: `MDL_TEST_PERTURB_MODEL` in a
+/// rank's environment at registration moves one parameter of that rank's cost model by
+/// one ulp (the next double up: a fitted parameter may be 0), as a rank that computed
+/// differently would; the steps' agreements must then refuse every step on every rank
+/// (tests/c/errors_test.c --model, run by tests/run_fault_tests.sh).
+#[cfg(feature = "test-hooks")]
 fn perturbed_for_tests(mut params: CostParams) -> CostParams {
     if std::env::var_os("MDL_TEST_PERTURB_MODEL").is_some() {
         params.a_os = f64::from_bits(params.a_os.to_bits() + 1);
     }
+    params
+}
+
+#[cfg(not(feature = "test-hooks"))]
+fn perturbed_for_tests(params: CostParams) -> CostParams {
     params
 }

@@ -2,7 +2,7 @@
  * One job's life under an injected allocation failure (tests/run_fault_tests.sh):
  * mdl_init, mdl_register_shard, a few mdl_fetch_batch steps, a sampler epoch with
  * prefetch, mdl_finalize, every fetched byte checked. The library is built with the
- * `fault-injection` feature and one rank runs with MDL_FAULT_ALLOC_AT=k, which makes
+ * `test-hooks` feature and one rank runs with MDL_FAULT_ALLOC_AT=k, which makes
  * its k-th fallible allocation fail.
  *
  * What must hold whatever k is: no rank hangs or aborts, and either every call
