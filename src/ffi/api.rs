@@ -185,8 +185,9 @@ pub extern "C" fn mdl_replica_part(h: *const mdl_loader, num_samples: u64, first
 /// /dev/shm) where every node's file system can hold its ranks' shards and the index;
 /// otherwise, agreed over the job, into each rank's private memory, with a warning
 /// from each short node (no SIGBUS, no hang where /dev/shm is small). The index
-/// takes 8 bytes per sample of the job (once per node), unless every sample of the job
-/// has the same length: then there is no index table, and fetches skip its lookups.
+/// takes 1-3 bytes per sample of the job for samples up to 64 KiB (once per node;
+/// at most 7.1 for longer ones), unless every sample of the job has the same length:
+/// then there is no index table, and fetches skip its lookups.
 #[unsafe(no_mangle)]
 pub extern "C" fn mdl_register_shard(
     h: *mut mdl_loader,

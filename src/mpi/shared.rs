@@ -10,6 +10,7 @@
 use super::{Comm, check, ffi};
 use crate::error::{Error, Result};
 use std::os::raw::{c_int, c_void};
+use std::sync::atomic::AtomicU64;
 
 pub struct SharedArray {
     raw: ffi::MPI_Win,
@@ -95,6 +96,19 @@ impl SharedArray {
         // SAFETY: base points to len u64 of the leader's segment, mapped on this rank;
         // exclusive access is the caller's contract.
         unsafe { std::slice::from_raw_parts_mut(self.base, self.len) }
+    }
+
+    /// The array as atomics, for ranks whose writes between two publishes may meet in
+    /// one element (bits of it each): they OR their bits in with `fetch_or`.
+    pub fn as_atomic_slice(&self) -> &[AtomicU64] {
+        if self.len == 0 {
+            return &[];
+        }
+        // SAFETY: base points to len u64 of the leader's segment, mapped on this rank
+        // and aligned for u64 (MPI aligns a segment at least that much), which is
+        // AtomicU64's size and alignment; every access until the next publish is
+        // atomic (the caller's contract of the publishes).
+        unsafe { std::slice::from_raw_parts(self.base as *const AtomicU64, self.len) }
     }
 
     /// The array, read-only once published.

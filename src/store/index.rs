@@ -1,13 +1,17 @@
 //! The global index: global id -> (owner rank, offset in the owner's window, length),
 //! identical on every rank and answered without communication.
 //!
-//! It is the prefix sum of all sample lengths (8 bytes per sample of the whole dataset)
-//! plus each rank's first id. Its memory is either this rank's own or, normally, one
-//! array per node shared by the node's ranks (see `node_index`). A dataset whose
-//! samples all have one length (agreed at registration) keeps no table at all: a
-//! sample's place is arithmetic, which saves the memory (0.8 GB per node at 10^8
-//! samples) and the cache miss per sample that a lookup in a large table costs.
+//! It is where every sample starts in the concatenation of all shards, packed (see
+//! `packed`: one 64-byte line per 22-65 samples, 1-3 bytes a sample for samples up to
+//! 64 KiB), plus each rank's first id. Its memory is either this rank's own or,
+//! normally, one array per node shared by the node's ranks (see `node_index`). A
+//! dataset whose samples all have one length (agreed at registration) keeps no table
+//! at all: a sample's place is arithmetic, which saves the memory and the cache miss
+//! per sample that a lookup in a large table costs.
 
+use super::packed::{LINE_WORDS, Packing};
+use crate::error::Result;
+use crate::memory;
 use crate::mpi::SharedArray;
 
 /// Where a sample lives.
@@ -19,11 +23,11 @@ pub struct Location {
     pub len: u64,
 }
 
-/// Where the prefix sums live.
+/// Where the packed starts live.
 #[derive(Debug)]
 pub enum Starts {
     /// This rank's own copy.
-    Private(Vec<u64>),
+    Private(PrivateWords),
     /// One copy per node, in memory shared by the node's ranks.
     Node(SharedArray),
 }
@@ -31,9 +35,35 @@ pub enum Starts {
 impl Starts {
     fn as_slice(&self) -> &[u64] {
         match self {
-            Starts::Private(v) => v,
+            Starts::Private(words) => words.as_slice(),
             Starts::Node(shared) => shared.as_slice(),
         }
+    }
+}
+
+/// A rank's own zeroed words, starting at a cache line so that a packed line is one
+/// cache miss (a `Vec<u64>` is only 8-byte aligned).
+#[derive(Debug, Default)]
+pub struct PrivateWords {
+    storage: Vec<u64>,
+    skip: usize,
+    len: usize,
+}
+
+impl PrivateWords {
+    pub fn zeroed(len: usize) -> Result<PrivateWords> {
+        let storage = memory::filled(len as u64 + LINE_WORDS as u64 - 1, 0u64)?;
+        let words_into_line = (storage.as_ptr() as usize / 8) % LINE_WORDS;
+        let skip = (LINE_WORDS - words_into_line) % LINE_WORDS;
+        Ok(PrivateWords { storage, skip, len })
+    }
+
+    pub fn as_slice(&self) -> &[u64] {
+        &self.storage[self.skip..self.skip + self.len]
+    }
+
+    pub fn as_mut_slice(&mut self) -> &mut [u64] {
+        &mut self.storage[self.skip..self.skip + self.len]
     }
 }
 
@@ -42,9 +72,9 @@ impl Starts {
 pub struct GlobalIndex {
     /// `first_id[r]` is rank r's first global id; `first_id[P]` is the number of samples.
     first_id: Vec<u64>,
-    /// `shard_start[r] = starts[first_id[r]]`: where rank r's shard begins in the
-    /// concatenation. P entries that stay in cache, where `starts[first_id[r]]` would
-    /// be one more cache miss per sample in a large index.
+    /// Where rank r's shard begins in the concatenation. P entries that stay in cache,
+    /// where the start of its first sample would be one more cache miss per sample in
+    /// a large index.
     shard_start: Vec<u64>,
     /// Whether every sample of the job takes `uniform_len` bytes (then `starts` is
     /// empty). Plain fields rather than an enum over the table: optimised code may load
@@ -52,8 +82,8 @@ pub struct GlobalIndex {
     /// valgrind reports the branch on those never-written bytes.
     uniform: bool,
     uniform_len: u64,
-    /// `starts[g]` is sample g's position in the concatenation of all shards;
-    /// `starts[N]` is the total size.
+    /// How `starts` packs the starts of samples 0..=N (N's: the total size).
+    packing: Packing,
     starts: Starts,
 }
 
@@ -70,29 +100,36 @@ fn first_ids(per_rank: &[u64]) -> Vec<u64> {
 }
 
 impl GlobalIndex {
-    /// The index from each rank's sample count and the prefix sums of all lengths
-    /// (`starts[0] = 0`, N + 1 entries).
-    pub fn from_starts(per_rank: &[u64], starts: Starts) -> GlobalIndex {
+    /// The index from each rank's sample count and the packed starts of every sample
+    /// and of the end (`packing`'s layout).
+    pub fn from_starts(per_rank: &[u64], packing: Packing, starts: Starts) -> GlobalIndex {
         let first_id = first_ids(per_rank);
-        assert_eq!(first_id[per_rank.len()] + 1, starts.as_slice().len() as u64, "per-rank counts must cover all samples");
-        let shard_start = first_id[..per_rank.len()].iter().map(|&first| starts.as_slice()[first as usize]).collect();
-        GlobalIndex { first_id, shard_start, uniform: false, uniform_len: 0, starts }
+        assert_eq!(packing.words(), starts.as_slice().len(), "the starts must be packed as `packing` says");
+        let shard_start = first_id[..per_rank.len()].iter().map(|&first| packing.start(starts.as_slice(), first)).collect();
+        GlobalIndex { first_id, shard_start, uniform: false, uniform_len: 0, packing, starts }
     }
 
     /// The index of a job whose samples all take `len` bytes.
     pub fn uniform(per_rank: &[u64], len: u64) -> GlobalIndex {
         let first_id = first_ids(per_rank);
         let shard_start = first_id[..per_rank.len()].iter().map(|&first| first * len).collect();
-        GlobalIndex { first_id, shard_start, uniform: true, uniform_len: len, starts: Starts::Private(Vec::new()) }
+        // No table: the packing of no sample, never read.
+        let packing = Packing::new(0, 0).expect("an empty index fits");
+        GlobalIndex { first_id, shard_start, uniform: true, uniform_len: len, packing, starts: Starts::Private(PrivateWords::default()) }
     }
 
     /// The index from every sample's length (tests and the step-cost benchmark).
     pub fn from_lengths(lengths: &[u64], per_rank: &[u64]) -> GlobalIndex {
+        let longest = lengths.iter().copied().max().unwrap_or(0);
+        let packing = Packing::new(lengths.len() as u64, longest).expect("an index of these lengths fits");
+        let mut words = PrivateWords::zeroed(packing.words()).expect("memory for the index");
         let starts = std::iter::once(0).chain(lengths.iter().scan(0, |at, &len| {
             *at += len;
             Some(*at)
         }));
-        GlobalIndex::from_starts(per_rank, Starts::Private(starts.collect()))
+        let slice = words.as_mut_slice();
+        packing.encode(0, starts, |word, bits| slice[word] |= bits);
+        GlobalIndex::from_starts(per_rank, packing, Starts::Private(words))
     }
 
     /// Rank r's first global id is `first_ids()[r]`; the last entry is the total.
@@ -113,18 +150,22 @@ impl GlobalIndex {
         if self.uniform {
             return (id < self.num_samples()).then_some(self.uniform_len);
         }
-        let starts = self.starts.as_slice();
-        let i = usize::try_from(id).ok().filter(|&i| i < starts.len() - 1)?;
-        Some(starts[i + 1] - starts[i])
+        if id >= self.num_samples() {
+            return None;
+        }
+        let (start, end) = self.packing.bounds(self.starts.as_slice(), id);
+        Some(end - start)
     }
 
     /// Ask the memory for `id`'s entry ahead of `len_of` or `locate` (a hint: no
     /// effect on results, nothing to ask for without a table).
     #[inline]
     pub fn prefetch(&self, id: u64) {
-        if let Some(entry) = usize::try_from(id).ok().and_then(|i| self.starts.as_slice().get(i)) {
-            crate::prefetch::lines(std::slice::from_ref(entry), 1);
+        if self.uniform || id >= self.num_samples() {
+            return;
         }
+        let words = self.starts.as_slice();
+        crate::prefetch::lines(&words[self.packing.line_start(id)..], 1);
     }
 
     /// Owner rank of `id` (which must be in range).
@@ -149,21 +190,26 @@ impl GlobalIndex {
         let offset = if self.uniform {
             (id - self.first_id[owner]) * self.uniform_len
         } else {
-            self.starts.as_slice()[id as usize] - self.shard_start[owner]
+            self.packing.start(self.starts.as_slice(), id) - self.shard_start[owner]
         };
         Location { owner, offset, len }
     }
 
     /// What the index keeps, for the registration's log line.
     pub fn describe(&self) -> String {
+        let packed = format!(
+            "an index table of {:.2} bytes per sample ({} samples a 64-byte line)",
+            64.0 / self.packing.per_line() as f64,
+            self.packing.per_line()
+        );
         match &self.starts {
             _ if self.uniform => format!("no index table (every sample takes {} bytes)", self.uniform_len),
-            Starts::Node(_) => "an index table of 8 bytes per sample, one per node".into(),
-            Starts::Private(_) => "an index table of 8 bytes per sample on each rank".into(),
+            Starts::Node(_) => format!("{packed}, one per node"),
+            Starts::Private(_) => format!("{packed} on each rank"),
         }
     }
 
-    /// The prefix sums' memory, to free a node-shared copy (collective over the node);
+    /// The table's memory, to free a node-shared copy (collective over the node);
     /// an empty private one for a uniform index.
     pub fn into_starts(self) -> Starts {
         self.starts
@@ -197,7 +243,53 @@ mod tests {
             assert_eq!(uniform.locate(id), table.locate(id), "id {id}");
             assert_eq!(uniform.len_of(id), table.len_of(id), "id {id}");
         }
-        assert!(matches!(uniform.into_starts(), Starts::Private(v) if v.is_empty()));
+        assert!(matches!(uniform.into_starts(), Starts::Private(w) if w.as_slice().is_empty()));
+    }
+
+    /// Every id's location as the plain prefix sums give it.
+    fn expected(lengths: &[u64], per_rank: &[u64]) -> Vec<Location> {
+        let mut out = Vec::new();
+        let mut ids = lengths.iter();
+        for (owner, &n) in per_rank.iter().enumerate() {
+            let mut offset = 0;
+            for &len in ids.by_ref().take(n as usize) {
+                out.push(Location { owner, offset, len });
+                offset += len;
+            }
+        }
+        out
+    }
+
+    fn check(lengths: &[u64], per_rank: &[u64]) {
+        let index = GlobalIndex::from_lengths(lengths, per_rank);
+        for (id, want) in expected(lengths, per_rank).into_iter().enumerate() {
+            index.prefetch(id as u64);
+            assert_eq!(index.locate(id as u64), Some(want), "id {id}");
+            assert_eq!(index.len_of(id as u64), Some(want.len), "id {id}");
+        }
+        let n = lengths.len() as u64;
+        index.prefetch(n);
+        assert_eq!((index.locate(n), index.len_of(n)), (None, None));
+    }
+
+    #[test]
+    fn packed_lines_locate_across_ranks() {
+        // Ranks that begin and end mid-line, on a line's first sample and its last,
+        // empty ranks between; lengths 0..=64 KiB (22 samples a line) and 0..=1.
+        for longest in [1u64, 300, 65536] {
+            let lengths: Vec<u64> = (0..500u64).map(|i| (i * 2_654_435_761) % (longest + 1)).collect();
+            for per_rank in [vec![500], vec![21, 1, 0, 22, 65, 0, 391], vec![0, 0, 500], vec![499, 1], vec![22, 22, 456]] {
+                check(&lengths, &per_rank);
+            }
+        }
+    }
+
+    #[test]
+    fn one_sample_and_zero_lengths() {
+        check(&[65536], &[1]);
+        check(&[0], &[0, 1]);
+        check(&[0, 0, 7, 0], &[2, 0, 2]);
+        assert!(GlobalIndex::from_lengths(&[0, 1], &[2]).describe().contains("65 samples a 64-byte line"));
     }
 
     #[test]

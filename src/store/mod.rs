@@ -3,13 +3,15 @@
 //! communication.
 //!
 //! Memory per rank: the shard itself (one copy of the registered bytes, in the window)
-//! plus the index: 8 bytes per global sample (a prefix sum of all sample lengths), one
-//! copy per node shared by its ranks (`node_index`), and 8 bytes per rank. Where every
-//! sample of the job has the same length the index keeps no per-sample table.
+//! plus the index: 1-3 bytes per global sample for samples up to 64 KiB (every
+//! sample's start, packed: `packed`), one copy per node shared by its ranks
+//! (`node_index`), and 8 bytes per rank. Where every sample of the job has the same
+//! length the index keeps no per-sample table.
 
 mod index;
 mod node_index;
 mod node_shard;
+mod packed;
 mod shm_budget;
 mod topology;
 
@@ -18,6 +20,7 @@ pub use shm_budget::SharedPlacement;
 pub use topology::Topology;
 
 use index::Starts;
+use packed::Packing;
 
 use crate::memory;
 use crate::agree::agree_on_checks;
@@ -76,14 +79,13 @@ impl<'a> ShardView<'a> {
     }
 }
 
-/// Collective: the length every sample of the job has, if they all have one (one
-/// all-reduce of each rank's shortest and longest); None for an empty job.
-fn uniform_length(comm: &Comm, shard: &ShardView) -> Result<Option<u64>> {
+/// The shortest and the longest sample of the job (one all-reduce of each rank's;
+/// `(u64::MAX, 0)` for an empty job).
+fn length_range(comm: &Comm, shard: &ShardView) -> Result<(u64, u64)> {
     let (shortest, longest) = shard.offsets.windows(2).fold((u64::MAX, 0), |(lo, hi), w| (lo.min(w[1] - w[0]), hi.max(w[1] - w[0])));
     // The shortest as a maximum: u64::MAX - shortest.
     let job = comm.allreduce_max(&[u64::MAX - shortest, longest])?;
-    let (shortest, longest) = (u64::MAX - job[0], job[1]);
-    Ok((shortest == longest).then_some(longest))
+    Ok((u64::MAX - job[0], job[1]))
 }
 
 /// Whether `bytes` can be allocated at all (address space, `ulimit -v`): tried before
@@ -138,19 +140,17 @@ impl Store {
     pub fn register(comm: &Comm, shard: &ShardView, settings: &StoreSettings) -> Result<Store> {
         let per_rank = comm.allgather(shard.num_samples())?;
         agree_on_checks(comm, check_allocatable(shard.data.len()))?;
-        let uniform = uniform_length(comm, shard)?;
-        // A uniform index has no table to place.
-        let entries = if uniform.is_some() { 0 } else { per_rank.iter().fold(1u64, |sum, &n| sum.saturating_add(n)) };
-        let shared = shm_budget::decide(comm, shard.data.len(), entries, settings)?;
-        let (index, index_refused) = match uniform {
-            Some(len) => (GlobalIndex::uniform(&per_rank, len), false),
-            None if shared.index => {
-                let starts = node_index::build(comm, shard, &per_rank, settings.limits.max_message)?;
-                let refused = matches!(starts, Starts::Private(_));
-                (GlobalIndex::from_starts(&per_rank, starts), refused)
-            }
-            None => (GlobalIndex::from_starts(&per_rank, Starts::Private(node_index::gather_private(comm, shard, &per_rank)?)), false),
+        let (shortest, longest) = length_range(comm, shard)?;
+        // Samples of one length need no table; otherwise its packing follows the
+        // longest sample (agreed, so that every rank packs alike).
+        let samples = per_rank.iter().fold(0u64, |sum, &n| sum.saturating_add(n));
+        let packing = if shortest == longest { None } else { Some(Packing::new(samples, longest)?) };
+        let shared = shm_budget::decide(comm, shard.data.len(), packing.map_or(0, |p| p.bytes()), settings)?;
+        let (index, index_refused) = match packing {
+            None => (GlobalIndex::uniform(&per_rank, longest), false),
+            Some(packing) => packed_index(comm, shard, &per_rank, packing, shared.index, settings.limits.max_message)?,
         };
+        let uniform = packing.is_none();
         let (window, node, topology, shards_refused) = if !shared.shards {
             (private_window(comm, shard.data)?, None, Topology::default(), false)
         } else if settings.node_local {
@@ -163,7 +163,7 @@ impl Store {
         // scratch store, which takes this placement, does not ask again (nor warn
         // again): an index that could not be shared, or, with no index table to tell
         // (samples of one length), shards that could not.
-        let index_refused = index_refused || (uniform.is_some() && shards_refused);
+        let index_refused = index_refused || (uniform && shards_refused);
         let placement = SharedPlacement { index: shared.index && !index_refused, ..shared };
         let store = Store { window, node, topology, index: Arc::new(index), placement };
         let warmed = warm_up(&store, comm.rank(), settings.limits, settings.warm_up_gets);
@@ -202,6 +202,18 @@ impl Store {
             _ => self.window.local(),
         }
     }
+}
+
+/// Collective: the packed index, one copy per node where `shared` (and MPI makes one),
+/// and whether MPI refused the node's copy (every rank then keeps its own).
+fn packed_index(comm: &Comm, shard: &ShardView, per_rank: &[u64], packing: Packing, shared: bool, max_message: u64) -> Result<(GlobalIndex, bool)> {
+    let starts = if shared {
+        node_index::build(comm, shard, per_rank, packing, max_message)?
+    } else {
+        Starts::Private(node_index::gather_private(comm, shard, per_rank, packing, max_message)?)
+    };
+    let refused = shared && matches!(starts, Starts::Private(_));
+    Ok((GlobalIndex::from_starts(per_rank, packing, starts), refused))
 }
 
 /// Collective: the shard in a window over this rank's private memory, where the

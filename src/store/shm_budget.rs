@@ -9,7 +9,8 @@
 //! library asks the file system first (`statvfs`), with the full size of what it is
 //! about to allocate on the node:
 //!
-//! - the index: 8 bytes per sample of the job, once per node (`MDL_SHARED_INDEX`);
+//! - the index: 1-3 bytes per sample of the job up to 64 KiB samples (`packed`), once
+//!   per node (`MDL_SHARED_INDEX`);
 //! - the shards of the node's ranks: with `MDL_NODE_LOCAL=on` in one shared window,
 //!   otherwise in `MPI_Win_allocate`'s window, which both MPIs also place in shared
 //!   memory between ranks of a node;
@@ -69,11 +70,11 @@ fn segment_bytes(shard_len: usize) -> u64 {
     (shard_len as u64).div_ceil(4096).saturating_mul(4096)
 }
 
-/// Collective over `comm`: where the store's memory can go on every node. `entries`
-/// is the index's length (N + 1). A store made in the shadow of another (calibration's
+/// Collective over `comm`: where the store's memory can go on every node. `index_bytes`
+/// is the index table's size (0 without one). A store made in the shadow of another (calibration's
 /// scratch store) takes that store's placement instead (`settings.placement`): no
 /// second check, no second warning, and it measures the windows the steps will use.
-pub fn decide(comm: &Comm, shard_len: usize, entries: u64, settings: &StoreSettings) -> Result<SharedPlacement> {
+pub fn decide(comm: &Comm, shard_len: usize, index_bytes: u64, settings: &StoreSettings) -> Result<SharedPlacement> {
     if let Some(placement) = settings.placement {
         return Ok(SharedPlacement { index: placement.index && settings.shared_index, ..placement });
     }
@@ -91,7 +92,7 @@ pub fn decide(comm: &Comm, shard_len: usize, entries: u64, settings: &StoreSetti
     let spans_nodes = node.size() < comm.size();
     let scratch = if spans_nodes { segment_bytes(settings.scratch_shard_bytes as usize) } else { 0 };
     let node_shards = node.allreduce_sum(&[if lone { 0 } else { segment_bytes(shard_len) + scratch }]);
-    let demand = node_shards.map(|sum| Demand { index: entries.saturating_mul(8), shards: sum[0] });
+    let demand = node_shards.map(|sum| Demand { index: index_bytes, shards: sum[0] });
     let here = demand.as_ref().map_or(wanted, |d| d.placement(available, settings.shared_index));
     // MPI maps more than the windows as it makes them (MPICH 4.0: about 6 MiB more, or
     // one rank failed alone in MPI_Win_allocate or MPI_Comm_split_type): the same
