@@ -145,16 +145,23 @@ impl GlobalIndex {
         self.first_id.len() - 1
     }
 
+    /// Where sample `id` starts in the concatenation of all shards, and its length
+    /// (None out of range).
     #[inline]
-    pub fn len_of(&self, id: u64) -> Option<u64> {
-        if self.uniform {
-            return (id < self.num_samples()).then_some(self.uniform_len);
-        }
+    pub fn span_of(&self, id: u64) -> Option<(u64, u64)> {
         if id >= self.num_samples() {
             return None;
         }
+        if self.uniform {
+            return Some((id * self.uniform_len, self.uniform_len));
+        }
         let (start, end) = self.packing.bounds(self.starts.as_slice(), id);
-        Some(end - start)
+        Some((start, end - start))
+    }
+
+    #[inline]
+    pub fn len_of(&self, id: u64) -> Option<u64> {
+        self.span_of(id).map(|(_, len)| len)
     }
 
     /// Ask the memory for `id`'s entry ahead of `len_of` or `locate` (a hint: no
@@ -178,21 +185,16 @@ impl GlobalIndex {
 
     #[inline]
     pub fn locate(&self, id: u64) -> Option<Location> {
-        let len = self.len_of(id)?;
-        Some(self.locate_in_range(id, len))
+        let (start, len) = self.span_of(id)?;
+        Some(self.locate_at(id, start, len))
     }
 
-    /// `locate` of an id already found in range, whose length `len` the caller knows
-    /// (the batch plan has it from the output layout): no second range check.
+    /// `locate` of an id whose `span_of` the caller has already (the batch plan reads
+    /// it while it lays out the output): no second lookup in the table.
     #[inline]
-    pub fn locate_in_range(&self, id: u64, len: u64) -> Location {
+    pub fn locate_at(&self, id: u64, start: u64, len: u64) -> Location {
         let owner = self.owner_of(id);
-        let offset = if self.uniform {
-            (id - self.first_id[owner]) * self.uniform_len
-        } else {
-            self.packing.start(self.starts.as_slice(), id) - self.shard_start[owner]
-        };
-        Location { owner, offset, len }
+        Location { owner, offset: start - self.shard_start[owner], len }
     }
 
     /// What the index keeps, for the registration's log line.

@@ -16,8 +16,10 @@
 //! `per_line` is the most samples whose entries fit in 448 bits, so the width follows
 //! the longest sample, agreed by every rank at registration: 65 samples a line (0.98
 //! bytes each) for 1-byte samples, 22 (2.91 bytes) up to 99,864 bytes (64 KiB and
-//! more), 18 (3.6 bytes) up to 1 MiB, 9 (7.1 bytes) for a sample of 2^47 bytes (all a process can address on
-//! x86-64); lengths beyond 2^53 would take the old 8 bytes or more (2 a line at most).
+//! more), 18 (3.6 bytes) up to 1 MiB, 15 (4.3 bytes) up to 292 MiB. Entries are at
+//! most 32 bits wide, so that a sample's two (start and end) are read at once, or else
+//! 64: longer samples take 8 bytes each (8 a line), the old size, and never more for
+//! any sample a process can hold.
 //! The start of sample N (one past the last) is stored too: the last sample's end.
 
 use crate::error::{Error, Result};
@@ -80,22 +82,25 @@ impl Packing {
     }
 
     /// Where the start of a line's `slot`-th sample (> 0) begins, in bits from the line's.
+    /// (Slot 0's would end where slot 1's begins: in the base's top bits.)
     #[inline]
     fn entry_bit(&self, slot: u64) -> u64 {
-        64 + (slot - 1) * self.width as u64
+        64 - self.width as u64 + slot * self.width as u64
     }
 
-    /// The start of a line's `slot`-th sample.
+    /// The line's 128 bits from bit `bit` (fewer at its end, the rest repeated from
+    /// its last word): two neighbouring entries of at most 32 bits, or one of 64 on a
+    /// word boundary.
     #[inline]
-    fn start_in(&self, line: &[u64], slot: u64) -> u64 {
-        let base = line[0];
-        // Slot 0's "entry" is the base's own low bits: a distance of 0, no branch.
-        let bit = if slot == 0 { 0 } else { self.entry_bit(slot) } as usize;
-        let (word, shift) = (bit / 64, bit % 64);
-        // An entry spans at most two words; the second is masked off where it ends in
-        // the first (word 7 pairs with itself).
+    fn bits_from(line: &[u64], bit: u64) -> u128 {
+        let (word, shift) = (bit as usize / 64, bit % 64);
         let two = line[word] as u128 | (line[(word + 1).min(LINE_WORDS - 1)] as u128) << 64;
-        let low = (two >> shift) as u64 & self.mask;
+        two >> shift
+    }
+
+    /// The start whose low bits are `low`, from the line's base.
+    #[inline]
+    fn near(&self, base: u64, low: u64) -> u64 {
         base + (low.wrapping_sub(base) & self.mask)
     }
 
@@ -109,16 +114,21 @@ impl Packing {
     #[inline]
     pub fn start(&self, words: &[u64], id: u64) -> u64 {
         let (line, slot) = self.place(id);
-        self.start_in(self.line(words, line), slot)
+        let here = self.line(words, line);
+        let entry = Self::bits_from(here, self.entry_bit(slot)) as u64;
+        if slot == 0 { here[0] } else { self.near(here[0], entry) }
     }
 
-    /// Where sample `id` (< the sample count) starts and ends.
+    /// Where sample `id` (< the sample count) starts and ends: both entries read at
+    /// once, the end from the next line's base after a line's last sample.
     #[inline]
     pub fn bounds(&self, words: &[u64], id: u64) -> (u64, u64) {
         let (line, slot) = self.place(id);
         let here = self.line(words, line);
-        let start = self.start_in(here, slot);
-        let end = if slot + 1 < self.per_line { self.start_in(here, slot + 1) } else { words[(line + 1) * LINE_WORDS] };
+        let base = here[0];
+        let pair = Self::bits_from(here, self.entry_bit(slot));
+        let start = if slot == 0 { base } else { self.near(base, pair as u64) };
+        let end = if slot + 1 < self.per_line { self.near(base, (pair >> self.width) as u64) } else { words[(line + 1) * LINE_WORDS] };
         (start, end)
     }
 
@@ -186,13 +196,23 @@ fn bits_of(value: u128) -> u32 {
     (128 - value.leading_zeros()).max(1)
 }
 
+/// Entry widths a lookup reads: two neighbouring entries fit in 128 bits from any bit
+/// (up to 32 bits each), or one 64-bit entry on a word boundary.
+fn readable(width: u32) -> Option<u32> {
+    match width {
+        0..=32 => Some(width),
+        33..=64 => Some(64),
+        _ => None,
+    }
+}
+
 /// The most samples a line holds for samples of at most `longest` bytes, and the width
 /// of their entries: the largest count whose `count - 1` entries, each wide enough for
 /// `(count - 1) * longest`, fit in the line.
 fn densest_line(longest: u64) -> (u64, u32) {
-    let fitting = (2..=ENTRY_BITS + 1).map(|count| (count, bits_of((count as u128 - 1) * longest as u128)));
+    let fitting = (2..=ENTRY_BITS + 1).map_while(|count| Some((count, readable(bits_of((count as u128 - 1) * longest as u128))?)));
     fitting
-        .take_while(|&(count, width)| width <= 64 && (count - 1) * width as u64 <= ENTRY_BITS)
+        .take_while(|&(count, width)| (count - 1) * width as u64 <= ENTRY_BITS)
         .last()
         .expect("two samples a line always fit: one 64-bit entry")
 }
@@ -204,24 +224,26 @@ fn densest_line(longest: u64) -> (u64, u32) {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Divisor {
     magic: u64,
+    /// The shift beyond 64.
     shift: u32,
 }
 
 impl Divisor {
-    /// With `shift = 62 + ceil(log2 d)` and `magic = ceil(2^shift / d) = (2^shift + e)
-    /// / d` (e < d), `x * magic / 2^shift = x / d + x e / (d 2^shift)`, whose second
-    /// term is below `2^(62 - shift)` <= 1/d for x < 2^62: too little to carry `x / d`
-    /// past the next integer, so the floor is exact. `magic` <= 2^63 fits a u64.
+    /// With `shift = max(62 + ceil(log2 d), 64)` and `magic = ceil(2^shift / d) =
+    /// (2^shift + e) / d` (e < d), `x * magic / 2^shift = x / d + x e / (d 2^shift)`,
+    /// whose second term is below `2^(62 - shift)` <= 1/d for x < 2^62: too little to
+    /// carry `x / d` past the next integer, so the floor is exact. `magic` <= 2^63 fits
+    /// a u64, and a shift of 64 or more is the product's high word shifted.
     fn new(divisor: u64) -> Divisor {
         assert!(divisor >= 1);
-        let shift = 62 + (64 - (divisor - 1).leading_zeros());
+        let shift = (62 + (64 - (divisor - 1).leading_zeros())).max(64);
         let magic = (1u128 << shift).div_ceil(divisor as u128);
-        Divisor { magic: u64::try_from(magic).expect("magic < 2^64"), shift }
+        Divisor { magic: u64::try_from(magic).expect("magic < 2^64"), shift: shift - 64 }
     }
 
     #[inline]
     fn quotient(&self, x: u64) -> u64 {
-        ((x as u128 * self.magic as u128) >> self.shift) as u64
+        ((x as u128 * self.magic as u128) >> 64) as u64 >> self.shift
     }
 }
 
@@ -274,6 +296,10 @@ mod tests {
         // 22 a line (2.91 bytes) while 21 entries of 21 bits hold 21 x longest.
         assert_eq!(densest_line(99_864), (22, 21));
         assert_eq!(densest_line(99_865), (21, 21));
+        // Entries of 33-64 bits are read as 64, where that packs more.
+        assert_eq!(densest_line(306_783_378), (15, 32));
+        assert_eq!(densest_line(400_000_000), (11, 32));
+        assert_eq!(densest_line(1 << 30), (8, 64));
     }
 
     #[test]
