@@ -9,7 +9,7 @@
 //! at all: a sample's place is arithmetic, which saves the memory and the cache miss
 //! per sample that a lookup in a large table costs.
 
-use super::packed::{LINE_WORDS, Packing};
+use super::packed::{LINE_WORDS, Line, Packing};
 use crate::error::Result;
 use crate::memory;
 use crate::mpi::SharedArray;
@@ -38,6 +38,11 @@ impl Starts {
             Starts::Private(words) => words.as_slice(),
             Starts::Node(shared) => shared.as_slice(),
         }
+    }
+
+    #[inline]
+    fn lines(&self) -> &[Line] {
+        self.as_slice().as_chunks().0
     }
 }
 
@@ -105,7 +110,7 @@ impl GlobalIndex {
     pub fn from_starts(per_rank: &[u64], packing: Packing, starts: Starts) -> GlobalIndex {
         let first_id = first_ids(per_rank);
         assert_eq!(packing.words(), starts.as_slice().len(), "the starts must be packed as `packing` says");
-        let shard_start = first_id[..per_rank.len()].iter().map(|&first| packing.start(starts.as_slice(), first)).collect();
+        let shard_start = first_id[..per_rank.len()].iter().map(|&first| packing.start(starts.lines(), first)).collect();
         GlobalIndex { first_id, shard_start, uniform: false, uniform_len: 0, packing, starts }
     }
 
@@ -147,7 +152,7 @@ impl GlobalIndex {
 
     /// Where sample `id` starts in the concatenation of all shards, and its length
     /// (None out of range).
-    #[inline]
+    #[inline(always)]
     pub fn span_of(&self, id: u64) -> Option<(u64, u64)> {
         if id >= self.num_samples() {
             return None;
@@ -155,7 +160,7 @@ impl GlobalIndex {
         if self.uniform {
             return Some((id * self.uniform_len, self.uniform_len));
         }
-        let (start, end) = self.packing.bounds(self.starts.as_slice(), id);
+        let (start, end) = self.packing.bounds(self.starts.lines(), id);
         Some((start, end - start))
     }
 
@@ -171,8 +176,7 @@ impl GlobalIndex {
         if self.uniform || id >= self.num_samples() {
             return;
         }
-        let words = self.starts.as_slice();
-        crate::prefetch::lines(&words[self.packing.line_start(id)..], 1);
+        crate::prefetch::lines(std::slice::from_ref(&self.starts.lines()[self.packing.line_of(id)]), 1);
     }
 
     /// Owner rank of `id` (which must be in range).

@@ -26,6 +26,8 @@ use crate::error::{Error, Result};
 
 /// Words in a line: one 64-byte cache line.
 pub(super) const LINE_WORDS: usize = 8;
+/// A line of the index.
+pub type Line = [u64; LINE_WORDS];
 /// Bits a line has for entries (all but the base word).
 const ENTRY_BITS: u64 = (LINE_WORDS as u64 - 1) * 64;
 /// The largest sample count the exact division below serves (2^62: no memory holds
@@ -88,13 +90,13 @@ impl Packing {
         64 - self.width as u64 + slot * self.width as u64
     }
 
-    /// The line's 128 bits from bit `bit` (fewer at its end, the rest repeated from
-    /// its last word): two neighbouring entries of at most 32 bits, or one of 64 on a
-    /// word boundary.
+    /// The line's 128 bits from bit `bit` (fewer at its end, the rest from its first
+    /// word): two neighbouring entries of at most 32 bits, or one of 64 on a word
+    /// boundary. (Word indices masked to the line: no bounds checks.)
     #[inline]
-    fn bits_from(line: &[u64], bit: u64) -> u128 {
+    fn bits_from(line: &Line, bit: u64) -> u128 {
         let (word, shift) = (bit as usize / 64, bit % 64);
-        let two = line[word] as u128 | (line[(word + 1).min(LINE_WORDS - 1)] as u128) << 64;
+        let two = line[word % LINE_WORDS] as u128 | (line[(word + 1) % LINE_WORDS] as u128) << 64;
         two >> shift
     }
 
@@ -104,38 +106,32 @@ impl Packing {
         base + (low.wrapping_sub(base) & self.mask)
     }
 
-    /// The line `line` of `words`.
+    /// Where sample `id` (< the sample count) starts, in the index's `lines`.
     #[inline]
-    fn line<'a>(&self, words: &'a [u64], line: usize) -> &'a [u64] {
-        &words[line * LINE_WORDS..(line + 1) * LINE_WORDS]
-    }
-
-    /// Where sample `id` (< the sample count) starts.
-    #[inline]
-    pub fn start(&self, words: &[u64], id: u64) -> u64 {
+    pub fn start(&self, lines: &[Line], id: u64) -> u64 {
         let (line, slot) = self.place(id);
-        let here = self.line(words, line);
+        let here = &lines[line];
         let entry = Self::bits_from(here, self.entry_bit(slot)) as u64;
         if slot == 0 { here[0] } else { self.near(here[0], entry) }
     }
 
     /// Where sample `id` (< the sample count) starts and ends: both entries read at
     /// once, the end from the next line's base after a line's last sample.
-    #[inline]
-    pub fn bounds(&self, words: &[u64], id: u64) -> (u64, u64) {
+    #[inline(always)]
+    pub fn bounds(&self, lines: &[Line], id: u64) -> (u64, u64) {
         let (line, slot) = self.place(id);
-        let here = self.line(words, line);
+        let here = &lines[line];
         let base = here[0];
         let pair = Self::bits_from(here, self.entry_bit(slot));
         let start = if slot == 0 { base } else { self.near(base, pair as u64) };
-        let end = if slot + 1 < self.per_line { self.near(base, (pair >> self.width) as u64) } else { words[(line + 1) * LINE_WORDS] };
+        let end = if slot + 1 < self.per_line { self.near(base, (pair >> self.width) as u64) } else { lines[line + 1][0] };
         (start, end)
     }
 
-    /// The first word of the line holding `id`'s start (to ask the memory for it).
+    /// The line holding `id`'s start (to ask the memory for it).
     #[inline]
-    pub fn line_start(&self, id: u64) -> usize {
-        self.place(id).0 * LINE_WORDS
+    pub fn line_of(&self, id: u64) -> usize {
+        self.place(id).0
     }
 
     /// The words holding the starts of samples `ids` (not empty): a rank's part of the
@@ -263,12 +259,16 @@ mod tests {
         (packing, words, starts)
     }
 
+    fn lines(words: &[u64]) -> &[Line] {
+        words.as_chunks().0
+    }
+
     fn check(lengths: &[u64]) {
         let (packing, words, starts) = packed(lengths);
         for (id, &len) in lengths.iter().enumerate() {
             let id64 = id as u64;
-            assert_eq!(packing.start(&words, id64), starts[id], "start of {id} of {}", lengths.len());
-            assert_eq!(packing.bounds(&words, id64), (starts[id], starts[id] + len), "bounds of {id}");
+            assert_eq!(packing.start(lines(&words), id64), starts[id], "start of {id} of {}", lengths.len());
+            assert_eq!(packing.bounds(lines(&words), id64), (starts[id], starts[id] + len), "bounds of {id}");
         }
     }
 
