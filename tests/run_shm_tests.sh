@@ -169,11 +169,11 @@ for mpi in "${MPIS[@]}"; do
     shm_case "$mpi" shards-beyond-tmpfs "--samples $(((SHM_MIB + 4) * MIB / 2 / 4096)) --bytes 4096" private shared
     # The plain window (MPI_Win_allocate) is in shared memory too, on both MPIs.
     shm_case "$mpi" shards-above-node-local-off "--shards-vs-room 4" private shared MDL_NODE_LOCAL=off
-    # The index: 8 bytes a sample of the job, with 1-byte samples (and one 2-byte sample
-    # per rank: samples of one length need no index).
+    # The index: 1 byte a sample of the job (64 starts a 64-byte line), with 1-byte
+    # samples (and one 2-byte sample per rank: samples of one length need no index).
     shm_case "$mpi" index-below "--index-vs-room -4" shared shared
     shm_case "$mpi" index-above "--index-vs-room 4" private private
-    shm_case "$mpi" index-beyond-tmpfs "--samples $(((SHM_MIB + 4) * MIB / 8 / 2)) --bytes 1 --varying 1" private private
+    shm_case "$mpi" index-beyond-tmpfs "--samples $(((SHM_MIB + 4) * MIB / 2)) --bytes 1 --varying 1" private private
 done
 
 # An address-space limit (ulimit -v) on one rank that holds its own shard of 128 MiB

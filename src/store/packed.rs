@@ -90,14 +90,21 @@ impl Packing {
         64 - self.width as u64 + slot * self.width as u64
     }
 
-    /// The line's 128 bits from bit `bit` (fewer at its end, the rest from its first
-    /// word): two neighbouring entries of at most 32 bits, or one of 64 on a word
-    /// boundary. (Word indices masked to the line: no bounds checks.)
-    #[inline]
-    fn bits_from(line: &Line, bit: u64) -> u128 {
+    /// The entries of a line's `slot`-th sample and the next (the base's top bits for
+    /// slot 0; garbage after the line's last), in their low bits: two neighbouring
+    /// entries of at most 32 bits in one 64-bit read (word indices masked to the line:
+    /// no bounds checks), or two whole words.
+    #[inline(always)]
+    fn entries(&self, line: &Line, slot: u64) -> (u64, u64) {
+        if self.width > 32 {
+            return (line[slot as usize % LINE_WORDS], line[(slot as usize + 1) % LINE_WORDS]);
+        }
+        let bit = self.entry_bit(slot);
         let (word, shift) = (bit as usize / 64, bit % 64);
-        let two = line[word % LINE_WORDS] as u128 | (line[(word + 1) % LINE_WORDS] as u128) << 64;
-        two >> shift
+        // The next word's bits above `64 - shift` (none for shift 0: two shifts, as a
+        // shift by 64 is not one).
+        let pair = line[word % LINE_WORDS] >> shift | (line[(word + 1) % LINE_WORDS] << 1) << (63 - shift);
+        (pair, pair >> self.width)
     }
 
     /// The start whose low bits are `low`, from the line's base.
@@ -109,10 +116,7 @@ impl Packing {
     /// Where sample `id` (< the sample count) starts, in the index's `lines`.
     #[inline]
     pub fn start(&self, lines: &[Line], id: u64) -> u64 {
-        let (line, slot) = self.place(id);
-        let here = &lines[line];
-        let entry = Self::bits_from(here, self.entry_bit(slot)) as u64;
-        if slot == 0 { here[0] } else { self.near(here[0], entry) }
+        self.bounds(lines, id).0
     }
 
     /// Where sample `id` (< the sample count) starts and ends: both entries read at
@@ -122,9 +126,9 @@ impl Packing {
         let (line, slot) = self.place(id);
         let here = &lines[line];
         let base = here[0];
-        let pair = Self::bits_from(here, self.entry_bit(slot));
-        let start = if slot == 0 { base } else { self.near(base, pair as u64) };
-        let end = if slot + 1 < self.per_line { self.near(base, (pair >> self.width) as u64) } else { lines[line + 1][0] };
+        let (start_low, end_low) = self.entries(here, slot);
+        let start = if slot == 0 { base } else { self.near(base, start_low) };
+        let end = if slot + 1 < self.per_line { self.near(base, end_low) } else { lines[line + 1][0] };
         (start, end)
     }
 

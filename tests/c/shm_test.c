@@ -42,9 +42,10 @@ static uint8_t byte_of(uint64_t id, uint64_t k)
    system has free now, after MPI_Init (each MPI takes some of it: Open MPI about
    0.1 MiB, MPICH about 8 MiB), minus MDL_SHM_RESERVE (16 MiB unless set); the
    smallest over the ranks. Shards: samples of 4 KiB whose shards together take
-   room + DELTA. Index: samples of 1 byte, whose index (8 bytes each) and shards (1
-   byte each, page-rounded) take room + DELTA when DELTA < 0, and whose index alone
-   takes it when DELTA > 0. */
+   room + DELTA. Index: samples of 1 byte (each rank's last of 2: see main), whose
+   index (1 byte each: with 2 bytes the longest sample, the library packs 64 starts in
+   a 64-byte line, src/store/packed.rs) and shards (1 byte each, page-rounded) take
+   room + DELTA when DELTA < 0, and whose index alone takes it when DELTA > 0. */
 static void size_against_room(int index, double delta_mib, uint64_t *n, uint64_t *bytes)
 {
     struct statvfs fs;
@@ -60,7 +61,7 @@ static void size_against_room(int index, double delta_mib, uint64_t *n, uint64_t
         *n = (uint64_t)(target / g_size / 4096);
     } else {
         *bytes = 1;
-        *n = (uint64_t)(target / g_size / (delta_mib < 0 ? 9 : 8));
+        *n = (uint64_t)(target / g_size / (delta_mib < 0 ? 2 : 1));
     }
     if (g_rank == 0)
         printf("shm_test: room %.1f MiB in /dev/shm after the reserve; %s %+.0f MiB: %llu samples of %llu B per rank\n",
