@@ -14,7 +14,10 @@
  * the rest out: index bytes per sample = (Pss - shards) varying minus (Pss - shards)
  * uniform, over N.
  *
- * Usage: index_memory [--per-rank N] [--bytes S] [--max-bytes M]
+ * --longest L makes each rank's first sample L bytes long: the index's width follows the
+ * job's longest sample (64 KiB: 2.91 bytes a sample, without terabytes of samples).
+ *
+ * Usage: index_memory [--per-rank N] [--bytes S] [--max-bytes M] [--longest L]
  */
 #define _POSIX_C_SOURCE 200809L
 #include <mdloader.h>
@@ -35,7 +38,7 @@ static void check(mdl_status st, const char *what)
 
 int main(int argc, char **argv)
 {
-    unsigned long long per_rank = 25000000ULL, bytes = 8, max_bytes = 0;
+    unsigned long long per_rank = 25000000ULL, bytes = 8, max_bytes = 0, longest = 0;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--per-rank"))
             per_rank = strtoull(argv[i + 1], NULL, 10);
@@ -43,6 +46,8 @@ int main(int argc, char **argv)
             bytes = strtoull(argv[i + 1], NULL, 10);
         else if (!strcmp(argv[i], "--max-bytes"))
             max_bytes = strtoull(argv[i + 1], NULL, 10);
+        else if (!strcmp(argv[i], "--longest"))
+            longest = strtoull(argv[i + 1], NULL, 10);
     }
     if (max_bytes < bytes)
         max_bytes = bytes;
@@ -61,7 +66,8 @@ int main(int argc, char **argv)
     offsets[0] = 0;
     for (unsigned long long i = 0; i < per_rank; i++) {
         unsigned long long id = (unsigned long long)rank * per_rank + i;
-        offsets[i + 1] = offsets[i] + bytes + (id * 2654435761ULL >> 7) % (max_bytes - bytes + 1);
+        unsigned long long len = bytes + (id * 2654435761ULL >> 7) % (max_bytes - bytes + 1);
+        offsets[i + 1] = offsets[i] + (i == 0 && longest ? longest : len);
     }
     uint64_t shard_bytes = offsets[per_rank];
     char *data = malloc(shard_bytes + 1);
@@ -82,6 +88,8 @@ int main(int argc, char **argv)
     /* A few batches spread over the whole dataset. */
     uint64_t total = 0, ids[256], out_offsets[257];
     check(mdl_num_samples(h, &total), "mdl_num_samples");
+    if (longest > max_bytes)
+        max_bytes = longest;
     char *out = malloc(256 * max_bytes);
     for (int step = 0; step < 4; step++) {
         for (int k = 0; k < 256; k++)
