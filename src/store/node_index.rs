@@ -15,8 +15,9 @@
 //!    others' words into place: each bit is written by one rank only, so a word two
 //!    nodes share at a border comes out whole. A node's ranks need not be adjacent,
 //!    and no `int` count or displacement limits N. About (index bytes) /
-//!    `EXCHANGE_BYTES` rounds where nodes hold equal shares (13 at N = 10^8 samples of
-//!    1-4 bytes), whatever the number of ranks.
+//!    `EXCHANGE_BYTES` rounds where nodes hold equal shares (about 14 at N = 10^8
+//!    samples of 1-4 bytes; 95 when the index was 8 bytes a sample), whatever the
+//!    number of ranks.
 //!
 //! Between these, `SharedArray::publish` (`MPI_Win_sync`, node barrier, `MPI_Win_sync`)
 //! makes one rank's stores visible to the others; after step 2 the array is never
