@@ -35,12 +35,6 @@
 #define MDL_VERSION_PATCH 0
 
 /**
- * Bytes of each rank's scratch shard: the registration's shared-memory check counts
- * its window too, which calibration makes after the registered store's.
- */
-#define SCRATCH_SHARD_BYTES ((SMALL_COUNT * SMALL_BYTES) + (LARGE_COUNT * LARGE_BYTES))
-
-/**
  * The deepest prefetch mdl_set_prefetch accepts.
  */
 #define MDL_MAX_PREFETCH 64

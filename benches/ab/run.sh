@@ -45,7 +45,7 @@ for mpi in $MPIS; do
         lib=$WORK/$side-$mpi/release
         ln -sf libmdloader.so "$lib/libmdloader.so.0"
         for bench in node_local/node_bench lag/lag_bench; do
-            "mpicc.$mpi" -std=c11 -O2 -Iinclude "benches/$bench.c" -o "$WORK/$side-$mpi-$(basename $bench)" \
+            "mpicc.$mpi" -std=c11 -O2 -Iinclude -Ibenches "benches/$bench.c" -o "$WORK/$side-$mpi-$(basename $bench)" \
                 -L"$lib" -lmdloader -Wl,-rpath,"$lib" -lm
         done
     done
