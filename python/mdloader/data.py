@@ -21,13 +21,18 @@ from __future__ import annotations
 import ctypes
 import math
 import warnings
-from typing import Any, Callable, Iterator, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Union
 
 import numpy as np
 
 from . import _lib
 from .background import every_rank_allows_threads, in_background
-from .loader import Batch, Loader, _check, _id_array, _integer, _uint, aligned_empty
+from .args import id_array, integer, uint
+from .batch import Batch, aligned_empty
+from .errors import check
+
+if TYPE_CHECKING:  # for the annotations only: mdloader.loader imports this module (Loader.batches)
+    from .loader import Loader
 
 __all__ = ["DistributedSampler", "DataLoader", "BatchIterator", "epoch_ids"]
 
@@ -52,7 +57,7 @@ def epoch_ids(
         raise RuntimeError(f"{_lib.library_path()} has no mdl_epoch_ids: rebuild the library")
     out = np.empty(min(batch_size, num_samples), dtype=np.uint64)  # a step holds at most this many
     n = ctypes.c_size_t()
-    _check(fn(num_samples, num_replicas, rank, seed, epoch, batch_size, int(bool(shuffle)), int(bool(drop_last)),
+    check(fn(num_samples, num_replicas, rank, seed, epoch, batch_size, int(bool(shuffle)), int(bool(drop_last)),
               step, out.ctypes.data if out.size else None, out.size, ctypes.byref(n)))
     return out[: n.value].astype(np.int64)
 
@@ -78,15 +83,15 @@ class DistributedSampler:
         seed: int = 0,
         drop_last: bool = False,
     ):
-        num_replicas = _uint(num_replicas, "num_replicas", lo=1)
-        rank = _integer(rank, "rank")
+        num_replicas = uint(num_replicas, "num_replicas", lo=1)
+        rank = integer(rank, "rank")
         if not 0 <= rank < num_replicas:
             raise ValueError(f"rank {rank} is not in [0, {num_replicas})")
-        self.total = _uint(num_samples, "num_samples")
+        self.total = uint(num_samples, "num_samples")
         self.num_replicas = num_replicas
         self.rank = rank
         self.shuffle = shuffle
-        self.seed = _uint(seed, "seed")
+        self.seed = uint(seed, "seed")
         self.drop_last = drop_last
         self.epoch = 0
         if drop_last:
@@ -95,7 +100,7 @@ class DistributedSampler:
             self.per_rank = math.ceil(self.total / self.num_replicas) if self.total else 0
 
     def set_epoch(self, epoch: int) -> None:
-        self.epoch = _uint(epoch, "epoch")
+        self.epoch = uint(epoch, "epoch")
 
     def __len__(self) -> int:
         return self.per_rank
@@ -162,16 +167,16 @@ class DataLoader:
     ):
         # Checked here, where the loader is built (a local call), not at the first
         # collective fetch, where one rank raising alone would leave the others waiting.
-        batch_size = _uint(batch_size, "batch_size", lo=1)
-        prefetch = _uint(prefetch, "prefetch", hi=2**32 - 1)
-        self.num_workers = _uint(num_workers, "num_workers")
+        batch_size = uint(batch_size, "batch_size", lo=1)
+        prefetch = uint(prefetch, "prefetch", hi=2**32 - 1)
+        self.num_workers = uint(num_workers, "num_workers")
         self._threads_allowed: Optional[bool] = None  # agreed at the first iter
         # torch's own rules for these two
         if prefetch_factor is not None and not self.num_workers:
             raise ValueError("prefetch_factor needs num_workers > 0 (as in torch's DataLoader)")
         if persistent_workers and not self.num_workers:
             raise ValueError("persistent_workers needs num_workers > 0 (as in torch's DataLoader)")
-        self.ahead = _uint(prefetch_factor if prefetch_factor is not None else 2, "prefetch_factor", lo=1)
+        self.ahead = uint(prefetch_factor if prefetch_factor is not None else 2, "prefetch_factor", lo=1)
         if pin_memory:
             raise ValueError(
                 "pin_memory: mdloader.DataLoader yields numpy batches, which cannot be pinned; use torch's "
@@ -192,7 +197,7 @@ class DataLoader:
         self.sampler_kind = sampler
         self.prefetch = prefetch
         self.shuffle = shuffle
-        self.seed = _uint(seed, "seed")
+        self.seed = uint(seed, "seed")
         self.loader = loader
         self.batch_size = batch_size
         self.drop_last = drop_last
@@ -240,7 +245,7 @@ class DataLoader:
             chunk = ids[step * self.batch_size : (step + 1) * self.batch_size]
             out = None
             if self.reuse_buffer:
-                need = self.loader._batch_bytes(_id_array(chunk)[0])
+                need = self.loader._batch_bytes(id_array(chunk)[0])
                 if self._buffer is None or self._buffer.size < need:
                     self._buffer = aligned_empty(max(need, 1), self.loader._out_align())
                 out = self._buffer
