@@ -2,18 +2,19 @@
 
 :class:`DistributedSampler` splits a (shuffled) epoch of global ids across ranks like
 ``torch.utils.data.distributed.DistributedSampler``; :class:`DataLoader` (alias
-:class:`BatchIterator`) cuts this rank's share into batches and fetches each with
-:meth:`mdloader.Loader.fetch`, yielding :class:`mdloader.Batch` objects (or whatever
-``collate_fn`` makes of them)::
+:class:`BatchIterator`) cuts this rank's share into batches, fetched by the library's
+own sampler (:meth:`mdloader.Loader.epoch`, steps agreed ahead) or one
+:meth:`mdloader.Loader.fetch` per step, yielding :class:`mdloader.Batch` objects (or
+whatever ``collate_fn`` makes of them)::
 
     loader = mdloader.DataLoader(ld, batch_size=32, shuffle=True, seed=42, drop_last=True)
     for epoch in range(epochs):
         loader.set_epoch(epoch)          # optional: each full pass advances the epoch
         for batch in loader:
-            ...                          # batch[k]: zero-copy uint8 view of sample k
+            ...                          # batch[k]: a uint8 view of sample k in the batch's memory
 
-Every rank gets the same number of batches of the same sizes, so the collective fetch
-is called the same number of times everywhere (required by the library).
+Every rank gets the same number of batches of the same sizes, so the collective steps
+are made the same number of times everywhere (required by the library).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from .background import every_rank_allows_threads, in_background
 from .args import id_array, integer, uint
 from .batch import Batch, aligned_empty
 from .errors import check
+from .typed import typed_batch
 
 if TYPE_CHECKING:  # for the annotations only: mdloader.loader imports this module (Loader.batches)
     from .loader import Loader
@@ -121,15 +123,31 @@ class DataLoader:
     rank per step. shuffle, seed, drop_last: as :class:`DistributedSampler` (drop_last
     also drops the last, incomplete batch). collate_fn: applied to each
     :class:`mdloader.Batch` before it is yielded (e.g. decoding records into tensors).
-    reuse_buffer: fetch every batch into one buffer that is grown as needed (the views
-    of a batch are then valid only until the next batch is fetched).
-    sampler: "python" (default: :class:`DistributedSampler` here, each batch fetched with
-    :meth:`Loader.fetch` into memory of its own) or "library": the library's built-in
-    sampler (:meth:`Loader.epoch`): the same order as C and Fortran programs get for the
-    same seed and epoch, batches fetched ahead on a library thread when ``prefetch`` > 0,
-    and batches that are views of the library's memory, valid until the next batch.
+    reuse_buffer: False (default): every batch in memory of its own, valid for as long
+    as it is kept. True: a batch is valid only until the next one is taken, and costs
+    no allocation: the Python sampler fetches every batch into one buffer grown as
+    needed, the library's yields views of the library's own memory (no copy).
 
-    sampler may also be a :class:`DistributedSampler` (its order is the library's too).
+    sampler: the order is the same whichever runs it (the library's, one order for a
+    seed and epoch, as C and Fortran programs get), and so are the batches; they differ
+    in how a step is fetched.
+
+    - "library" (the default where it can run): the library's built-in sampler
+      (:meth:`Loader.epoch`): every step agreed a few steps ahead, so that no step waits
+      in a blocking collective for the slowest rank; ``prefetch`` > 0 also fetches that
+      many batches ahead on a library thread. Measured 3-5x faster per step than
+      "python" with a training step between batches (``benches/python_sampler``). The
+      epoch is the Loader's one epoch: a :meth:`Loader.fetch`, :meth:`Loader.end_epoch`
+      or another epoch begun on the same Loader during the loop ends it, and the loop
+      then raises :class:`mdloader.EpochTakenOver`; :meth:`Loader.job_stats` and
+      :meth:`Loader.set_backend` are refused inside it (MDLError); a loop that stops
+      early leaves it open until the next ``iter``, fetch or :meth:`Loader.end_epoch`.
+    - "python": :class:`DistributedSampler` here, each batch fetched with one blocking
+      :meth:`Loader.fetch`, which may be mixed with any other use of the Loader. The
+      default until 2026-12-06, and still where ``num_replicas`` or ``rank`` is given
+      (the library's sampler splits over the loader's communicator) or the library
+      has no built-in sampler; pass it to interleave other fetches with the loop.
+    - a :class:`DistributedSampler`: "python" with that sampler.
 
     num_workers: 0 (default) fetches and collates on the calling thread; 1 or more runs
     both on one background thread (threads, not processes: the fetch is an MPI call),
@@ -158,7 +176,7 @@ class DataLoader:
         reuse_buffer: bool = False,
         num_replicas: Optional[int] = None,
         rank: Optional[int] = None,
-        sampler: Union[str, DistributedSampler] = "python",
+        sampler: Union[str, DistributedSampler, None] = None,
         prefetch: int = 0,
         num_workers: int = 0,
         prefetch_factor: Optional[int] = None,
@@ -188,6 +206,9 @@ class DataLoader:
             given, sampler = sampler, "python"
         else:
             given = None
+        if sampler is None:
+            split_here = num_replicas is not None or rank is not None
+            sampler = "library" if loader.has_sampler and not split_here else "python"
         if sampler not in ("python", "library"):
             raise ValueError(f"sampler must be 'python', 'library' or a mdloader.DistributedSampler, not {sampler!r}")
         if sampler == "library" and (num_replicas is not None or rank is not None):
@@ -253,19 +274,26 @@ class DataLoader:
             yield self.collate_fn(batch) if self.collate_fn is not None else batch
         self.sampler.set_epoch(self.sampler.epoch + 1)
 
-
     def _iter_library(self) -> Iterator[Any]:
         self.loader.set_prefetch(self.prefetch)
         batches = self.loader.epoch(
             self.batch_size, seed=self.seed, epoch=self.epoch, shuffle=self.shuffle, drop_last=self.drop_last
         )
         for batch in batches:
-            if self.num_workers and getattr(batch, "schema", None) is None:
-                # taken ahead: the library reuses its buffer at its next step (a typed
-                # batch's fields are decoded copies already)
-                batch = Batch(batch.ids, batch.data.copy(), batch.offsets)
+            if not self.reuse_buffer:
+                # The library reuses its memory at its next step; a batch kept longer (or
+                # taken ahead by num_workers) must be copied out of it.
+                batch = self._own_copy(batch)
             yield self.collate_fn(batch) if self.collate_fn is not None else batch
         self.sampler.set_epoch(self.sampler.epoch + 1)
+
+    def _own_copy(self, batch: Batch) -> Batch:
+        """The batch in memory of its own, aligned as :meth:`Loader.fetch`'s buffers are."""
+        data = aligned_empty(batch.data.size, self.loader._out_align())
+        data[:] = batch.data
+        owned = Batch(batch.ids, data, batch.offsets)
+        schema = getattr(batch, "schema", None)
+        return owned if schema is None else typed_batch(schema, owned)
 
 
 BatchIterator = DataLoader
