@@ -135,9 +135,11 @@ class DataLoader:
     - "library" (the default where it can run): the library's built-in sampler
       (:meth:`Loader.epoch`): every step agreed a few steps ahead, so that no step waits
       in a blocking collective for the slowest rank; ``prefetch`` > 0 also fetches that
-      many batches ahead on a library thread. Measured 3-5x faster per step than
-      "python" with a training step between batches (``benches/python_sampler``). The
-      epoch is the Loader's one epoch: a :meth:`Loader.fetch`, :meth:`Loader.end_epoch`
+      many batches ahead on a library thread. With a training step between batches
+      it measured faster per step than "python" (``benches/python_sampler``, 2 ranks:
+      4-7x under Open MPI on a loaded machine, 1.4-1.5x under MPICH); in a loop that
+      does nothing but read it was slower (1.4-2x at batch 64: "python" or
+      ``reuse_buffer=True`` there). The epoch is the Loader's one epoch: a :meth:`Loader.fetch`, :meth:`Loader.end_epoch`
       or another epoch begun on the same Loader during the loop ends it, and the loop
       then raises :class:`mdloader.EpochTakenOver`; :meth:`Loader.job_stats` and
       :meth:`Loader.set_backend` are refused inside it (MDLError); a loop that stops
