@@ -33,13 +33,11 @@ sampler or the user's own (``sampler=DistributedSampler(...)``, ``batch_sampler=
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import copy
 import functools
 import importlib
 import warnings
-import weakref
 from typing import Any, Iterable, Iterator, Optional
 
 import numpy as np
@@ -48,7 +46,9 @@ from torch_geometric.data import Batch, Data
 
 from .background import in_background
 from .batches import agreed_batches
-from .loader import EpochTakenOver, Loader, MDLError
+from .errors import EpochTakenOver, MDLError
+from .loader import Loader
+from .open_epoch import HoldsOpenEpoch
 from .typed import agree_schema, encode
 
 __all__ = ["DistDataset", "DataLoader", "collate"]
@@ -269,7 +269,7 @@ def _empty_batch(data_class: type) -> Batch:
     return Batch(_base_cls=data_class)
 
 
-class DistDataset(torch.utils.data.Dataset):
+class DistDataset(HoldsOpenEpoch, torch.utils.data.Dataset):
     """torch_geometric graphs held by the ranks of ``comm`` (HydraGNN's ``DistDataset``
     arguments).
 
@@ -298,7 +298,6 @@ class DistDataset(torch.utils.data.Dataset):
             raise ValueError(f"{label}: local=True with ddstore_width={width}: each copy must hold the whole "
                              "dataset; pass every graph with local=False")
         self.loader = Loader(self.comm, group_size=None if width == self.comm.Get_size() else width)
-        self._open_epoch = None  # the batches of the DataLoader epoch in progress
         mine, problem = None, ""
         try:
             mine = list(data) if local else [data[i] for i in self.loader.replica_part(len(data))]
@@ -353,14 +352,6 @@ class DistDataset(torch.utils.data.Dataset):
 
     def __getitems__(self, ids: list) -> list:
         return self._fetch(ids, "__getitems__").to_data_list()
-
-    def _close_open_epoch(self) -> None:
-        """End the epoch a DataLoader left open (its thread, then the library's epoch)."""
-        self.loader.epoch_on_thread(None)
-        if self._open_epoch is not None:
-            self._open_epoch.close()
-            self._open_epoch = None
-        self.loader.end_epoch()
 
     def close(self) -> None:
         """Collective: end any open epoch and free the loader. Where another rank is in a
@@ -584,16 +575,11 @@ class DataLoader:
         users = None if self._own_sampler() else self._users_batches(start)
         if self.collate_ahead and self.start_ahead and users is None:
             batches = in_background(self._epochs(epoch, advancing, start), self.collate_ahead)
-            _epochs_ahead.add(self.dataset)
         elif self.collate_ahead:
             batches = in_background(self._batches(epoch, start, users), self.collate_ahead)
         else:
             batches = self._batches(epoch, start, users)
-        self.dataset._open_epoch = batches
-        if self.collate_ahead:
-            # A collective call on dataset.loader from the script (job_stats between
-            # epochs, a fetch) stops this thread first (Loader.epoch_on_thread).
-            self.dataset.loader.epoch_on_thread(batches.thread, self.dataset._close_open_epoch)
+        self.dataset._hold_open_epoch(batches)
         return batches
 
     def _epochs(self, epoch: int, advancing: bool, start: int) -> Iterator:
@@ -670,19 +656,6 @@ class DataLoader:
 
 #: Marks the end of an epoch in :meth:`DataLoader._epochs`.
 _EPOCH_END = object()
-
-#: Datasets whose loader's thread runs epoch after epoch: the thread is stopped at exit,
-#: before MPI_Finalize (which mpi4py calls after Python's exit handlers), so that no
-#: thread is inside MPI then.
-_epochs_ahead: "weakref.WeakSet[DistDataset]" = weakref.WeakSet()
-
-
-@atexit.register
-def _stop_epochs_ahead() -> None:
-    for dataset in list(_epochs_ahead):
-        if dataset._open_epoch is not None:
-            dataset._open_epoch.close()
-
 
 def _count(value: Any, what: str) -> int:
     """A state's count: a non-negative integer (ValueError otherwise)."""
