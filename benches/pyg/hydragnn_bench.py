@@ -23,7 +23,9 @@ slowest rank's, median over the measured epochs:
   custom-*     with --custom: HydraGNN's HydraDataLoader (HYDRAGNN_CUSTOM_DATALOADER=1,
                HYDRAGNN_NUM_WORKERS=1), its __iter__/fetch copied: every batch submitted
                to a thread pool at iter, each batch [dataset[i] for i in index] then
-               Batch.from_data_list; over the DDStore emulation and over the switch.
+               Batch.from_data_list; over the DDStore emulation, over the switch, and
+               (custom-list) over a list of every graph in memory, dataset[i] free:
+               the ceiling of that loader whatever the dataset.
 
 QM9-sized synthetic molecules (3-29 atoms, about 18 on average; x of 11 features, z,
 pos, edges within 1.7 of a random geometry, y of 19 targets, idx). Each batch's graph
@@ -124,6 +126,14 @@ class DDStoreLike(torch.utils.data.Dataset):
             win.Free()
 
 
+class ListDataset(list):
+    """Every graph in memory on every rank, dataset[i] a list lookup: the most any
+    dataset can give HydraDataLoader (its own per-graph list and from_data_list remain)."""
+
+    def close(self) -> None:
+        pass
+
+
 class OldSwitch(DistDataset):
     """mdloader.pyg.DistDataset before issue 41: __getitems__ cut the batch into graphs."""
 
@@ -156,7 +166,8 @@ class HydraDataLoaderCopy(PygDataLoader):
 
 
 def make(name: str, datasets: dict, comm, batch: int):
-    dataset = datasets[{"ddstore": "ddstore", "switch-old": "old", "custom-ddstore": "ddstore"}.get(name, "mdl")]
+    dataset = datasets[{"ddstore": "ddstore", "switch-old": "old", "custom-ddstore": "ddstore",
+                        "custom-list": "list"}.get(name, "mdl")]
     sampler = DistributedSampler(dataset, num_replicas=comm.size, rank=comm.rank, shuffle=True)
     if name == "mdl-loader":
         return DataLoader(dataset, batch_size=batch, sampler=sampler, num_workers=0, pin_memory=True,
@@ -178,8 +189,8 @@ def main() -> None:
     a = p.parse_args()
     comm = MPI.COMM_WORLD
     graphs = synthetic(a.graphs, 7)
-    variants = list(a.variants) + (["custom-ddstore", "custom-switch"] if a.custom else [])
-    datasets = {"mdl": DistDataset(graphs, "bench", comm)}
+    variants = list(a.variants) + (["custom-ddstore", "custom-switch", "custom-list"] if a.custom else [])
+    datasets = {"mdl": DistDataset(graphs, "bench", comm), "list": ListDataset(graphs)}
     if any(v in ("ddstore", "custom-ddstore") for v in variants):
         datasets["ddstore"] = DDStoreLike(graphs, comm)
     if "switch-old" in variants:
