@@ -117,7 +117,7 @@ class DDStoreLike(torch.utils.data.Dataset):
             win.Unlock(owner)
             if k == "edge_index":  # stored with its cat dimension (1) first
                 val = np.ascontiguousarray(np.moveaxis(val, 0, 1))
-            v = torch.tensor(val)
+            v = torch.tensor(val)  # noqa: F841 - set by the exec below, as HydraGNN does
             exec("data_object.%s = v" % (k))
         return data_object
 

@@ -48,6 +48,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+import numpy as np
 from torch_geometric.data import Batch
 from torch_geometric.data.storage import GlobalStorage
 
@@ -114,12 +115,11 @@ def for_collater(batch: Batch) -> list:
     return [batch]
 
 
-def gather_node_counts(loader: Any, mine: Any) -> "np.ndarray":
+def gather_node_counts(loader: Any, mine: Any) -> np.ndarray:
     """Collective: every graph's node count by id (int64), from each rank's counts of the
     graphs it registered (``mine``; None or empty where it holds none): the counts of
     the ranks of this rank's replica group, in rank order (ids are numbered so), one
     ``Allgatherv`` of 8 bytes a graph."""
-    import numpy as np
     from mpi4py import MPI
 
     comm = loader.comm

@@ -13,7 +13,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="torch is not installed: the mdloader.pyg tests did not run")
 pytest.importorskip("torch_geometric", reason="torch_geometric is not installed: the mdloader.pyg tests did not run")
 
-from torch_geometric.data import Batch, Data  # noqa: E402
+from torch_geometric.data import Batch  # noqa: E402
 from torch_geometric.loader import DataLoader as PygDataLoader  # noqa: E402
 from torch_geometric.loader.dataloader import Collater  # noqa: E402
 
