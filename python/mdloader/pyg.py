@@ -44,6 +44,7 @@ import numpy as np
 import torch
 from torch_geometric.data import Batch, Data
 
+from . import pyg_fast
 from .background import in_background
 from .batches import agreed_batches
 from .errors import EpochTakenOver, MDLError
@@ -135,11 +136,13 @@ def register_graphs(loader: Loader, graphs: Any, problem: str = "") -> tuple:
     by all ranks. ``problem``: why this rank has no graphs to give (any failure before,
     agreed here, so that every rank raises together)."""
     schema = facts = None
+    facts_here, records = False, []
     incremented: dict = {}
     data, offsets = np.zeros(0, dtype=np.uint8), np.zeros(1, dtype=np.uint64)
     if not problem:
         try:
             records, facts, incremented = _records(graphs)
+            facts_here = facts is not None
             cat_dims = {key: cat for key, _, cat in facts or ()}
             schema, data, offsets = encode(records, cat_dims)
         except Exception as err:  # noqa: BLE001 - any failure here is agreed, not raised alone
@@ -163,6 +166,9 @@ def register_graphs(loader: Loader, graphs: Any, problem: str = "") -> tuple:
     data_class = _agreed_class(loader.comm, [name for _, name in everyone], mine)
     loader.register_shard(data, offsets, align=8)
     loader.schema = schema
+    # Every graph's node count, as registered (HydraGNN's node-budget sampler plans from it).
+    nodes = np.fromiter((int(r[NUM_NODES]) for r in records), np.int64, len(records)) if facts_here else None
+    loader.node_counts = pyg_fast.gather_node_counts(loader, nodes)
     return schema, tuple((key, kind, cat, settled.get(key, False)) for key, kind, cat in facts), data_class
 
 
@@ -351,7 +357,14 @@ class DistDataset(HoldsOpenEpoch, torch.utils.data.Dataset):
         return self._fetch([idx], "__getitem__").get_example(0)
 
     def __getitems__(self, ids: list) -> list:
-        return self._fetch(ids, "__getitems__").to_data_list()
+        """A list of one item, the batch of ``ids`` (collated by the library), which
+        torch_geometric's ``Collater`` takes over whole (:mod:`mdloader.pyg_fast`)."""
+        return pyg_fast.for_collater(self._fetch(ids, "__getitems__"))
+
+    def get_node_counts(self) -> np.ndarray:
+        """Every graph's node count (int64, by id; -1 where torch_geometric could not
+        infer it), as registration stored it: no payload read, no Data object. Local."""
+        return self.loader.node_counts
 
     def close(self) -> None:
         """Collective: end any open epoch and free the loader. Where another rank is in a
@@ -387,6 +400,14 @@ class DataLoader:
     ``iter`` (this loader's or another's on the same dataset) ends the epoch left open.
     ``follow_batch`` and ``exclude_keys`` as torch_geometric's ``DataLoader``.
 
+    num_workers, persistent_workers: torch's arguments, accepted (HydraGNN's
+    ``create_dataloaders`` passes them) and not used: no worker process is started, the
+    library's prefetch thread and the loader's collate thread (``prefetch``,
+    ``collate_ahead``) do that work. pin_memory: each batch's tensors are pinned on the
+    loader's thread, ready for ``batch.to(device, non_blocking=True)``, where an
+    accelerator is available (as torch's ``DataLoader``; ``loader.pin_memory`` is False
+    otherwise).
+
     :meth:`state_dict` / :meth:`load_state_dict` resume mid-epoch as torchdata's
     ``StatefulDataLoader``: the state says how many batches of which epoch the loop
     has taken, and after ``load_state_dict`` the next ``iter`` yields exactly the
@@ -419,7 +440,8 @@ class DataLoader:
     def __init__(self, dataset: DistDataset, batch_size: int = 1, shuffle: bool = False, *, seed: int = 0,
                  drop_last: bool = False, follow_batch: Optional[list] = None, exclude_keys: Optional[list] = None,
                  prefetch: int = 2, collate_ahead: int = 2, sampler: Any = None, batch_sampler: Any = None,
-                 start_ahead: bool = True, **unsupported: Any):
+                 start_ahead: bool = True, num_workers: int = 0, pin_memory: bool = False,
+                 persistent_workers: bool = False, **unsupported: Any):
         if sampler is not None and batch_sampler is not None:
             raise TypeError("mdloader.pyg.DataLoader: pass sampler= or batch_sampler=, not both")
         if shuffle and (sampler is not None or batch_sampler is not None):
@@ -429,6 +451,10 @@ class DataLoader:
             raise TypeError(f"mdloader.pyg.DataLoader: unsupported arguments {sorted(unsupported)} "
                             "(fetching and collating happen in the library's thread and this process)")
         self.dataset = dataset
+        # torch's worker arguments (HydraGNN passes them): accepted, the library's threads
+        # do the work (mdloader.pyg_fast.loader_arguments).
+        self.num_workers, self.persistent_workers, self.pin_memory = pyg_fast.loader_arguments(
+            num_workers, persistent_workers, pin_memory)
         self.batch_size = batch_size
         self.shuffle, self.seed, self.drop_last = shuffle, seed, drop_last
         self.sampler, self.batch_sampler = sampler, batch_sampler
@@ -650,8 +676,9 @@ class DataLoader:
         else:
             epoch = loader.epoch_of_batches(users, start_step=start)
         for fetched in epoch:
-            yield collate(fetched.fields, self.dataset.facts, self.follow_batch, self.exclude_keys,
-                          self.dataset.data_class)
+            batch = collate(fetched.fields, self.dataset.facts, self.follow_batch, self.exclude_keys,
+                            self.dataset.data_class)
+            yield batch.pin_memory() if self.pin_memory else batch  # on the loader's thread
 
 
 #: Marks the end of an epoch in :meth:`DataLoader._epochs`.
