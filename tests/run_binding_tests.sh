@@ -365,8 +365,10 @@ for mpi in "${MPIS[@]}"; do
                 run_case "$mpi" "$np" "qm9-gnn-list-baseline-np$np" "${gnnenv[@]}" -- "${gnn[@]}" --feeder list
             fi
         fi
-        run_case "$mpi" "$np" "pytest-np$np" "${pyenv[@]}" -- "$py" -m pytest -q -rs -p no:cacheprovider --color=no \
-            "$ROOT/tests/python" -k "not matches_the_csv"
+        # The whole pytest suite is one job: 214 s at 4 ranks on a quiet 2-core machine,
+        # so its bound on a hang is twice the per-case one.
+        TIMEOUT=$((TIMEOUT * 2)) run_case "$mpi" "$np" "pytest-np$np" "${pyenv[@]}" -- "$py" -m pytest -q -rs \
+            -p no:cacheprovider --color=no "$ROOT/tests/python" -k "not matches_the_csv"
         if [ $python_ok -eq 1 ] && [ $torch_ok -eq 1 ]; then
             # mdloader.pyg.DataLoader's state saved by one job and resumed by the next.
             resume_dir=$ROOT/target/bindings/$mpi/pyg-resume-np$np
