@@ -30,7 +30,7 @@ from . import _lib
 from .background import every_rank_allows_threads, in_background
 from .args import id_array, integer, uint
 from .batch import Batch, aligned_empty
-from .errors import check
+from .errors import EpochTakenOver, check
 from .typed import typed_batch
 
 if TYPE_CHECKING:  # for the annotations only: mdloader.loader imports this module (Loader.batches)
@@ -255,8 +255,36 @@ class DataLoader:
                               "without MPI_THREAD_MULTIPLE on some rank, and the worker thread calls MPI",
                               RuntimeWarning, stacklevel=2)
         if self.num_workers and self._threads_allowed:
-            return in_background(self._batches(), self.ahead)
+            batches = in_background(self._batches(), self.ahead)
+            return self._held(batches) if self.sampler_kind == "library" else batches
         return self._batches()
+
+    def _held(self, batches: Any) -> Iterator[Any]:
+        """The library's epoch run on ``batches``' thread: a collective call the script
+        makes on the Loader meanwhile (a fetch, another epoch, ``job_stats``) stops the
+        thread and ends the epoch first, on every rank alike
+        (:meth:`Loader.epoch_on_thread`), where it would otherwise meet the thread's
+        steps in a different order on each rank; the loop then raises
+        :class:`mdloader.EpochTakenOver` instead of ending as if the epoch had."""
+        stopped = []
+
+        def stop() -> None:
+            stopped.append(True)
+            self.loader.epoch_on_thread(None)
+            batches.close()
+            self.loader.end_epoch()
+
+        self.loader.epoch_on_thread(batches.thread, stop)
+        return self._whole(batches, stopped)
+
+    def _whole(self, batches: Any, stopped: list) -> Iterator[Any]:
+        taken = 0
+        for batch in batches:
+            taken += 1
+            yield batch
+        if stopped and taken < len(self):
+            raise EpochTakenOver()
+        self.loader.epoch_on_thread(None)
 
     def _batches(self) -> Iterator[Any]:
         if self.sampler_kind == "library":

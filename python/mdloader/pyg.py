@@ -37,6 +37,7 @@ import contextlib
 import copy
 import functools
 import importlib
+import sys
 import warnings
 from typing import Any, Iterable, Iterator, Optional
 
@@ -357,9 +358,15 @@ class DistDataset(HoldsOpenEpoch, torch.utils.data.Dataset):
         return self._fetch([idx], "__getitem__").get_example(0)
 
     def __getitems__(self, ids: list) -> list:
-        """A list of one item, the batch of ``ids`` (collated by the library), which
-        torch_geometric's ``Collater`` takes over whole (:mod:`mdloader.pyg_fast`)."""
-        return pyg_fast.for_collater(self._fetch(ids, "__getitems__"))
+        """The graphs of ``ids``, fetched and collated by the library in one call. To
+        torch_geometric's ``DataLoader`` (its ``Collater``, called by torch's fetcher) a
+        list of one item, the whole batch, which the ``Collater`` takes over instead of
+        gluing graphs together (:mod:`mdloader.pyg_fast`); to any other caller one
+        ``Data`` per id."""
+        batch = self._fetch(ids, "__getitems__")
+        if pyg_fast.collated_whole(sys._getframe(1)):
+            return pyg_fast.for_collater(batch)
+        return batch.to_data_list()
 
     def get_node_counts(self) -> np.ndarray:
         """Every graph's node count (int64, by id; -1 where torch_geometric could not

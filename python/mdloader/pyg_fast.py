@@ -36,23 +36,29 @@ The Collater's result is then the library's batch, equal to ``Batch.from_data_li
 of the same graphs, field by field and in its slice and increment dictionaries, at the
 cost of one ``Data`` construction instead of a loop over graphs.
 
-What the dataset cannot see: ``follow_batch`` and ``exclude_keys`` given to
-torch_geometric's ``DataLoader`` live in its ``Collater``; the library's batch has no
-``*_batch`` vectors and excludes nothing (HydraGNN passes neither). A ``collate_fn``
-of one's own receives a list of one item, the whole batch (``batch.to_data_list()``
-gives the graphs).
+The batch is handed over only to that one consumer (:func:`collated_whole`): torch's
+map-style fetcher calling ``__getitems__`` directly, with torch_geometric's own
+``Collater`` as its ``collate_fn`` and neither ``follow_batch`` nor ``exclude_keys``
+(the library's batch has no ``*_batch`` vectors and excludes nothing). Anyone else
+(a ``collate_fn`` of one's own, ``DenseDataLoader``, ``DataListLoader``, a wrapper
+dataset that concatenates the graphs of several ``__getitems__``, a ``Subset``) gets
+the graphs, one ``Data`` per id, as torch's ``__getitems__`` contract says: a hand-over
+anywhere else would be taken for one graph, or emptied beside others.
 """
 
 from __future__ import annotations
 
 import functools
-from typing import Any
+from types import FrameType
+from typing import Any, Optional
 
 import numpy as np
+from torch.utils.data._utils.fetch import _MapDatasetFetcher
 from torch_geometric.data import Batch
+from torch_geometric.loader.dataloader import Collater
 from torch_geometric.data.storage import GlobalStorage
 
-__all__ = ["handover_class", "for_collater", "gather_node_counts", "RESTATED"]
+__all__ = ["handover_class", "for_collater", "collated_whole", "gather_node_counts", "RESTATED"]
 
 #: What ``Batch.from_data_list`` sets after collating, in this order.
 RESTATED = ("_num_graphs", "_slice_dict", "_inc_dict")
@@ -113,6 +119,18 @@ def for_collater(batch: Batch) -> list:
     object.__setattr__(batch, "__class__", handover_class(plain))
     batch.__dict__[_HANDOVER] = plain
     return [batch]
+
+
+def collated_whole(caller: Optional[FrameType]) -> bool:
+    """Whether the frame that called ``__getitems__`` is torch's map-style fetcher whose
+    ``collate_fn`` is torch_geometric's ``Collater`` with neither ``follow_batch`` nor
+    ``exclude_keys``: the one consumer that takes a batch over whole (see the module's
+    doc). The fetcher's own ``self`` is read from its frame: nothing else tells a
+    dataset who asks."""
+    fetcher = caller.f_locals.get("self") if caller is not None else None
+    collate_fn = getattr(fetcher, "collate_fn", None)
+    return (isinstance(fetcher, _MapDatasetFetcher) and type(collate_fn) is Collater
+            and not collate_fn.follow_batch and not collate_fn.exclude_keys)
 
 
 def gather_node_counts(loader: Any, mine: Any) -> np.ndarray:

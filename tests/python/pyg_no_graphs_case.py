@@ -39,7 +39,7 @@ for local in (False, True):
     assert dataset.data_class is Featured
     for i, want in enumerate(stored):
         assert_same_graph(dataset[i], want)
-    for got, want in zip(dataset.__getitems__([1, 0])[0].to_data_list(), [stored[1], stored[0]]):
+    for got, want in zip(dataset.__getitems__([1, 0]), [stored[1], stored[0]]):
         assert_same_graph(got, want)
     for batch in DataLoader(dataset, batch_size=2):
         assert isinstance(batch, Featured)

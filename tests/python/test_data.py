@@ -217,6 +217,23 @@ def test_num_workers_collate_on_a_thread_with_the_same_batches(comm, kind):
         assert len(list(loader)) == len(inline)
 
 
+@pytest.mark.parametrize("call", ["fetch", "job_stats"])
+def test_a_collective_call_inside_a_loop_on_a_thread_ends_its_epoch(comm, call):
+    """num_workers=1 with the library's sampler: the script's own collective call on the
+    Loader inside the loop stops the thread and ends the epoch on every rank alike, and
+    the loop raises EpochTakenOver (the two met in a different order on each rank, and
+    the Loader could not even be closed)."""
+    with mdloader.Loader(comm) as ld:
+        ld.register_shard([bytes([comm.rank, i]) for i in range(40)])
+        taken = 0
+        with pytest.raises(mdloader.EpochTakenOver):
+            for taken, _ in enumerate(DataLoader(ld, 4, num_workers=1), start=1):
+                if taken == 2:
+                    assert bytes(ld.fetch([1])[0]) == bytes([0, 1]) if call == "fetch" else ld.job_stats()
+        assert taken == 2
+        assert len(list(DataLoader(ld, 4, num_workers=1))) == 40 * comm.size // 4 // comm.size
+
+
 def test_torch_style_arguments(comm):
     with mdloader.Loader(comm) as ld:
         ld.register_shard([bytes([comm.rank, i]) for i in range(10)])

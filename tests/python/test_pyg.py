@@ -338,7 +338,7 @@ def test_a_rank_without_graphs_rebuilds_them_as_their_class(comm, local):
     try:
         assert ds.data_class is PairedData
         assert_same_graph(ds[0], stored[0])
-        for got in ds.__getitems__([0, 0])[0].to_data_list():  # one item: the batch (mdloader.pyg_fast)
+        for got in ds.__getitems__([0, 0]):
             assert_same_graph(got, stored[0])
         for batch in DataLoader(ds, batch_size=1):
             assert isinstance(batch, PairedData)

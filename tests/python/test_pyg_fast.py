@@ -15,7 +15,6 @@ pytest.importorskip("torch_geometric", reason="torch_geometric is not installed:
 
 from torch_geometric.data import Batch  # noqa: E402
 from torch_geometric.loader import DataLoader as PygDataLoader  # noqa: E402
-from torch_geometric.loader.dataloader import Collater  # noqa: E402
 
 from mdloader.pyg import DataLoader, DistDataset  # noqa: E402
 
@@ -43,11 +42,17 @@ def dataset(comm):
 
 
 @pytest.mark.parametrize("batch_size", [1, 5, 16])
-def test_hydragnn_loader_batches_equal_from_data_list(comm, dataset, batch_size):
+def test_hydragnn_loader_batches_equal_from_data_list(comm, dataset, batch_size, monkeypatch):
     """create_dataloaders (hydragnn/preprocess/load_data.py): torch_geometric's DataLoader,
     shuffle=False, a DistributedSampler, num_workers=0, pin_memory=True,
-    persistent_workers=False; the train loop's set_epoch on loader.sampler."""
+    persistent_workers=False; the train loop's set_epoch on loader.sampler. Every batch
+    is handed over whole (the fast path), none cut into graphs."""
     from torch.utils.data.distributed import DistributedSampler
+
+    import mdloader.pyg_fast as pyg_fast
+
+    handed_over = []
+    monkeypatch.setattr(pyg_fast, "for_collater", lambda b, real=pyg_fast.for_collater: handed_over.append(1) or real(b))
 
     every = graphs(41)
     sampler = DistributedSampler(dataset, num_replicas=comm.size, rank=comm.rank, shuffle=True)
@@ -64,36 +69,59 @@ def test_hydragnn_loader_batches_equal_from_data_list(comm, dataset, batch_size)
             assert batch.num_graphs == len(ids) == batch.batch_size
             got.append(ids)
         assert got == expected
+    assert len(handed_over) == 2 * len(expected)
+
+
+def batches_of(dataset, id_lists, **kwargs):
+    """torch_geometric's DataLoader over ``dataset`` with the given batches: torch's
+    fetcher calls ``__getitems__`` with each, as with HydraGNN's sampler."""
+    return list(PygDataLoader(dataset, batch_sampler=id_lists, **kwargs))
 
 
 def test_a_data_subclass_batches_as_its_own_class(comm):
     mine = featured(7)
     ds = DistDataset(mine, "t", comm)
     try:
-        for ids in ([3, 0, 6], [5]):
-            got = Collater(ds)(ds.__getitems__(ids))
+        id_lists = [[3, 0, 6], [5]]
+        for got, ids in zip(batches_of(ds, id_lists), id_lists, strict=True):
             assert isinstance(got, PairedData)
             assert_equals_from_data_list(got, [mine[i] for i in ids])
     finally:
         ds.close()
 
 
-def test_the_batch_before_and_after_the_collater(comm, dataset):
-    """__getitems__ gives one item, a complete batch in its own right; the Collater takes
-    it over once; the result pickles, copies and moves as any batch."""
+def test_the_collated_batch_pickles_copies_and_moves(comm, dataset):
     import copy
 
     every = graphs(41)
-    items = dataset.__getitems__([4, 9, 9, 0])
-    assert len(items) == 1
-    assert_same_batch(items[0], Batch.from_data_list([every[i] for i in (4, 9, 9, 0)]))
-    got = Collater(dataset)(items)
-    assert_equals_from_data_list(got, [every[i] for i in (4, 9, 9, 0)])
-    assert_equals_from_data_list(pickle.loads(pickle.dumps(got)), [every[i] for i in (4, 9, 9, 0)])
-    assert_equals_from_data_list(copy.copy(got).to("cpu"), [every[i] for i in (4, 9, 9, 0)])
+    ids = [4, 9, 9, 0]
+    (got,) = batches_of(dataset, [ids])
+    assert_equals_from_data_list(got, [every[i] for i in ids])
+    assert_equals_from_data_list(pickle.loads(pickle.dumps(got)), [every[i] for i in ids])
+    assert_equals_from_data_list(copy.copy(got).to("cpu"), [every[i] for i in ids])
     # A plain batch again: collated with others, it is an ordinary element.
     both = Batch.from_data_list([every[1], every[2]])
     assert Batch.from_data_list([got, both]).num_graphs == 2
+
+
+def test_every_other_caller_gets_one_graph_per_id(comm, dataset):
+    """Only torch's fetcher with torch_geometric's plain Collater takes the batch over
+    whole; a direct call, a wrapper that joins two calls' graphs, follow_batch or
+    exclude_keys, DataListLoader and a collate_fn of one's own get the graphs."""
+    from torch_geometric.loader import DataListLoader
+
+    every = graphs(41)
+    got = dataset.__getitems__([4, 9, 0])
+    assert [g.idx.item() for g in got] == [4, 9, 0]
+    joined = Batch.from_data_list(dataset.__getitems__([1, 2]) + dataset.__getitems__([3]))
+    assert_equals_from_data_list(joined, [every[i] for i in (1, 2, 3)])
+    (followed,) = batches_of(dataset, [[5, 6]], follow_batch=["x"], exclude_keys=["y"])
+    want = Batch.from_data_list([every[5], every[6]], follow_batch=["x"], exclude_keys=["y"])
+    assert torch.equal(followed.x_batch, want.x_batch) and "y" not in followed.keys()
+    (listed,) = list(DataListLoader(dataset, batch_sampler=[[7, 8]]))
+    assert [g.idx.item() for g in listed] == [7, 8]
+    (own,) = list(torch.utils.data.DataLoader(dataset, batch_sampler=[[2, 3, 4]], collate_fn=list))
+    assert [g.idx.item() for g in own] == [2, 3, 4]
 
 
 def test_node_counts_as_registered(comm, dataset):
@@ -102,7 +130,7 @@ def test_node_counts_as_registered(comm, dataset):
     every = graphs(41)
     assert counts.tolist() == [g.num_nodes for g in every]
     ids = [40, 0, 13]
-    got = Collater(dataset)(dataset.__getitems__(ids))
+    (got,) = batches_of(dataset, [ids])
     assert (np.diff(got.ptr.numpy()) == counts[ids]).all()
 
 
