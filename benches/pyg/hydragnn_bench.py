@@ -48,23 +48,20 @@ from torch_geometric.loader import DataLoader as PygDataLoader
 
 from mdloader.pyg import DataLoader, DistDataset
 
+from collate_bench import synthetic as molecules  # this directory: the script's own
+
 KEYS = ("x", "z", "pos", "edge_index", "y", "idx")
 
 
 def synthetic(count: int, seed: int) -> list:
-    rng = np.random.default_rng(seed)
-    out = []
-    for i in range(count):
-        n = int(rng.integers(3, 30))
-        pos = rng.normal(scale=1.2, size=(n, 3)).astype(np.float32)
-        d = np.linalg.norm(pos[:, None] - pos[None], axis=-1)
-        src, dst = np.nonzero((d < 1.7) & (d > 0))
-        out.append(Data(x=torch.from_numpy(rng.normal(size=(n, 11)).astype(np.float32)),
-                        z=torch.from_numpy(rng.integers(1, 10, n)), pos=torch.from_numpy(pos),
-                        edge_index=torch.from_numpy(np.stack([src, dst]).astype(np.int64)),
-                        y=torch.from_numpy(rng.normal(size=(1, 19)).astype(np.float32)),
-                        idx=torch.tensor([i])))
-    return out
+    """collate_bench's QM9-sized molecules, with HydraGNN's node features x (11) and idx
+    as a tensor."""
+    rng = np.random.default_rng(seed + 1)
+    graphs = molecules(count, seed)
+    for g in graphs:
+        g.x = torch.from_numpy(rng.normal(size=(g.num_nodes, 11)).astype(np.float32))
+        g.idx = torch.tensor([g.idx])
+    return graphs
 
 
 class DDStoreLike(torch.utils.data.Dataset):
