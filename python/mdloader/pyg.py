@@ -167,9 +167,11 @@ def register_graphs(loader: Loader, graphs: Any, problem: str = "") -> tuple:
     data_class = _agreed_class(loader.comm, [name for _, name in everyone], mine)
     loader.register_shard(data, offsets, align=8)
     loader.schema = schema
-    # Every graph's node count, as registered (HydraGNN's node-budget sampler plans from it).
-    nodes = np.fromiter((int(r[NUM_NODES]) for r in records), np.int64, len(records)) if facts_here else None
-    loader.node_counts = pyg_fast.gather_node_counts(loader, nodes)
+    # This rank's graphs' node counts, as registered (8 bytes a graph it holds); the
+    # whole dataset's are gathered only when asked (DistDataset.get_node_counts): a table
+    # of 8 bytes a graph on every rank, 0.8 GB at 10^8 graphs, is not every job's.
+    loader.own_node_counts = (np.fromiter((int(r[NUM_NODES]) for r in records), np.int64, len(records))
+                              if facts_here else None)
     return schema, tuple((key, kind, cat, settled.get(key, False)) for key, kind, cat in facts), data_class
 
 
@@ -370,8 +372,12 @@ class DistDataset(HoldsOpenEpoch, torch.utils.data.Dataset):
 
     def get_node_counts(self) -> np.ndarray:
         """Every graph's node count (int64, by id; -1 where torch_geometric could not
-        infer it), as registration stored it: no payload read, no Data object. Local."""
-        return self.loader.node_counts
+        infer it), as registration stored it: no payload read, no Data object.
+        Collective the first time (one ``Allgatherv`` of 8 bytes a graph: every rank
+        calls it, as a node-budget sampler built on every rank does), kept after."""
+        if getattr(self, "_node_counts", None) is None:
+            self._node_counts = pyg_fast.gather_node_counts(self.loader, self.loader.own_node_counts)
+        return self._node_counts
 
     def close(self) -> None:
         """Collective: end any open epoch and free the loader. Where another rank is in a
