@@ -1,5 +1,6 @@
-//! Settings read from the environment at `mdl_init`. Each knob is documented in the
-//! README and in the header.
+//! Settings read from the environment at `mdl_init`. Each knob is documented in
+//! docs/configuration.md and in the header (`tests/settings_doc.rs` checks both
+//! against the names read here).
 
 use crate::agree::Setting;
 use crate::backend::Backend;

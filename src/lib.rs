@@ -4,9 +4,13 @@
 //! each rank fetches a batch of samples that live on other ranks, through one of two
 //! engines (MPI RMA gets or `MPI_Alltoallv`), chosen per step by a cost model.
 //!
-//! Layers, from the C boundary inwards: `ffi` (C ABI) -> `loader` (the handle) ->
-//! `estimator` (which engine) -> `engine` (moves bytes) -> `store` (shard and global
-//! index) -> `mpi` (the only code that calls MPI).
+//! Layers, from the C boundary inwards, each using only those below it (checked by
+//! `tests/layers.rs`): `ffi` (C ABI) -> `loader` (the handle, one step's protocol) ->
+//! `estimator` (which engine) -> `engine` (moves bytes) -> `plan` (where each sample
+//! comes from and goes) -> `store` (shard and global index) -> `mpi` (the only code
+//! that calls MPI). Beside them, leaves any layer may use: `backend`, `config`, `agree`,
+//! `call`, `error`, `memory`, `sampler`, `stats`, `node`, `rng`, `prefetch`.
+//! `docs/layout.md` has one line per module.
 
 mod agree;
 mod backend;

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Tests the CMake package as a user sees it: configure, build and install the top-level
 # project for an MPI into a temporary prefix, then build and run against that prefix the
-# consumer project c_examples/ (find_package(MDLoader)), the consumers exactly as
-# README.md builds them (its C program with its pkg-config line and, as C++, with its
-# CXX-only CMake project; its Fortran program with its hand-built line and its
-# Fortran-only CMake project; all run without LD_LIBRARY_PATH), the Fortran module's
+# consumer project c_examples/ (find_package(MDLoader)), the consumers of
+# c_examples/readme/ that docs/c-and-fortran.md shows (its C program built by its
+# pkg-config line and, as C++, by its CXX-only CMake project; its Fortran program by its
+# hand-built line and its Fortran-only CMake project; the lines are by-hand.txt's; all
+# run without LD_LIBRARY_PATH), the Fortran module's
 # 1-based messages (tests/fortran/messages_test.f90), a C + Fortran consumer, the
 # version check, and the configure-time error for a consumer that found another MPI.
 #
@@ -77,33 +78,33 @@ run_mpi() {
     mdl_verdict "$mpi/$name" $rc "$log"
 }
 
-# readme_block <info> <n>: the n-th fenced block of README.md opened with ```<info>.
-readme_block() {
-    awk -v open="\`\`\`$1" -v want="$2" '
-        $0 == open { n++; inside = (n == want); next }
-        /^```$/ { inside = 0 }
-        inside' "$ROOT/README.md"
+# The consumers docs/c-and-fortran.md shows, and the command lines that build them by hand.
+READMEX=$ROOT/c_examples/readme
+
+# by_hand_line <name>: the command line by-hand.txt names <name>.
+by_hand_line() {
+    sed -n "s/^$1: //p" "$READMEX/by-hand.txt"
 }
 
-# by_hand <mpi> <name> <dir> <line>: runs a command line that the README shows verbatim
-# (PASS/FAIL), in dir, with the installed package on PKG_CONFIG_PATH and no
-# LD_LIBRARY_PATH. The README names Open MPI's compilers; MPICH's are the .mpich ones.
+# by_hand <mpi> <name> <dir> <line>: runs a command line of c_examples/readme/by-hand.txt
+# as written (PASS/FAIL), in dir, with the installed package on PKG_CONFIG_PATH and no
+# LD_LIBRARY_PATH. The file names Open MPI's compilers; MPICH's are the .mpich ones.
 by_hand() {
     local mpi=$1 name=$2 dir=$3 line=$4 log=$LOGDIR/cmake-$1-$2.log
     {
-        grep -qxF -- "    $line" "$ROOT/README.md" || echo "README.md no longer shows: $line"
+        [ -n "$line" ] || echo "c_examples/readme/by-hand.txt lacks the line of $name"
         [ "$mpi" = mpich ] && line=$(echo "$line" | sed 's/^mpicc /mpicc.mpich /; s/^mpif90 /mpif90.mpich /')
         echo "+ (cd $dir && $line)"
         (cd "$dir" && env -u LD_LIBRARY_PATH PKG_CONFIG_PATH="$prefix/lib/pkgconfig" \
             timeout -k 10 "$BUILD_TIMEOUT" bash -c "$line")
-    } >"$log" 2>&1 && ! grep -q "^README.md no longer shows" "$log" && pass "$mpi/$name" && return 0
+    } >"$log" 2>&1 && ! grep -q "^c_examples/readme/by-hand.txt lacks" "$log" && pass "$mpi/$name" && return 0
     fail "$mpi/$name" "$log"
     return 1
 }
 
-# readme_run <mpi> <np> <name> <program>: runs a consumer built from the README on np
-# ranks with no LD_LIBRARY_PATH (the rpath must find the library); every rank must
-# print the README program's line about the job's last sample (3 bytes).
+# readme_run <mpi> <np> <name> <program>: runs a consumer built from c_examples/readme/
+# on np ranks with no LD_LIBRARY_PATH (the rpath must find the library); every rank must
+# print the program's line about the job's last sample (3 bytes).
 readme_run() {
     local mpi=$1 np=$2 name=$3 log=$LOGDIR/cmake-$1-$3.log rc
     shift 3
@@ -227,20 +228,21 @@ for mpi in "${MPIS[@]}"; do
     fi
     run_mpi "$mpi" 2 "demo-np2-smoke" "$examples/demo" --samples 20000 --steps 5 --warmup 1 --batches 16,256
 
-    # -- the consumers exactly as the README builds them: its C program with pkg-config,
-    # the same program compiled as C++ by its CXX-only CMake project, its Fortran program
-    # by its hand-built line and by its Fortran-only CMake project, each run on 2 ranks.
+    # -- the consumers of c_examples/readme/ (docs/c-and-fortran.md): the C program with
+    # pkg-config, the same program compiled as C++ by the CXX-only CMake project, the
+    # Fortran program by its hand-built line and by the Fortran-only CMake project, each
+    # run on 2 ranks.
     rsrc=$ROOT/target/cmake-readme-$mpi
     rm -rf "$rsrc"
     mkdir -p "$rsrc/c" "$rsrc/cxx" "$rsrc/fortran" "$rsrc/fortran-cmake"
-    readme_block c 1 >"$rsrc/c/app.c"
-    cp "$rsrc/c/app.c" "$rsrc/cxx/app.cpp"
-    readme_block cmake 1 >"$rsrc/cxx/CMakeLists.txt"
-    readme_block fortran 1 >"$rsrc/fortran/sim.f90"
-    cp "$rsrc/fortran/sim.f90" "$rsrc/fortran-cmake/sim.f90"
-    readme_block cmake 2 >"$rsrc/fortran-cmake/CMakeLists.txt"
-    pc_line='mpicc app.c $(pkg-config --cflags --libs mdloader)'
-    f_line='mpif90 -I$(pkg-config --variable=fmoddir mdloader) sim.f90 -lmdloader_f $(pkg-config --libs mdloader)'
+    cp "$READMEX/app.c" "$rsrc/c/app.c"
+    cp "$READMEX/app.c" "$rsrc/cxx/app.cpp"
+    cp "$READMEX/cxx/CMakeLists.txt" "$rsrc/cxx/CMakeLists.txt"
+    cp "$READMEX/sim.f90" "$rsrc/fortran/sim.f90"
+    cp "$READMEX/sim.f90" "$rsrc/fortran-cmake/sim.f90"
+    cp "$READMEX/fortran/CMakeLists.txt" "$rsrc/fortran-cmake/CMakeLists.txt"
+    pc_line=$(by_hand_line pkgconfig)
+    f_line=$(by_hand_line fortran)
     if by_hand "$mpi" readme-pkgconfig-build "$rsrc/c" "$pc_line"; then
         readme_run "$mpi" 2 readme-pkgconfig-np2 "$rsrc/c/a.out"
     fi

@@ -75,7 +75,8 @@ def run_epoch(comm, node_leader, ld, backend, epoch, args):
     by the network interfaces of all nodes, wrong records)."""
     ld.set_backend(backend)
     before = engine_bytes(ld.stats())
-    loader = ld.batches(args.batch_size, shuffle=True, seed=args.seed, drop_last=True, sampler="library")
+    loader = ld.batches(args.batch_size, shuffle=True, seed=args.seed, drop_last=True, sampler="library",
+                         reuse_buffer=True)  # views of the library's memory, no copy
     loader.set_epoch(epoch)
     comm.Barrier()
     sent = tx_bytes(args.iface) if node_leader else 0

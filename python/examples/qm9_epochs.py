@@ -67,9 +67,10 @@ def main():
             ld.set_backend(engine)
             if args.sampler == "library":
                 loader = ld.batches(args.batch_size, shuffle=True, seed=args.seed, drop_last=True,
-                                    sampler="library", prefetch=args.prefetch)
+                                    sampler="library", prefetch=args.prefetch, reuse_buffer=True)
             else:
-                loader = ld.batches(args.batch_size, shuffle=True, seed=args.seed, drop_last=True, reuse_buffer=True)
+                loader = ld.batches(args.batch_size, shuffle=True, seed=args.seed, drop_last=True, reuse_buffer=True,
+                                    sampler="python")
             steps = len(loader) if not args.max_steps else min(len(loader), args.max_steps)
             samples = nbytes = 0
             elapsed = 0.0

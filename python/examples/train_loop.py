@@ -81,7 +81,7 @@ def main():
             t0 = time.perf_counter()
             loss_sum = np.zeros(2)
             fetched = 0
-            for batch in loader:  # one collective fetch per step, the same count on every rank
+            for batch in loader:  # one collective step per batch (the library's sampler), the same count on every rank
                 x, y = features(batch)
                 err = x @ w - y
                 grad = np.empty(4)

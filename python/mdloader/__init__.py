@@ -25,7 +25,9 @@ for the same MPI as mpi4py. See mdloader._lib.
 from . import abort
 from ._lib import LibraryNotFound, library_path, load_library
 from .data import BatchIterator, DataLoader, DistributedSampler
-from .loader import Backend, Batch, EpochTakenOver, Loader, MDLError, ReplicaInfo, Status, last_error, status_string
+from .batch import Batch
+from .errors import EpochTakenOver, MDLError, Status, last_error, status_string
+from .loader import Backend, Loader, ReplicaInfo
 
 __version__ = "0.1.0"
 

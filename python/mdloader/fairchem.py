@@ -35,9 +35,7 @@ over structures.
 
 from __future__ import annotations
 
-import atexit
 import functools
-import weakref
 from typing import Any, Callable, Iterable, Iterator, Optional
 
 import numpy as np
@@ -49,13 +47,15 @@ from .batches import agreed_batches
 from .fairchem_records import collate, examples, facts_and_records
 from .fairchem_samplers import MaxAtomBatchSampler
 from .fairchem_sources import AseDBPart, structures_of_atoms
-from .loader import EpochTakenOver, Loader
+from .errors import EpochTakenOver
+from .loader import Loader
+from .open_epoch import HoldsOpenEpoch
 from .typed import agree_schema, encode
 
 __all__ = ["DistAseDBDataset", "DataLoader", "get_dataloader", "MaxAtomBatchSampler"]
 
 
-class DistAseDBDataset(torch.utils.data.Dataset):
+class DistAseDBDataset(HoldsOpenEpoch, torch.utils.data.Dataset):
     """In place of fairchem's ``AseDBDataset``: its ``config`` (``src``: a file, a
     folder, a glob or a list of them; ``a2g_args``, ``connect_args``, ``select_args``,
     ``transforms``, ``key_mapping``, ``metadata_path``), read once, each rank its own
@@ -121,7 +121,6 @@ class DistAseDBDataset(torch.utils.data.Dataset):
 
         self.comm = MPI.COMM_WORLD if comm is None else comm
         self.loader = Loader(self.comm)
-        self._open_epoch = None  # the batches of the DataLoader epoch in progress
 
     def _raise_first(self, everyone: list, what: str) -> None:
         """Every rank raises the first rank's problem (``everyone``: each rank's
@@ -207,14 +206,6 @@ class DistAseDBDataset(torch.utils.data.Dataset):
     def __getitems__(self, ids: list) -> list:
         return examples(self._fetch(ids), self.facts)
 
-    def _close_open_epoch(self) -> None:
-        """End the epoch a DataLoader left open (its thread, then the library's epoch)."""
-        self.loader.epoch_on_thread(None)
-        if self._open_epoch is not None:
-            self._open_epoch.close()
-            self._open_epoch = None
-        self.loader.end_epoch()
-
     def close(self) -> None:
         """Collective: end any open epoch and free the loader."""
         self._close_open_epoch()
@@ -298,10 +289,7 @@ class DataLoader:
         made = self._batches(batches)
         if ahead:
             made = in_background(made, ahead)
-            self.base._open_epoch = made
-            _epochs_on_threads.add(self.base)
-            # A collective call on the loader from the script stops this thread first.
-            self.base.loader.epoch_on_thread(made.thread, self.base._close_open_epoch)
+            self.base._hold_open_epoch(made)
             return self._whole(made, len(batches))
         return made
 
@@ -330,18 +318,6 @@ class DataLoader:
         for fetched in self.base.loader.epoch_of_batches(batches):
             yield self._finish(fetched.fields)
 
-
-#: Datasets whose loader's thread may be in an epoch: the thread is stopped at exit, before
-#: MPI_Finalize (which mpi4py calls after Python's exit handlers), so that no thread is
-#: inside MPI then (a loop left early, then the script's end).
-_epochs_on_threads: "weakref.WeakSet[DistAseDBDataset]" = weakref.WeakSet()
-
-
-@atexit.register
-def _stop_epochs_on_threads() -> None:
-    for dataset in list(_epochs_on_threads):
-        if dataset._open_epoch is not None:
-            dataset._open_epoch.close()
 
 
 def _ids_of(batch: Any, count: int) -> np.ndarray:

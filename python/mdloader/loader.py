@@ -8,35 +8,24 @@ import functools
 import inspect
 import json
 import math
-import operator
-import sys
+import os
 import threading
 import warnings
-from collections.abc import Sequence
 from typing import Any, Iterable, Iterator, NamedTuple, Union
 
 import numpy as np
 
-from . import _lib
+from . import _lib, abort
+from .args import (FAILED_EVERYWHERE, U32_MAX, U64_MAX, add_note, batch_ids, id_array, integer, out_bytes, pointer,
+                   shard_arrays, uint)
+from .batch import PAGE, Batch, aligned_empty
+from .data import DataLoader
+from .errors import EpochTakenOver, MDLError, Status, check, last_error, status_string
+from .typed import RECORD_ALIGN, agree_schema, encode, is_typed_sample, typed_batch
 
+# Status, MDLError, status_string, last_error and Batch live in .errors and .batch; named
+# here too for code that imported them from mdloader.loader before the split.
 __all__ = ["Status", "Backend", "MDLError", "Loader", "Batch", "status_string", "last_error"]
-
-
-class Status(enum.IntEnum):
-    """Status codes of the C API (enum mdl_status)."""
-
-    OK = 0
-    ERR_NULL_ARG = 1
-    ERR_INVALID_ARG = 2
-    ERR_OUT_OF_RANGE = 3
-    ERR_BUFFER_TOO_SMALL = 4
-    ERR_STATE = 5
-    ERR_MPI = 6
-    ERR_NO_MEMORY = 7
-    ERR_PANIC = 8
-    ERR_REMOTE = 9
-    ERR_TIMEOUT = 10
-    ERR_CALL_MISMATCH = 11
 
 
 class Backend(enum.IntEnum):
@@ -54,7 +43,7 @@ class Backend(enum.IntEnum):
             except KeyError:
                 raise ValueError(f"unknown backend {value!r}: expected auto, onesided or collective") from None
         try:
-            return cls(_integer(value, "backend"))
+            return cls(integer(value, "backend"))
         except TypeError as err:
             raise ValueError(str(err)) from None
 
@@ -66,347 +55,6 @@ class ReplicaInfo(NamedTuple):
     num_groups: int
     rank_in_group: int
     group_size: int
-
-
-class MDLError(RuntimeError):
-    """A call into libmdloader failed.
-
-    Attributes: ``status`` (a :class:`Status`, or the raw int for an unknown code),
-    ``message`` (the library's text from mdl_last_error: names the call and says why).
-    A collective call that failed on another rank raises with ``Status.ERR_REMOTE`` here.
-    """
-
-    def __init__(self, status: int, message: str, call: str = ""):
-        try:
-            self.status: Union[Status, int] = Status(status)
-        except ValueError:
-            self.status = status
-        self.message = message
-        #: The Python call that failed (``Loader.fetch``, ...), when known; ``message``
-        #: names the library's call inside it.
-        self.call = call
-        name = self.status.name if isinstance(self.status, Status) else str(status)
-        text = f"{message} [MDL_{name}]" if message else f"MDL_{name}"
-        super().__init__(f"{call}: {text}" if call else text)
-
-
-class EpochTakenOver(MDLError):
-    """The epoch this iterator ran was ended before its end by another use of the same
-    Loader (a second sampler or iterator, a plain fetch, :meth:`Loader.end_epoch`, or,
-    while ``mdloader.pyg``'s thread runs the epoch, any call that every rank makes, such
-    as :meth:`Loader.job_stats`). Raised on every rank at the same step (epochs begin and end
-    collectively), before any MPI call, so a caller may begin its epoch again there."""
-
-    def __init__(self):
-        super().__init__(Status.ERR_STATE, "this epoch was ended before its end by another use of the same Loader (a "
-                         "second sampler or iterator, a plain fetch or dataset[i], job_stats, end_epoch); "
-                         "begin it again (a new iter) to go on",
-                         "Loader.epoch")
-
-
-def status_string(status: int) -> str:
-    """The library's static text for a status code."""
-    code = _integer(status, "status")
-    if not -(2**31) <= code < 2**31:  # c_int would wrap it onto a real status
-        return "unknown status"
-    text = _lib.load_library().mdl_status_string(code)
-    return text.decode() if text else ""
-
-
-def last_error() -> str:
-    """The message of this thread's last failed call ("" when none failed)."""
-    lib = _lib.load_library()
-    n = lib.mdl_last_error(None, 0)
-    buf = ctypes.create_string_buffer(n + 1)
-    lib.mdl_last_error(buf, n + 1)
-    return buf.value.decode(errors="replace")
-
-
-def _check(status: int, prefix: str = "") -> None:
-    """Raises MDLError for a failed call, with the library's own message (mdl_last_error)
-    and the name of the package's public call the user made."""
-    if status != 0:
-        message = last_error() or status_string(status)
-        raise MDLError(status, prefix + message if prefix else message, call=_public_caller())
-
-
-def _public_caller() -> str:
-    """The qualified name of the innermost public function or method of this package
-    on the stack (``Loader.fetch``, ``DataLoader.__iter__``), skipping private helpers."""
-    frame = sys._getframe(2)
-    while frame is not None and frame.f_globals.get("__name__", "").startswith("mdloader"):
-        name = frame.f_code.co_name
-        if not name.startswith("_") or (name.startswith("__") and name.endswith("__")):
-            qualified = getattr(frame.f_code, "co_qualname", None)  # Python 3.11
-            owner = frame.f_locals.get("self")
-            return qualified or (f"{type(owner).__name__}.{name}" if owner is not None else name)
-        frame = frame.f_back
-    return ""
-
-
-# -- integers crossing ctypes ----------------------------------------------------------
-# ctypes converts a Python int to c_uint64 / c_uint32 modulo 2^64 / 2^32 without a word:
-# sample_size(2**64) would ask for sample 0, set_prefetch(-1) for 2^32 - 1 batches.
-# Every integer is therefore checked exactly here before it reaches the library.
-
-U64_MAX = 2**64 - 1
-U32_MAX = 2**32 - 1
-# An id no loader has (ids are < num_samples <= 2^64 - 1): a collective call passes it in
-# place of an id that cannot be represented, so that the library refuses the call on
-# every rank (this rank MDL_ERR_OUT_OF_RANGE, the others MDL_ERR_REMOTE) instead of this
-# rank raising alone and leaving the others waiting in the collective.
-_NO_SUCH_ID = U64_MAX
-
-
-def _integer(value: Any, what: str) -> int:
-    """value as a Python int, exactly. TypeError for anything that is not an integer:
-    floats (even 2.0), bools, strings, None."""
-    if isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{what} must be an integer, not a bool ({value!r})")
-    try:
-        return operator.index(value)
-    except TypeError:
-        raise TypeError(f"{what} must be an integer, got {type(value).__name__} {value!r}") from None
-
-
-def _uint(value: Any, what: str, lo: int = 0, hi: int = U64_MAX) -> int:
-    """An integer in lo .. hi (TypeError for a non-integer, ValueError out of range)."""
-    v = _integer(value, what)
-    if not lo <= v <= hi:
-        raise ValueError(f"{what} = {v} is out of range ({lo} .. {hi})")
-    return v
-
-
-def _note(err: BaseException, text: str) -> None:
-    if hasattr(err, "add_note"):  # Python 3.11+
-        err.add_note(text)
-
-
-_FAILED_EVERYWHERE = (
-    "(the library was called with an argument it refuses, so that this collective call failed on "
-    "every rank: the others raise MDLError with Status.ERR_REMOTE instead of waiting)"
-)
-
-
-def _id_array(ids: Any) -> tuple[np.ndarray, str]:
-    """ids (any integer sequence or array, or a range) as a contiguous uint64 array with
-    the same values. An integer that cannot be an id (negative, >= 2^64) becomes
-    _NO_SUCH_ID, and the second value says which it was (for the error message); the
-    library then refuses the fetch on every rank. TypeError for anything not an integer
-    (floats, bools, strings), even when numpy would convert it."""
-    if isinstance(ids, range) and ids and -(2**63) <= min(ids[0], ids[-1]) and max(ids[0], ids[-1]) < 2**63:
-        arr = np.arange(ids.start, ids.stop, ids.step, dtype=np.int64)
-    else:
-        arr = np.asarray(ids)
-    arr = arr.reshape(-1)
-    if arr.size == 0:
-        return np.zeros(0, dtype=np.uint64), ""
-    kind = arr.dtype.kind
-    if kind == "u":
-        return np.ascontiguousarray(arr, dtype=np.uint64), ""
-    if kind == "i":
-        bad = arr < 0
-        idv = arr.astype(np.uint64)  # wraps the negatives: replaced just below
-        if not bad.any():
-            return idv, ""
-        idv[bad] = _NO_SUCH_ID
-        return idv, f"id {int(arr[bad][0])} is negative (ids are 0-based); "
-    if kind == "O" or (kind == "f" and not isinstance(ids, np.ndarray)):
-        # Python ints beyond int64, or a list numpy turned into floats ([-1, 2**63] is
-        # float64): check the original objects one by one.
-        objs = np.asarray(ids, dtype=object).reshape(-1) if not isinstance(ids, np.ndarray) else arr
-        idv = np.empty(objs.size, dtype=np.uint64)
-        problem = ""
-        for k, x in enumerate(objs.tolist()):
-            v = _integer(x, f"ids[{k}]")
-            if 0 <= v <= U64_MAX:
-                idv[k] = v
-            else:
-                idv[k] = _NO_SUCH_ID
-                if not problem:
-                    problem = (f"id {v} is negative (ids are 0-based); " if v < 0
-                               else f"id {v} does not fit in 64 bits; ")
-        return idv, problem
-    raise TypeError(f"ids must be integers, got an array of dtype {arr.dtype}")
-
-
-def _batch_ids(k: int, batch: Any) -> tuple[np.ndarray, str]:
-    """Batch k of a user's epoch as _id_array does, refusing what is not one batch: a
-    single id (a sampler passed where a batch sampler belongs) or nested batches."""
-    if not hasattr(batch, "__len__") and hasattr(batch, "__iter__"):
-        batch = list(batch)  # an iterator or generator of ids
-    if np.ndim(batch) != 1:
-        what = "a single id" if np.ndim(batch) == 0 else f"{np.ndim(batch)}-dimensional"
-        raise TypeError(f"batch {k} is {what}: each batch must be a flat sequence of ids (a sampler of single "
-                        "ids belongs in torch's BatchSampler(sampler, batch_size, drop_last))")
-    return _id_array(batch)
-
-
-def _out_bytes(out: Any) -> np.ndarray:
-    """The caller's out buffer as a flat uint8 array over the *same* memory (never a
-    copy: the library must write into out itself). TypeError for a buffer that cannot
-    be written in place: read-only, not C-contiguous (a strided view), holding Python
-    objects."""
-    if isinstance(out, np.ndarray):
-        a = out.view(np.ndarray)  # np.matrix and other subclasses: the same memory, plain indexing
-        if a.dtype.hasobject:
-            raise TypeError(f"out must hold plain data, not Python objects (dtype {a.dtype})")
-        if not a.flags.c_contiguous:
-            raise TypeError(
-                "out must be C-contiguous: a strided view (e.g. buf[::2], a column, a transpose) cannot "
-                "be filled in place; pass a contiguous array (np.ascontiguousarray makes a copy, which "
-                "would then not be out)"
-            )
-        if not a.flags.writeable:
-            raise TypeError("out must be writable (this array is read-only)")
-        buf = a.reshape(-1).view(np.uint8)
-    else:
-        try:
-            m = memoryview(out)
-        except TypeError:
-            raise TypeError(
-                f"out must be a writable, C-contiguous buffer (numpy array, bytearray, ...), "
-                f"not {type(out).__name__}"
-            ) from None
-        if m.readonly:
-            raise TypeError(f"out must be writable ({type(out).__name__} is read-only)")
-        if not m.c_contiguous:
-            raise TypeError("out must be C-contiguous: a strided memoryview cannot be filled in place")
-        try:
-            m = m.cast("B")
-        except TypeError as err:
-            raise TypeError(f"out cannot be used as raw bytes: {err}") from None
-        buf = np.frombuffer(m, dtype=np.uint8)
-    if buf.size and not buf.flags.writeable:
-        raise TypeError("out must be writable")
-    return buf
-
-
-def _ptr(a: np.ndarray | None) -> int | None:
-    return None if a is None or a.size == 0 else a.ctypes.data
-
-
-def sample_at(samples: Sequence, k, data, offsets, what: str):
-    """``samples[k]`` for a sequence of samples laid out back to back in ``data`` with
-    ``offsets`` (n + 1 entries): the k-th one (negative k from the end), or a list for a
-    slice; IndexError naming ``what`` otherwise."""
-    if isinstance(k, slice):
-        return [samples[i] for i in range(*k.indices(len(samples)))]
-    n = len(samples)
-    if k < 0:
-        k += n
-    if not 0 <= k < n:
-        raise IndexError(f"{what} index {k} out of range for {n} samples")
-    return data[int(offsets[k]) : int(offsets[k + 1])]
-
-
-class Batch(Sequence):
-    """The samples of one fetch: ``data`` (one uint8 buffer, the samples back to back)
-    and ``offsets`` (n + 1 uint64): sample k is ``data[offsets[k]:offsets[k+1]]``.
-
-    ``batch[k]`` is that slice as a numpy uint8 *view* into the buffer (no copy); use
-    ``batch.view(k, dtype)`` to reinterpret it, ``bytes(batch[k])`` to copy it out.
-    ``ids`` are the global ids that were asked for, in order.
-    """
-
-    __slots__ = ("ids", "data", "offsets")
-
-    def __init__(self, ids: np.ndarray, data: np.ndarray, offsets: np.ndarray):
-        self.ids = ids
-        self.data = data
-        self.offsets = offsets
-
-    def __len__(self) -> int:
-        return len(self.ids)
-
-    def __getitem__(self, k):  # type: ignore[override]
-        return sample_at(self, k, self.data, self.offsets, "batch")
-
-    def view(self, k: int, dtype: Any) -> np.ndarray:
-        """Sample k reinterpreted as an array of dtype (zero copy)."""
-        return self[k].view(dtype)
-
-    @property
-    def sizes(self) -> np.ndarray:
-        """Size in bytes of each sample."""
-        return np.diff(self.offsets)
-
-    @property
-    def nbytes(self) -> int:
-        return int(self.offsets[-1]) if len(self.offsets) else 0
-
-    def __repr__(self) -> str:
-        return f"Batch({len(self)} samples, {self.nbytes} bytes)"
-
-
-SampleLike = Union[bytes, bytearray, memoryview, np.ndarray]
-
-
-# The library copies into a buffer fastest from a page boundary (see mdl_fetch_batch).
-PAGE = 4096
-
-
-def aligned_empty(nbytes: int, align: int) -> np.ndarray:
-    """A new uint8 buffer of nbytes whose first byte sits at a multiple of align."""
-    if align <= 1:
-        return np.empty(nbytes, dtype=np.uint8)
-    raw = np.empty(nbytes + align, dtype=np.uint8)
-    start = -raw.ctypes.data % align
-    return raw[start : start + nbytes]
-
-
-def _as_bytes(a: Any) -> np.ndarray:
-    """Any buffer (bytes, numpy array of any dtype, a CPU torch tensor or any other
-    DLPack array, ...) as a flat uint8 array (a view when possible)."""
-    if not isinstance(a, np.ndarray) and hasattr(a, "__dlpack__"):
-        # torch refuses to export a tensor that requires grad, and drops a lazy negation
-        # or conjugation (t.conj().imag): its values are what we want
-        from .typed import _plain_tensor
-
-        a = np.from_dlpack(_plain_tensor(a))
-    if isinstance(a, np.ndarray):
-        a = np.ascontiguousarray(a)
-        return a.reshape(-1).view(np.uint8)
-    return np.frombuffer(memoryview(a).cast("B"), dtype=np.uint8)
-
-
-def _padded(parts: list, align: int) -> list:
-    """The samples with zeros appended so that each size is a multiple of align."""
-    if align == 1:
-        return parts
-    out = []
-    for p in parts:
-        pad = -p.size % align
-        out.append(np.concatenate([p, np.zeros(pad, dtype=np.uint8)]) if pad else p)
-    return out
-
-
-def _shard_arrays(data: Any, offsets: Any, align: int = 1) -> tuple[np.ndarray, np.ndarray]:
-    if offsets is None:
-        if isinstance(data, np.ndarray) and data.dtype != object:
-            raise TypeError(
-                "register_shard(data) without offsets takes a list of samples; for one buffer "
-                "pass its offsets too: register_shard(data, offsets)"
-            )
-        parts = _padded([_as_bytes(s) for s in data], align)
-        sizes = np.fromiter((p.size for p in parts), dtype=np.uint64, count=len(parts))
-        offs = np.zeros(len(parts) + 1, dtype=np.uint64)
-        np.cumsum(sizes, out=offs[1:])
-        buf = np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint8)
-        return buf, offs
-    buf = _as_bytes(data)
-    raw = np.asarray(offsets)
-    if raw.ndim != 1 or (raw.size and raw.dtype.kind not in "iu"):
-        raise TypeError(f"offsets must be a 1-d array of integers, got dtype {raw.dtype}, shape {raw.shape}")
-    if raw.size and raw.dtype.kind == "i" and raw.min() < 0:
-        raise ValueError("offsets must be >= 0")
-    offs = np.ascontiguousarray(raw, dtype=np.uint64)
-    if offs.size and int(offs[-1]) > buf.size:
-        raise ValueError(f"offsets[-1] = {int(offs[-1])} is beyond the data ({buf.size} bytes)")
-    if align > 1 and offs.size > 1:
-        return _shard_arrays([buf[int(a) : int(b)] for a, b in zip(offs[:-1], offs[1:])], None, align)
-    return buf, offs
-
 
 
 def _called_by_every_rank(method):
@@ -482,9 +130,7 @@ class Loader:
         self.size: int = comm.Get_size()
         self._lib = _lib.load_library()
         _check_same_mpi(MPI)
-        from .abort import install
-
-        install()
+        abort.install()
         self._h = ctypes.c_void_p()
         self._first_id = 0  # this rank's first global id, and its number of samples
         self._n_local = 0
@@ -495,21 +141,21 @@ class Loader:
         self._align = 1  # register_shard's align: every sample's size is a multiple of it
         self.schema = None  # typed samples' schema (mdloader.typed), agreed at registration
         try:
-            groups = None if group_size is None else _uint(group_size, "group_size", hi=(1 << 31) - 1)
+            groups = None if group_size is None else uint(group_size, "group_size", hi=(1 << 31) - 1)
             initial = None if backend is None else Backend.parse(backend)
         except (TypeError, ValueError) as err:
             # Collective: a NULL out-pointer makes mdl_init fail on every rank.
             self._lib.mdl_init_f(comm.py2f(), None)
-            _note(err, _FAILED_EVERYWHERE)
+            add_note(err, FAILED_EVERYWHERE)
             if isinstance(err, TypeError):
                 raise
             raise MDLError(Status.ERR_INVALID_ARG, str(err)) from err
         if groups is None:
-            _check(self._lib.mdl_init_f(comm.py2f(), ctypes.byref(self._h)))
+            check(self._lib.mdl_init_f(comm.py2f(), ctypes.byref(self._h)))
         else:
-            _check(self._lib.mdl_init_replicated_f(comm.py2f(), groups, ctypes.byref(self._h)))
+            check(self._lib.mdl_init_replicated_f(comm.py2f(), groups, ctypes.byref(self._h)))
         if initial is not None:
-            _check(self._lib.mdl_set_backend(self._h, int(initial)))
+            check(self._lib.mdl_set_backend(self._h, int(initial)))
 
     # -- life cycle ---------------------------------------------------------------------
     def epoch_on_thread(self, thread: threading.Thread | None, stop: Any = None) -> None:
@@ -532,7 +178,7 @@ class Loader:
         and the loader stays open: close again once every rank does."""
         if getattr(self, "_h", None) is not None and self._h.value:
             # mdl_finalize sets the handle to NULL whenever it frees it.
-            _check(self._lib.mdl_finalize(ctypes.byref(self._h)))
+            check(self._lib.mdl_finalize(ctypes.byref(self._h)))
 
     def __enter__(self) -> "Loader":
         return self
@@ -597,14 +243,14 @@ class Loader:
             data, offsets, align = self._typed_shard(data, cat_dims)
         try:
             align = self._agreed_align(align)
-            buf, offs = _shard_arrays(data, offsets, align)
+            buf, offs = shard_arrays(data, offsets, align)
         except Exception as err:
             # Fail on every rank together: n_samples = 1 with no offsets is refused.
             self._lib.mdl_register_shard(h, None, None, 1)
-            _note(err, _FAILED_EVERYWHERE)
+            add_note(err, FAILED_EVERYWHERE)
             raise
         n = max(offs.size - 1, 0)
-        _check(self._lib.mdl_register_shard(h, _ptr(buf), _ptr(offs), n))
+        check(self._lib.mdl_register_shard(h, pointer(buf), pointer(offs), n))
         # The binding keeps no per-sample data (the library's index has every size; a
         # copy here would double that memory on every rank): only this rank's first id
         # and count (local_ids) and the largest sample anywhere, which bounds a batch's
@@ -622,8 +268,6 @@ class Loader:
         """Whether the shards are typed samples (collective, one allgather, whatever the
         arguments): a rank with no sample follows the others; bytes on one rank and
         mappings on another is ValueError on every rank."""
-        from .typed import is_typed_sample
-
         try:
             if offsets is not None:
                 kind = "bytes"
@@ -638,8 +282,6 @@ class Loader:
 
     def _typed_shard(self, samples: Any, cat_dims: Any) -> tuple:
         """(data, offsets, align) of typed samples, their schema agreed (collective)."""
-        from .typed import RECORD_ALIGN, agree_schema, encode
-
         schema, problem = None, ""
         try:
             schema, data, offsets = encode(samples, cat_dims)
@@ -652,7 +294,7 @@ class Loader:
         """align, checked and compared across ranks (one allgather): any rank's bad or
         differing value raises on every rank, naming the values."""
         try:
-            mine = _uint(align, "align", lo=1, hi=1 << 20)
+            mine = uint(align, "align", lo=1, hi=1 << 20)
             problem = "" if mine & (mine - 1) == 0 else f"align = {mine} is not a power of two"
         except (TypeError, ValueError) as err:
             mine, problem = -1, str(err)
@@ -674,15 +316,15 @@ class Loader:
         if not hasattr(self._lib, "mdl_replica_info"):
             return ReplicaInfo(0, 1, self.rank, self.size)
         values = [ctypes.c_uint32() for _ in range(4)]
-        _check(self._lib.mdl_replica_info(self._handle(), *(ctypes.byref(v) for v in values)))
+        check(self._lib.mdl_replica_info(self._handle(), *(ctypes.byref(v) for v in values)))
         return ReplicaInfo(*(v.value for v in values))
 
     def replica_part(self, num_samples: int) -> range:
         """This rank's even part of a dataset of ``num_samples`` samples, for its group
         to hold a full copy (without groups, the same split over comm). Local."""
-        n = _uint(num_samples, "num_samples")
+        n = uint(num_samples, "num_samples")
         first, count = ctypes.c_uint64(), ctypes.c_uint64()
-        _check(self._lib.mdl_replica_part(self._handle(), n, ctypes.byref(first), ctypes.byref(count)))
+        check(self._lib.mdl_replica_part(self._handle(), n, ctypes.byref(first), ctypes.byref(count)))
         return range(first.value, first.value + count.value)
 
     @property
@@ -700,7 +342,7 @@ class Loader:
         """The number of samples over all ranks, or in one replica group's copy (ids are
         0 .. num_samples - 1)."""
         out = ctypes.c_uint64()
-        _check(self._lib.mdl_num_samples(self._handle(), ctypes.byref(out)))
+        check(self._lib.mdl_num_samples(self._handle(), ctypes.byref(out)))
         return out.value
 
     def __len__(self) -> int:
@@ -717,13 +359,13 @@ class Loader:
         TypeError for a non-integer id (floats included); MDLError(ERR_OUT_OF_RANGE) for
         an id outside 0 .. num_samples - 1 (ids beyond 64 bits and negative ones too:
         they are never passed to the library, where ctypes would wrap them)."""
-        sid = _integer(sample_id, "sample id")
+        sid = integer(sample_id, "sample id")
         h = self._handle()
         if not 0 <= sid <= U64_MAX:
             kind = "negative (ids are 0-based)" if sid < 0 else "beyond 64 bits"
             raise MDLError(Status.ERR_OUT_OF_RANGE, f"sample id {sid} is out of range: {kind}")
         out = ctypes.c_uint64()
-        _check(self._lib.mdl_sample_size(h, sid, ctypes.byref(out)))
+        check(self._lib.mdl_sample_size(h, sid, ctypes.byref(out)))
         return out.value
 
     def sample_sizes(self, ids: Iterable[int] | np.ndarray | None = None) -> np.ndarray:
@@ -734,14 +376,14 @@ class Loader:
         if ids is None:
             idv, problem = np.arange(self.num_samples, dtype=np.uint64), ""
         else:
-            idv, problem = _id_array(ids)
+            idv, problem = id_array(ids)
         if problem:
             raise MDLError(Status.ERR_OUT_OF_RANGE, problem.rstrip("; "))
         sizes = np.empty(idv.size, dtype=np.uint64)
         fn, out = self._lib.mdl_sample_size, ctypes.c_uint64()
         ref = ctypes.byref(out)
         for k, sid in enumerate(idv.tolist()):
-            _check(fn(h, sid, ref))
+            check(fn(h, sid, ref))
             sizes[k] = out.value
         return sizes
 
@@ -789,19 +431,19 @@ class Loader:
         # alike (the library refuses plain fetches during one).
         self.end_epoch()
         try:
-            idv, problem = _id_array(ids)
+            idv, problem = id_array(ids)
             # (allocations too: a MemoryError here must not leave the other ranks waiting)
-            buf = aligned_empty(self._batch_bytes(idv), self._out_align()) if out is None else _out_bytes(out)
+            buf = aligned_empty(self._batch_bytes(idv), self._out_align()) if out is None else out_bytes(out)
             offs = np.empty(idv.size + 1, dtype=np.uint64)
         except Exception as err:
             # Fail on every rank together: n = 1 with no ids is refused by the library.
             self._lib.mdl_fetch_batch(h, None, 1, None, 0, None)
-            _note(err, _FAILED_EVERYWHERE)
+            add_note(err, FAILED_EVERYWHERE)
             raise
         n = idv.size
-        status = self._lib.mdl_fetch_batch(h, _ptr(idv), n, _ptr(buf), buf.size, offs.ctypes.data)
+        status = self._lib.mdl_fetch_batch(h, pointer(idv), n, pointer(buf), buf.size, offs.ctypes.data)
         if status != 0:
-            _check(status, problem if status == Status.ERR_OUT_OF_RANGE else "")
+            check(status, problem if status == Status.ERR_OUT_OF_RANGE else "")
         # A buffer of our own was sized by the largest sample: the batch keeps its unused
         # tail (at most n * the largest sample, and 64 MiB; pages never written are not
         # resident). Shrinking it (realloc, mremap) measured slower per step under Open MPI.
@@ -812,8 +454,6 @@ class Loader:
         """A TypedBatch where the samples are typed (decoded now when ``decoded``)."""
         if self.schema is None:
             return batch
-        from .typed import typed_batch
-
         return typed_batch(self.schema, batch, decoded)
 
     @_called_by_every_rank
@@ -826,7 +466,7 @@ class Loader:
             b = Backend.parse(backend)
         except ValueError as err:
             raise MDLError(Status.ERR_INVALID_ARG, str(err)) from None
-        _check(self._lib.mdl_set_backend(self._handle(), int(b)))
+        check(self._lib.mdl_set_backend(self._handle(), int(b)))
 
     def stats(self) -> dict:
         """This rank's statistics (mdl_stats_json) as a dict; {} when the library has none."""
@@ -851,11 +491,11 @@ class Loader:
         fn = self._lib.mdl_stats_json_job
         needed = ctypes.c_size_t(0)
         buf = ctypes.create_string_buffer(4096)
-        _check(fn(self._handle(), buf, len(buf), ctypes.byref(needed)))
+        check(fn(self._handle(), buf, len(buf), ctypes.byref(needed)))
         if needed.value >= len(buf):
             # The same length on every rank: every rank makes this second call.
             buf = ctypes.create_string_buffer(needed.value + 1)
-            _check(fn(self._handle(), buf, len(buf), ctypes.byref(needed)))
+            check(fn(self._handle(), buf, len(buf), ctypes.byref(needed)))
         return json.loads(buf.value.decode())
 
     # -- the library's built-in sampler ----------------------------------------------------
@@ -901,19 +541,19 @@ class Loader:
         h = self._handle()
         try:
             args = (
-                _uint(seed, "seed"),
-                _uint(epoch, "epoch"),
-                _uint(batch_size, "batch_size", lo=1),
+                uint(seed, "seed"),
+                uint(epoch, "epoch"),
+                uint(batch_size, "batch_size", lo=1),
                 int(bool(shuffle)),
                 int(bool(drop_last)),
             )
-            start_step = _uint(start_step, "start_step")
+            start_step = uint(start_step, "start_step")
         except Exception as err:
             # Collective: batch_size 0 makes mdl_epoch_begin fail on every rank.
             begin(h, 0, 0, 0, 0, 0)
-            _note(err, _FAILED_EVERYWHERE)
+            add_note(err, FAILED_EVERYWHERE)
             raise
-        _check(begin(h, *args))
+        check(begin(h, *args))
         # drop_last means full batches only, as everywhere in Python: past them the epoch
         # is ended by a seek to its end, so that the short last batch is never taken
         # (with prefetch, the library's thread may have fetched it already).
@@ -940,21 +580,21 @@ class Loader:
         begin = self._sampler_fn("mdl_epoch_begin_ids")
         h = self._handle()
         try:
-            parts = [_batch_ids(k, batch) for k, batch in enumerate(batches)]
+            parts = [batch_ids(k, batch) for k, batch in enumerate(batches)]
             problem = next((p for _, p in parts if p), "")
             ids = np.concatenate([a for a, _ in parts]) if parts else np.zeros(0, dtype=np.uint64)
             bounds = np.zeros(len(parts) + 1, dtype=np.uint64)
             np.cumsum([a.size for a, _ in parts], out=bounds[1:])
-            start_step = _uint(start_step, "start_step")
+            start_step = uint(start_step, "start_step")
         except Exception as err:
             # Collective: offsets that do not start at 0 make every rank fail.
             bad_bounds = np.ones(1, dtype=np.uint64)
             begin(h, None, bad_bounds.ctypes.data, 0)
-            _note(err, _FAILED_EVERYWHERE)
+            add_note(err, FAILED_EVERYWHERE)
             raise
-        status = begin(h, _ptr(ids), bounds.ctypes.data, len(parts))
+        status = begin(h, pointer(ids), bounds.ctypes.data, len(parts))
         if status != 0:
-            _check(status, problem if status == Status.ERR_OUT_OF_RANGE else "")
+            check(status, problem if status == Status.ERR_OUT_OF_RANGE else "")
         yield from self._run_epoch(len(parts), len(parts), start_step)
 
     def _run_epoch(self, steps: int, last: int, start_step: int) -> Iterator[Batch]:
@@ -982,7 +622,7 @@ class Loader:
                 raise EpochTakenOver()
             if step == last < self._epoch_steps:
                 self.seek(self._epoch_steps)
-            _check(next_batch(h, *refs))
+            check(next_batch(h, *refs))
             step += 1
             count = n.value
             if count == 0:
@@ -1018,7 +658,7 @@ class Loader:
             self._handle(), ctypes.byref(ids_p), ctypes.byref(data_p), ctypes.byref(offs_p), ctypes.byref(n)
         )
         self._epoch_steps = None
-        _check(status)
+        check(status)
 
     def epoch_steps(self, batch_size: int, drop_last: bool = False) -> int:
         """Batches of an epoch on every rank (the same everywhere), as :meth:`epoch`,
@@ -1026,7 +666,7 @@ class Loader:
         every rank's share is floor(N / P) and only full batches are taken (PyTorch's
         DistributedSampler and BatchSampler, each with drop_last); without, the share is
         ceil(N / P) (padded by wrapping around) and the last batch may be smaller."""
-        batch_size = _uint(batch_size, "batch_size", lo=1)
+        batch_size = uint(batch_size, "batch_size", lo=1)
         total, ranks = self.num_samples, self.size
         if drop_last:
             return total // ranks // batch_size
@@ -1050,13 +690,13 @@ class Loader:
         where it was."""
         seek, h = self._sampler_fn("mdl_epoch_seek"), self._handle()
         try:
-            step = _uint(step, "step")
+            step = uint(step, "step")
         except Exception as err:
             # Collective: a step past any epoch's end makes mdl_epoch_seek fail on every rank.
             seek(h, U64_MAX)
-            _note(err, _FAILED_EVERYWHERE)
+            add_note(err, FAILED_EVERYWHERE)
             raise
-        _check(seek(h, step))
+        check(seek(h, step))
 
     @_called_by_every_rank
     def set_prefetch(self, depth: int) -> None:
@@ -1069,17 +709,15 @@ class Loader:
         library); a depth beyond the library's limit (MDL_MAX_PREFETCH, 64) is
         MDLError(ERR_INVALID_ARG)."""
         fn, h = self._sampler_fn("mdl_set_prefetch"), self._handle()
-        d = _integer(depth, "prefetch depth")
+        d = integer(depth, "prefetch depth")
         if d < 0:
             raise ValueError(f"prefetch depth = {d} is negative (0 is no prefetch)")
         if d > U32_MAX:  # ctypes would wrap it; the library refuses anything above 64 anyway
             raise MDLError(Status.ERR_INVALID_ARG, f"mdl_set_prefetch: depth {d} is beyond the library's limit (64)")
-        _check(fn(h, d))
+        check(fn(h, d))
 
     def batches(self, batch_size: int, **kwargs) -> "Any":
         """A :class:`mdloader.DataLoader` over this loader (see there for the arguments)."""
-        from .data import DataLoader
-
         return DataLoader(self, batch_size, **kwargs)
 
     def __repr__(self) -> str:
@@ -1091,8 +729,6 @@ def _refuse_torchrun(MPI: Any) -> None:
     """torchrun (or another launcher of torch's) started more processes than the MPI job
     has: each process is then an MPI job of its own, and every rank would load only
     its own data, with no error. Local: each such process sees it alike."""
-    import os
-
     world = os.environ.get("WORLD_SIZE", "")
     if world.isdigit() and int(world) > MPI.COMM_WORLD.Get_size():
         raise RuntimeError(

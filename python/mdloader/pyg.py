@@ -33,22 +33,24 @@ sampler or the user's own (``sampler=DistributedSampler(...)``, ``batch_sampler=
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import copy
 import functools
 import importlib
+import sys
 import warnings
-import weakref
 from typing import Any, Iterable, Iterator, Optional
 
 import numpy as np
 import torch
 from torch_geometric.data import Batch, Data
 
+from . import pyg_fast
 from .background import in_background
 from .batches import agreed_batches
-from .loader import EpochTakenOver, Loader, MDLError
+from .errors import EpochTakenOver, MDLError
+from .loader import Loader
+from .open_epoch import HoldsOpenEpoch
 from .typed import agree_schema, encode
 
 __all__ = ["DistDataset", "DataLoader", "collate"]
@@ -135,11 +137,13 @@ def register_graphs(loader: Loader, graphs: Any, problem: str = "") -> tuple:
     by all ranks. ``problem``: why this rank has no graphs to give (any failure before,
     agreed here, so that every rank raises together)."""
     schema = facts = None
+    facts_here, records = False, []
     incremented: dict = {}
     data, offsets = np.zeros(0, dtype=np.uint8), np.zeros(1, dtype=np.uint64)
     if not problem:
         try:
             records, facts, incremented = _records(graphs)
+            facts_here = facts is not None
             cat_dims = {key: cat for key, _, cat in facts or ()}
             schema, data, offsets = encode(records, cat_dims)
         except Exception as err:  # noqa: BLE001 - any failure here is agreed, not raised alone
@@ -163,6 +167,11 @@ def register_graphs(loader: Loader, graphs: Any, problem: str = "") -> tuple:
     data_class = _agreed_class(loader.comm, [name for _, name in everyone], mine)
     loader.register_shard(data, offsets, align=8)
     loader.schema = schema
+    # This rank's graphs' node counts, as registered (8 bytes a graph it holds); the
+    # whole dataset's are gathered only when asked (DistDataset.get_node_counts): a table
+    # of 8 bytes a graph on every rank, 0.8 GB at 10^8 graphs, is not every job's.
+    loader.own_node_counts = (np.fromiter((int(r[NUM_NODES]) for r in records), np.int64, len(records))
+                              if facts_here else None)
     return schema, tuple((key, kind, cat, settled.get(key, False)) for key, kind, cat in facts), data_class
 
 
@@ -269,7 +278,7 @@ def _empty_batch(data_class: type) -> Batch:
     return Batch(_base_cls=data_class)
 
 
-class DistDataset(torch.utils.data.Dataset):
+class DistDataset(HoldsOpenEpoch, torch.utils.data.Dataset):
     """torch_geometric graphs held by the ranks of ``comm`` (HydraGNN's ``DistDataset``
     arguments).
 
@@ -298,7 +307,6 @@ class DistDataset(torch.utils.data.Dataset):
             raise ValueError(f"{label}: local=True with ddstore_width={width}: each copy must hold the whole "
                              "dataset; pass every graph with local=False")
         self.loader = Loader(self.comm, group_size=None if width == self.comm.Get_size() else width)
-        self._open_epoch = None  # the batches of the DataLoader epoch in progress
         mine, problem = None, ""
         try:
             mine = list(data) if local else [data[i] for i in self.loader.replica_part(len(data))]
@@ -352,15 +360,24 @@ class DistDataset(torch.utils.data.Dataset):
         return self._fetch([idx], "__getitem__").get_example(0)
 
     def __getitems__(self, ids: list) -> list:
-        return self._fetch(ids, "__getitems__").to_data_list()
+        """The graphs of ``ids``, fetched and collated by the library in one call. To
+        torch_geometric's ``DataLoader`` (its ``Collater``, called by torch's fetcher) a
+        list of one item, the whole batch, which the ``Collater`` takes over instead of
+        gluing graphs together (:mod:`mdloader.pyg_fast`); to any other caller one
+        ``Data`` per id."""
+        batch = self._fetch(ids, "__getitems__")
+        if pyg_fast.collated_whole(sys._getframe(1)):
+            return pyg_fast.for_collater(batch)
+        return batch.to_data_list()
 
-    def _close_open_epoch(self) -> None:
-        """End the epoch a DataLoader left open (its thread, then the library's epoch)."""
-        self.loader.epoch_on_thread(None)
-        if self._open_epoch is not None:
-            self._open_epoch.close()
-            self._open_epoch = None
-        self.loader.end_epoch()
+    def get_node_counts(self) -> np.ndarray:
+        """Every graph's node count (int64, by id; -1 where torch_geometric could not
+        infer it), as registration stored it: no payload read, no Data object.
+        Collective the first time (one ``Allgatherv`` of 8 bytes a graph: every rank
+        calls it, as a node-budget sampler built on every rank does), kept after."""
+        if getattr(self, "_node_counts", None) is None:
+            self._node_counts = pyg_fast.gather_node_counts(self.loader, self.loader.own_node_counts)
+        return self._node_counts
 
     def close(self) -> None:
         """Collective: end any open epoch and free the loader. Where another rank is in a
@@ -396,6 +413,14 @@ class DataLoader:
     ``iter`` (this loader's or another's on the same dataset) ends the epoch left open.
     ``follow_batch`` and ``exclude_keys`` as torch_geometric's ``DataLoader``.
 
+    num_workers, persistent_workers: torch's arguments, accepted (HydraGNN's
+    ``create_dataloaders`` passes them) and not used: no worker process is started, the
+    library's prefetch thread and the loader's collate thread (``prefetch``,
+    ``collate_ahead``) do that work. pin_memory: each batch's tensors are pinned on the
+    loader's thread, ready for ``batch.to(device, non_blocking=True)``, where an
+    accelerator is available (as torch's ``DataLoader``; ``loader.pin_memory`` is False
+    otherwise).
+
     :meth:`state_dict` / :meth:`load_state_dict` resume mid-epoch as torchdata's
     ``StatefulDataLoader``: the state says how many batches of which epoch the loop
     has taken, and after ``load_state_dict`` the next ``iter`` yields exactly the
@@ -428,7 +453,8 @@ class DataLoader:
     def __init__(self, dataset: DistDataset, batch_size: int = 1, shuffle: bool = False, *, seed: int = 0,
                  drop_last: bool = False, follow_batch: Optional[list] = None, exclude_keys: Optional[list] = None,
                  prefetch: int = 2, collate_ahead: int = 2, sampler: Any = None, batch_sampler: Any = None,
-                 start_ahead: bool = True, **unsupported: Any):
+                 start_ahead: bool = True, num_workers: int = 0, pin_memory: bool = False,
+                 persistent_workers: bool = False, **unsupported: Any):
         if sampler is not None and batch_sampler is not None:
             raise TypeError("mdloader.pyg.DataLoader: pass sampler= or batch_sampler=, not both")
         if shuffle and (sampler is not None or batch_sampler is not None):
@@ -438,6 +464,10 @@ class DataLoader:
             raise TypeError(f"mdloader.pyg.DataLoader: unsupported arguments {sorted(unsupported)} "
                             "(fetching and collating happen in the library's thread and this process)")
         self.dataset = dataset
+        # torch's worker arguments (HydraGNN passes them): accepted, the library's threads
+        # do the work (mdloader.pyg_fast.loader_arguments).
+        self.num_workers, self.persistent_workers, self.pin_memory = pyg_fast.loader_arguments(
+            num_workers, persistent_workers, pin_memory)
         self.batch_size = batch_size
         self.shuffle, self.seed, self.drop_last = shuffle, seed, drop_last
         self.sampler, self.batch_sampler = sampler, batch_sampler
@@ -584,16 +614,11 @@ class DataLoader:
         users = None if self._own_sampler() else self._users_batches(start)
         if self.collate_ahead and self.start_ahead and users is None:
             batches = in_background(self._epochs(epoch, advancing, start), self.collate_ahead)
-            _epochs_ahead.add(self.dataset)
         elif self.collate_ahead:
             batches = in_background(self._batches(epoch, start, users), self.collate_ahead)
         else:
             batches = self._batches(epoch, start, users)
-        self.dataset._open_epoch = batches
-        if self.collate_ahead:
-            # A collective call on dataset.loader from the script (job_stats between
-            # epochs, a fetch) stops this thread first (Loader.epoch_on_thread).
-            self.dataset.loader.epoch_on_thread(batches.thread, self.dataset._close_open_epoch)
+        self.dataset._hold_open_epoch(batches)
         return batches
 
     def _epochs(self, epoch: int, advancing: bool, start: int) -> Iterator:
@@ -664,25 +689,13 @@ class DataLoader:
         else:
             epoch = loader.epoch_of_batches(users, start_step=start)
         for fetched in epoch:
-            yield collate(fetched.fields, self.dataset.facts, self.follow_batch, self.exclude_keys,
-                          self.dataset.data_class)
+            batch = collate(fetched.fields, self.dataset.facts, self.follow_batch, self.exclude_keys,
+                            self.dataset.data_class)
+            yield batch.pin_memory() if self.pin_memory else batch  # on the loader's thread
 
 
 #: Marks the end of an epoch in :meth:`DataLoader._epochs`.
 _EPOCH_END = object()
-
-#: Datasets whose loader's thread runs epoch after epoch: the thread is stopped at exit,
-#: before MPI_Finalize (which mpi4py calls after Python's exit handlers), so that no
-#: thread is inside MPI then.
-_epochs_ahead: "weakref.WeakSet[DistDataset]" = weakref.WeakSet()
-
-
-@atexit.register
-def _stop_epochs_ahead() -> None:
-    for dataset in list(_epochs_ahead):
-        if dataset._open_epoch is not None:
-            dataset._open_epoch.close()
-
 
 def _count(value: Any, what: str) -> int:
     """A state's count: a non-negative integer (ValueError otherwise)."""

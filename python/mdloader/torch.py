@@ -40,7 +40,10 @@ import torch
 from torch.utils.data import Dataset, Sampler
 
 from .background import in_background
-from .loader import EpochTakenOver, Batch, Loader, _integer, _uint, aligned_empty, sample_at
+from .args import integer, uint
+from .batch import Batch, aligned_empty, sample_at
+from .errors import EpochTakenOver
+from .loader import Loader
 
 __all__ = ["BackgroundLoader", "DistributedBatchSampler", "Fetched", "FetchingBatchSampler", "Samples", "ShardDataset"]
 
@@ -230,9 +233,9 @@ class DistributedBatchSampler(Sampler):
     def _agree(self, **given: Any) -> dict:
         """The arguments, checked here and compared with every rank's."""
         checks = {
-            "batch_size": lambda v: _uint(v, "batch_size", lo=1),
-            "seed": lambda v: _uint(v, "seed"),
-            "prefetch": lambda v: _uint(v, "prefetch", hi=64),
+            "batch_size": lambda v: uint(v, "batch_size", lo=1),
+            "seed": lambda v: uint(v, "seed"),
+            "prefetch": lambda v: uint(v, "prefetch", hi=64),
             "shuffle": _boolean("shuffle"),
             "drop_last": _boolean("drop_last"),
         }
@@ -261,7 +264,7 @@ class DistributedBatchSampler(Sampler):
     def set_epoch(self, epoch: int) -> None:
         """The epoch whose permutation the next iteration takes (as torch's
         DistributedSampler); must be the same on every rank (the library checks)."""
-        epoch = _uint(epoch, "epoch")
+        epoch = uint(epoch, "epoch")
         if epoch != self.epoch:
             self._step = 0
         self.epoch = epoch
@@ -288,7 +291,7 @@ class DistributedBatchSampler(Sampler):
         ``num_workers=0`` that is the number the training loop has seen; torch's worker
         processes take batches ahead, so there pass ``step``, the batches of this epoch
         the loop has consumed. The settings are kept to check the resumed run."""
-        done = self._step if step is None else _uint(step, "step")
+        done = self._step if step is None else uint(step, "step")
         return {
             "epoch": self.epoch,
             "step": done,
@@ -309,7 +312,7 @@ class DistributedBatchSampler(Sampler):
         for key in ("batch_size", "seed", "shuffle", "drop_last", "num_samples", "ranks"):
             if state.get(key) != current[key]:
                 raise ValueError(f"load_state_dict: {key} was {state.get(key)!r}, is {current[key]!r} in this run")
-        epoch, step = _uint(state["epoch"], "epoch"), _uint(state["step"], "step")
+        epoch, step = uint(state["epoch"], "epoch"), uint(state["step"], "step")
         if step > len(self):
             raise ValueError(f"load_state_dict: step {step} is past the epoch's {len(self)} steps")
         self.epoch, self._step = epoch, step
@@ -346,7 +349,7 @@ class FetchingBatchSampler(Sampler):
         self.dataset = dataset
         # Passed on as asked, the same on every rank: the library agrees whether any
         # rank cannot run its prefetch thread (a depth lowered here would differ).
-        self.depth = _uint(depth, "depth", hi=64)
+        self.depth = uint(depth, "depth", hi=64)
         if self.depth and MPI.Query_thread() < MPI.THREAD_MULTIPLE:
             warnings.warn("FetchingBatchSampler: MPI was initialised without MPI_THREAD_MULTIPLE: batches are "
                           "fetched when asked for, not ahead", RuntimeWarning, stacklevel=2)
@@ -382,7 +385,7 @@ def _boolean(what: str):
     def check(value: Any) -> bool:
         if isinstance(value, (bool, np.bool_)):
             return bool(value)
-        if _integer(value, what) in (0, 1):
+        if integer(value, what) in (0, 1):
             return bool(value)
         raise ValueError(f"{what} must be a bool, got {value!r}")
 
@@ -406,7 +409,7 @@ class BackgroundLoader:
 
     def __init__(self, dataloader, depth: int = 2):
         self.dataloader = dataloader
-        self.depth = _uint(depth, "depth", lo=1)
+        self.depth = uint(depth, "depth", lo=1)
         self._consumed = 0  # batches of the current epoch the loop has taken
 
     def __len__(self) -> int:

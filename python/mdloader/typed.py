@@ -31,7 +31,8 @@ from typing import Any, Callable, Optional, Sequence, Union
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from .loader import Batch
+from .args import plain_tensor
+from .batch import Batch
 
 __all__ = ["Field", "Schema", "TypedFields", "TypedBatch", "encode", "decode", "is_typed_sample", "agree_schema"]
 
@@ -89,7 +90,7 @@ def _as_array(value: Any, name: str) -> np.ndarray:
         a = value
     elif hasattr(value, "__dlpack__") and not isinstance(value, (bytes, bytearray, memoryview)):
         try:
-            a = np.from_dlpack(_plain_tensor(value))
+            a = np.from_dlpack(plain_tensor(value))
         except (RuntimeError, BufferError, TypeError) as err:  # e.g. torch.bfloat16, which numpy lacks
             raise TypeError(f"field {name!r}: numpy cannot take a {type(value).__name__} of dtype "
                             f"{getattr(value, 'dtype', '?')} ({err}); typed samples hold numpy dtypes (mdloader.pyg "
@@ -102,14 +103,6 @@ def _as_array(value: Any, name: str) -> np.ndarray:
     if a.dtype.kind not in "biufc":
         raise TypeError(f"field {name!r}: dtype {a.dtype} is not a plain numeric dtype")
     return a
-
-
-def _plain_tensor(value: Any) -> Any:
-    """A torch tensor as DLPack exports its values: detached, with its lazy negation and
-    conjugation (``t.conj().imag``) applied, which DLPack would otherwise drop."""
-    if hasattr(value, "resolve_neg"):
-        return value.detach().resolve_neg().resolve_conj()
-    return value
 
 
 def _cat_dim(cat_dims: CatDims, name: str, a: np.ndarray) -> Optional[int]:

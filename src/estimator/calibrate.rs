@@ -43,7 +43,7 @@ const LARGE_BYTES: u64 = 8192;
 const LARGE_COUNT: u64 = 64;
 /// Bytes of each rank's scratch shard: the registration's shared-memory check counts
 /// its window too, which calibration makes after the registered store's.
-pub const SCRATCH_SHARD_BYTES: u64 = SMALL_COUNT * SMALL_BYTES + LARGE_COUNT * LARGE_BYTES;
+pub(crate) const SCRATCH_SHARD_BYTES: u64 = SMALL_COUNT * SMALL_BYTES + LARGE_COUNT * LARGE_BYTES;
 const REPS: usize = 3;
 /// How much more a byte may cost in a costly probe than in the largest probe before it:
 /// a byte cost the collective engine 0.53 ns in the probe of 4 MiB and 0.66 ns in the

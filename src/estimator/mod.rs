@@ -126,7 +126,7 @@ impl Decision {
     /// For a probe, what it was predicted to cost (to be handed back to
     /// [`Estimator::observe`] with its measured time).
     pub fn probe_prediction(&self) -> Option<ProbePrediction> {
-        self.probe.then(|| ProbePrediction { preferred: self.predicted(other(self.engine)), probed: self.predicted(self.engine) })
+        self.probe.then(|| ProbePrediction { preferred: self.predicted(self.engine.other()), probed: self.predicted(self.engine) })
     }
 }
 
@@ -227,10 +227,6 @@ impl Fingerprint {
 
 fn slot(engine: Backend) -> usize {
     (engine == Backend::Collective) as usize
-}
-
-fn other(engine: Backend) -> Backend {
-    if engine == Backend::Collective { Backend::OneSided } else { Backend::Collective }
 }
 
 /// log2 of `x`, rounded: buckets are centred on powers of two (batch sizes and sample
@@ -397,18 +393,18 @@ impl Estimator {
         let fastest = if coll < os { Backend::Collective } else { Backend::OneSided };
         let keep = bucket
             .preferred
-            .filter(|&p| predicted(other(p)) > predicted(p) * (1.0 - settings.hysteresis))
+            .filter(|&p| predicted(p.other()) > predicted(p) * (1.0 - settings.hysteresis))
             .unwrap_or(fastest);
         let switched = bucket.preferred.is_some_and(|p| p != keep);
         bucket.preferred = Some(keep);
         bucket.steps_since_probe += 1;
-        let never_measured = bucket.measured[slot(other(keep))] == 0;
+        let never_measured = bucket.measured[slot(keep.other())] == 0;
         // The looks judge the other engine's exchange without the skew (the budget
         // bounds what a look costs): across machines the skew is learned from
         // collective steps alone, so a job that has come into step would otherwise
         // never show it (on one machine every step's arrivals show it).
         let skew_of = |e: Backend| if e == Backend::Collective { skew } else { 0.0 };
-        let exchange_alone = predicted(other(keep)) - skew_of(other(keep));
+        let exchange_alone = predicted(keep.other()) - skew_of(keep.other());
         let worth_a_look = never_measured || exchange_alone <= PROBE_MAX_RATIO * predicted(keep);
         // Within budget: what the probes cost so far over the preferred engine (as
         // measured, which is where a model that has not seen the job's skew is wrong
@@ -421,7 +417,7 @@ impl Estimator {
         // The prediction is scaled by what the probes have cost over theirs so far, so
         // that the budget holds when a probe is taken, not only once the steps after an
         // overrun have earned it back.
-        let predicted_excess = (predicted(other(keep)) - predicted(keep)).max(0.0);
+        let predicted_excess = (predicted(keep.other()) - predicted(keep)).max(0.0);
         let affordable = spent + overshoot * predicted_excess <= earned;
         let probing = bucket.probe_due(settings.probe_interval) && worth_a_look && affordable;
         if probing {
@@ -430,7 +426,7 @@ impl Estimator {
         }
         self.counters.switches += switched as u64;
         *probe = probing;
-        if probing { other(keep) } else { keep }
+        if probing { keep.other() } else { keep }
     }
 
     /// Feed back the measured times of a step run with `engine`; `probe`: for a probe,
@@ -764,7 +760,7 @@ mod tests {
             let modelled = e.params().predict(d.engine, &f);
             e.observe(d.engine, &f, same(if d.engine == first { 20.0 * modelled } else { modelled }), None);
         }
-        assert_eq!(e.decide(&f, Backend::Auto).engine, other(first));
+        assert_eq!(e.decide(&f, Backend::Auto).engine, first.other());
     }
 
     /// The model names the one-sided engine (10 us against 12 us), whose steps then
@@ -1000,9 +996,9 @@ mod tests {
         // Make the other engine look 5% faster: within the margin, no switch.
         let (os, coll) = e.predict(&f);
         let target = if first == Backend::OneSided { os } else { coll } * 0.95;
-        let modelled = e.params().predict(other(first), &f);
+        let modelled = e.params().predict(first.other(), &f);
         for _ in 0..30 {
-            e.observe(other(first), &f, same(target / modelled * modelled), None);
+            e.observe(first.other(), &f, same(target / modelled * modelled), None);
         }
         assert_eq!(e.decide(&f, Backend::Auto).engine, first);
         assert_eq!(e.counters().switches, 0);

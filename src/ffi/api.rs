@@ -77,7 +77,7 @@ fn init_from(comm: Result<MPI_Comm>, group_size: Option<c_int>, out: *mut *mut m
 /// component, serve a get only while its target is in MPI; on by default wherever
 /// gets are made; needs MPI_THREAD_MULTIPLE, and where a rank serving gets has no
 /// thread every engine step ends in a barrier instead, agreed at registration; `off`
-/// turns both off; not agreed). The README documents each.
+/// turns both off; not agreed). docs/configuration.md documents each.
 ///
 /// What cannot be agreed: MPI_COMM_NULL or an invalid handle on one rank returns an
 /// error there at once while the other ranks wait in MPI_Comm_dup (MDL_TIMEOUT cannot
@@ -299,7 +299,7 @@ pub extern "C" fn mdl_set_backend(h: *mut mdl_loader, b: MdlBackendArg) -> mdl_s
 /// Collective. Starts an epoch of the built-in sampler. The epoch's order is a
 /// permutation of all global ids drawn from (seed, epoch) (identity when shuffle == 0),
 /// identical on every rank whatever the engine, the MPI or the number of ranks; the
-/// algorithm is documented in the README so that it can be reproduced elsewhere. Every
+/// algorithm is documented in docs/sampler.md so that it can be reproduced elsewhere. Every
 /// rank gets the same number of samples, as PyTorch's DistributedSampler: ceil(N / P)
 /// padded by wrapping around, or floor(N / P) with the remainder dropped when
 /// drop_last != 0; rank r takes positions r, r + P, r + 2P, ... of the order. Batches
@@ -415,7 +415,7 @@ pub extern "C" fn mdl_set_prefetch(h: *mut mdl_loader, depth: u32) -> mdl_status
 }
 
 /// Collective. Frees everything and sets *h = NULL. NULL or *h == NULL is a no-op.
-/// A loader closed at MPI_Finalize (see the README) or one that failed with
+/// A loader closed at MPI_Finalize (see docs/mpi-behaviours.md) or one that failed with
 /// MDL_ERR_PANIC or MDL_ERR_TIMEOUT is freed without communicating. When another rank
 /// is in a different call, MDL_ERR_CALL_MISMATCH on every rank of both calls, nothing
 /// is done and *h stays: finalize again once every rank does. Must not run while
@@ -474,7 +474,7 @@ pub extern "C" fn mdl_before_mpi_finalize() {
 /// collective step unless a step moves more than MDL_MAX_MESSAGE_BYTES to or from some
 /// rank), and "calibration" ("source": measured, default, file, or "not needed (one node)" where the node-local path copies every sample,
 /// "seconds", "points_onesided", "points_collective" and the cost model's parameters,
-/// see README). The "calibration" object, saved to a file, can be loaded with
+/// see docs/estimator.md). The "calibration" object, saved to a file, can be loaded with
 /// MDL_CALIBRATION=<file> to skip measuring. Never waits on other ranks, even while a
 /// prefetch thread is inside a step (mdl_num_samples and mdl_sample_size neither).
 /// While that thread runs, the text may grow between two calls: size the buffer with

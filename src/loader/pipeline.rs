@@ -83,7 +83,7 @@ impl Pipeline {
         debug_assert_eq!(started, step, "steps run in order");
         let known = epoch.known(step);
         let known = known.as_ref().map(|k| k as &dyn KnownBatches);
-        let result = core.finish_step(run, &mut batch.data[..needed], known);
+        let result = run.finish(core, &mut batch.data[..needed], known);
         match result {
             Ok(_) => (batch, Ok(())),
             Err(err) if err.status == mdl_status::MDL_ERR_TIMEOUT => {
@@ -109,7 +109,7 @@ impl Pipeline {
             Ok(())
         };
         let known = epoch.known(step);
-        let run = core.start_step(ids, ready, lay_out, known.as_ref().map(|k| k as &dyn KnownBatches), Timing::Ahead)?;
+        let run = Step::start(core, ids, ready, lay_out, known.as_ref().map(|k| k as &dyn KnownBatches), Timing::Ahead)?;
         self.started.push_back(Started { step, batch, needed, run });
         Ok(())
     }
@@ -123,7 +123,7 @@ impl Pipeline {
     pub fn drain(&mut self, core: &mut Core) -> Result<()> {
         let _in_step = call::enter(Call::EpochStep);
         while let Some(started) = self.started.pop_front() {
-            if let Err(err) = core.abandon_step(started.run) {
+            if let Err(err) = started.run.abandon(core) {
                 self.started.clear();
                 return Err(err);
             }

@@ -3,14 +3,14 @@
 //! agreement (learn the times; fail where any rank failed), decide the engine, run it,
 //! publish the statistics.
 //!
-//! A [`Step`] is what lies between the two halves: [`Core::start_step`] plans and
-//! proposes, [`Core::finish_step`] settles, decides and runs. `mdl_fetch_batch` does
+//! A [`Step`] is what lies between the two halves: [`Step::start`] plans and
+//! proposes, [`Step::finish`] settles, decides and runs. `mdl_fetch_batch` does
 //! both at once, its agreement blocking; an epoch's steps (`pipeline`) start
 //! `MDL_AGREEMENT_LAG` steps before they finish, their agreements nonblocking
 //! reductions that complete in between.
 //!
 //! Everything that may fail on one rank alone (the plan, the output buffer, the
-//! exchange's buffers) happens in `start_step`, before the agreement, so that the
+//! exchange's buffers) happens in `Step::start`, before the agreement, so that the
 //! failure reaches every rank before any of them communicates for the step.
 
 use super::core::Core;
@@ -40,7 +40,7 @@ pub struct FetchArgs<'a> {
 pub(super) enum Timing {
     /// At once, in a blocking reduction: nothing is left to overlap it with.
     Now,
-    /// At [`Core::finish_step`], steps later: a nonblocking reduction.
+    /// At [`Step::finish`], steps later: a nonblocking reduction.
     Ahead,
 }
 
@@ -66,6 +66,88 @@ enum Agreement {
     UnderWay(AgreementUnderWay),
 }
 
+impl Step {
+    /// Collective (the agreement's start): plan a step of this rank's `ids` and propose
+    /// its agreement. `ready`: this rank's reason to fail the step, found before (its
+    /// batch, its epoch). `lay_out(plan)` writes the batch's offsets and checks or grows
+    /// its output buffer. `known`: every rank's batch of the step (the built-in
+    /// sampler's); each rank's features then include the bytes it serves, worked out
+    /// from them, so O(1) values at any number of ranks. Without it (`mdl_fetch_batch`,
+    /// batches the caller gave), only this rank knows its own, and the features carry
+    /// the request matrix up to `MDL_MATRIX_MAX_RANKS` ranks.
+    pub(super) fn start(
+        core: &mut Core,
+        ids: &[u64],
+        ready: Result<()>,
+        lay_out: impl FnOnce(&BatchPlan) -> Result<()>,
+        known: Option<&dyn KnownBatches>,
+        timing: Timing,
+    ) -> Result<Step> {
+        let planned = ready
+            .and_then(|()| core.plan_step(ids))
+            .and_then(|p| lay_out(&p.plan).map(|()| p))
+            .and_then(|p| core.reserve_sends(known, &p.plan).map(|()| p));
+        let measured = core.take_measured();
+        let at = times_len(&measured);
+        let (ranks, me, matrix_max_ranks) = (core.data_comm().size(), core.data_comm().rank(), core.matrix_max_ranks());
+        let features_len = if known.is_some() { features::KNOWN_LEN } else { features::encoded_len(ranks, matrix_max_ranks) };
+        let mut maxima = agreement_values(&measured, features_len);
+        if let Ok(PlannedStep { plan, shape }) = &planned {
+            let values = &mut maxima[at..];
+            match known {
+                Some(known) => values.copy_from_slice(&features::encode_known(plan, shape, core.served_bytes(known, plan))),
+                None => features::encode(plan, shape, me, matrix_max_ranks, core.buffers.borrow().room(), values),
+            }
+        }
+        let error = planned.as_ref().err().cloned();
+        let proposal = Proposal { error, backend: core.backend, maxima, same: core.estimator.fingerprint() };
+        let mut buffers = core.take_agreement_buffers();
+        let agreement = match timing {
+            Timing::Now => {
+                let agreed = agree_in(&core.comm, &proposal, &mut buffers);
+                core.give_back_agreement_buffers(buffers);
+                Agreement::Reached(agreed)
+            }
+            Timing::Ahead => Agreement::UnderWay(start_agreement(&core.comm, &proposal, buffers)?),
+        };
+        Ok(Step { planned: planned.map(|p| p.plan), measured, known: known.is_some(), agreement })
+    }
+
+    /// Collective: complete a started step's agreement, then decide its engine and run
+    /// it into `out` (laid out at its start); returns the samples fetched. `known` is
+    /// what the step started with.
+    pub(super) fn finish(self, core: &mut Core, out: &mut [u8], known: Option<&dyn KnownBatches>) -> Result<u64> {
+        let Step { planned, measured, known: started_known, agreement } = self;
+        debug_assert_eq!(started_known, known.is_some(), "a step finishes with the batches it started with");
+        let blocking = matches!(agreement, Agreement::Reached(_));
+        let agreed = match core.complete(agreement) {
+            Ok(agreed) => agreed,
+            Err(err) => {
+                if blocking && err.status == mdl_status::MDL_ERR_CALL_MISMATCH {
+                    // Nothing was done, on any rank: the measurements go with the next step.
+                    core.pending.splice(0..0, measured);
+                }
+                return Err(err);
+            }
+        };
+        let at = times_len(&measured);
+        core.settle(measured, &agreed, planned.as_ref().err().cloned())?;
+        let plan = planned.expect("agreed that every rank planned its step");
+        let (step_features, node, requests_to_me) = core.agreed_features(&agreed.maxima[at..], known.is_some());
+        let decision = core.decide(&step_features, node, agreed.backend_max);
+        core.run(decision.as_ref(), &plan, out, known, step_features, requests_to_me.as_ref())
+    }
+
+    /// Collective: complete the agreement of a step that will not run (its epoch
+    /// stopped first, on every rank alike), keeping what it measured.
+    pub(super) fn abandon(self, core: &mut Core) -> Result<()> {
+        let at = times_len(&self.measured);
+        let agreed = core.complete(self.agreement)?;
+        core.learn(self.measured, &agreed.maxima[..at]);
+        Ok(())
+    }
+}
+
 impl Core {
     /// Collective: fetch a batch into the caller's buffer (`mdl_fetch_batch`): a step
     /// started and finished at once.
@@ -83,89 +165,9 @@ impl Core {
             }
             fits(plan, out_len)
         };
-        let step = self.start_step(ids, ready, lay_out, None, Timing::Now)?;
-        let samples = self.finish_step(step, out, None)?;
+        let step = Step::start(self, ids, ready, lay_out, None, Timing::Now)?;
+        let samples = step.finish(self, out, None)?;
         self.log_summary_every_epoch(samples);
-        Ok(())
-    }
-
-    /// Collective (the agreement's start): plan a step of this rank's `ids` and propose
-    /// its agreement. `ready`: this rank's reason to fail the step, found before (its
-    /// batch, its epoch). `lay_out(plan)` writes the batch's offsets and checks or grows
-    /// its output buffer. `known`: every rank's batch of the step (the built-in
-    /// sampler's); each rank's features then include the bytes it serves, worked out
-    /// from them, so O(1) values at any number of ranks. Without it (`mdl_fetch_batch`,
-    /// batches the caller gave), only this rank knows its own, and the features carry
-    /// the request matrix up to `MDL_MATRIX_MAX_RANKS` ranks.
-    pub(super) fn start_step(
-        &mut self,
-        ids: &[u64],
-        ready: Result<()>,
-        lay_out: impl FnOnce(&BatchPlan) -> Result<()>,
-        known: Option<&dyn KnownBatches>,
-        timing: Timing,
-    ) -> Result<Step> {
-        let planned = ready
-            .and_then(|()| self.plan_step(ids))
-            .and_then(|p| lay_out(&p.plan).map(|()| p))
-            .and_then(|p| self.reserve_sends(known, &p.plan).map(|()| p));
-        let measured = self.take_measured();
-        let at = times_len(&measured);
-        let (ranks, me, matrix_max_ranks) = (self.data_comm().size(), self.data_comm().rank(), self.matrix_max_ranks());
-        let features_len = if known.is_some() { features::KNOWN_LEN } else { features::encoded_len(ranks, matrix_max_ranks) };
-        let mut maxima = agreement_values(&measured, features_len);
-        if let Ok(PlannedStep { plan, shape }) = &planned {
-            let values = &mut maxima[at..];
-            match known {
-                Some(known) => values.copy_from_slice(&features::encode_known(plan, shape, self.served_bytes(known, plan))),
-                None => features::encode(plan, shape, me, matrix_max_ranks, self.buffers.borrow().room(), values),
-            }
-        }
-        let error = planned.as_ref().err().cloned();
-        let proposal = Proposal { error, backend: self.backend, maxima, same: self.estimator.fingerprint() };
-        let mut buffers = self.take_agreement_buffers();
-        let agreement = match timing {
-            Timing::Now => {
-                let agreed = agree_in(&self.comm, &proposal, &mut buffers);
-                self.give_back_agreement_buffers(buffers);
-                Agreement::Reached(agreed)
-            }
-            Timing::Ahead => Agreement::UnderWay(start_agreement(&self.comm, &proposal, buffers)?),
-        };
-        Ok(Step { planned: planned.map(|p| p.plan), measured, known: known.is_some(), agreement })
-    }
-
-    /// Collective: complete a started step's agreement, then decide its engine and run
-    /// it into `out` (laid out at its start); returns the samples fetched. `known` is
-    /// what the step started with.
-    pub(super) fn finish_step(&mut self, step: Step, out: &mut [u8], known: Option<&dyn KnownBatches>) -> Result<u64> {
-        let Step { planned, measured, known: started_known, agreement } = step;
-        debug_assert_eq!(started_known, known.is_some(), "a step finishes with the batches it started with");
-        let blocking = matches!(agreement, Agreement::Reached(_));
-        let agreed = match self.complete(agreement) {
-            Ok(agreed) => agreed,
-            Err(err) => {
-                if blocking && err.status == mdl_status::MDL_ERR_CALL_MISMATCH {
-                    // Nothing was done, on any rank: the measurements go with the next step.
-                    self.pending.splice(0..0, measured);
-                }
-                return Err(err);
-            }
-        };
-        let at = times_len(&measured);
-        self.settle(measured, &agreed, planned.as_ref().err().cloned())?;
-        let plan = planned.expect("agreed that every rank planned its step");
-        let (step_features, node, requests_to_me) = self.agreed_features(&agreed.maxima[at..], known.is_some());
-        let decision = self.decide(&step_features, node, agreed.backend_max);
-        self.run(decision.as_ref(), &plan, out, known, step_features, requests_to_me.as_ref())
-    }
-
-    /// Collective: complete the agreement of a step that will not run (its epoch
-    /// stopped first, on every rank alike), keeping what it measured.
-    pub(super) fn abandon_step(&mut self, step: Step) -> Result<()> {
-        let at = times_len(&step.measured);
-        let agreed = self.complete(step.agreement)?;
-        self.learn(step.measured, &agreed.maxima[..at]);
         Ok(())
     }
 

@@ -30,6 +30,10 @@ with mdloader.Loader(comm) as ld:
     for epoch in range(1000):
         for step, batch in enumerate(ld.epoch(16, epoch=epoch)):
             if comm.rank == 1 and epoch == 1 and step == 3:
+                # When the failure happens, on the clock the runner reads after the job:
+                # what must take seconds is the end after it, not the start-up (torch's
+                # import under load) before it.
+                print(f"failing at {time.time():.3f}", flush=True)
                 if mode.startswith("raise"):
                     raise RuntimeError("a collate function failed on rank 1")
                 os.kill(os.getpid(), signal.SIGINT)

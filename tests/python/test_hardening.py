@@ -275,7 +275,7 @@ def all_samples_of(comm, mine):
 def test_dataloader_reuse_buffer_without_sizes_array(comm, loader):
     loader.register_shard(samples_of(comm.rank))
     want = all_samples(comm)
-    dl = mdloader.DataLoader(loader, batch_size=3, shuffle=True, seed=5, reuse_buffer=True)
+    dl = mdloader.DataLoader(loader, batch_size=3, shuffle=True, seed=5, reuse_buffer=True, sampler="python")
     seen = []
     for batch in dl:
         seen.extend(int(i) for i in batch.ids)
