@@ -60,7 +60,7 @@ impl BatchPlan {
     }
 
     /// The plan of fetching `ids` on rank `my_rank`, which copies the samples of the
-    /// ranks it shares memory with (`topology`). Its memory (about 48 bytes per id) is
+    /// ranks it shares memory with (`topology`). Its memory (about 40 bytes per id) is
     /// allocated fallibly: a batch too large for this rank is `MDL_ERR_NO_MEMORY`
     /// before any rank communicates, never an abort.
     pub fn on_node(index: &GlobalIndex, my_rank: usize, ids: &[u64], topology: &Topology) -> Result<BatchPlan> {
@@ -71,30 +71,22 @@ impl BatchPlan {
         let mut in_request_order = Vec::new();
         // No per-owner array: an O(P) array per step is what grows with the ranks.
         let mut remote_bytes = 0u64;
-        // First the output layout alone: its loads from the index (a cache miss per
-        // sample in a large one) do not depend on each other, so the CPU overlaps them;
-        // the samples' starts are kept for the owner lookups below, which then do not
-        // unpack the index's entries a second time.
-        let mut starts = memory::with_room(ids.len())?;
+        // One pass; the index's line of the sample INDEX_AHEAD on is asked for first (a
+        // cache miss per sample in a large index), so that those loads overlap.
+        let table = index.table();
         let mut at = 0u64;
         out_offsets.push(at);
         for (k, &id) in ids.iter().enumerate() {
             if let Some(&later) = ids.get(k + INDEX_AHEAD) {
-                index.prefetch(later);
+                table.prefetch(later);
             }
-            let (start, len) = index.span_of(id).ok_or_else(|| {
+            let (start, len) = table.span_of(id).ok_or_else(|| {
                 Error::new(
                     mdl_status::MDL_ERR_OUT_OF_RANGE,
                     format!("ids[{k}] = {id} is out of range (num_samples = {})", index.num_samples()),
                 )
             })?;
-            starts.push(start);
-            at += len;
-            out_offsets.push(at);
-        }
-        for (k, (&id, &start)) in ids.iter().zip(&starts).enumerate() {
-            let at = out_offsets[k];
-            let loc = index.locate_at(id, start, out_offsets[k + 1] - at);
+            let loc = index.locate_at(id, start, len);
             if loc.len > 0 && topology.shares(my_rank, loc.owner) {
                 grow(&mut local, ids.len() / ranks.max(1) + 16)?;
                 local.push(LocalCopy { owner: loc.owner, src_offset: loc.offset, dest_offset: at, len: loc.len });
@@ -114,6 +106,8 @@ impl BatchPlan {
                     len: loc.len,
                 });
             }
+            at += len;
+            out_offsets.push(at);
         }
         let gets = coalesce(&in_request_order)?;
         let mut remote = in_request_order;

@@ -9,6 +9,7 @@
 //! at all: a sample's place is arithmetic, which saves the memory and the cache miss
 //! per sample that a lookup in a large table costs.
 
+use super::owners::Owners;
 use super::packed::{LINE_WORDS, Line, Packing};
 use crate::error::Result;
 use crate::memory;
@@ -75,8 +76,8 @@ impl PrivateWords {
 /// Global id -> location, identical on every rank.
 #[derive(Debug)]
 pub struct GlobalIndex {
-    /// `first_id[r]` is rank r's first global id; `first_id[P]` is the number of samples.
-    first_id: Vec<u64>,
+    /// Each rank's first global id, and which rank owns an id.
+    owners: Owners,
     /// Where rank r's shard begins in the concatenation. P entries that stay in cache,
     /// where the start of its first sample would be one more cache miss per sample in
     /// a large index.
@@ -92,35 +93,57 @@ pub struct GlobalIndex {
     starts: Starts,
 }
 
-/// Rank r's first global id at `[r]`, the number of samples last.
-fn first_ids(per_rank: &[u64]) -> Vec<u64> {
-    let mut first_id = Vec::with_capacity(per_rank.len() + 1);
-    let mut next = 0;
-    for &n in per_rank {
-        first_id.push(next);
-        next += n;
+/// [`GlobalIndex::table`]: what a lookup reads, copied out of the index once.
+#[derive(Clone, Copy)]
+pub struct Table<'a> {
+    samples: u64,
+    uniform: bool,
+    uniform_len: u64,
+    packing: Packing,
+    lines: &'a [Line],
+}
+
+impl Table<'_> {
+    /// See [`GlobalIndex::span_of`].
+    #[inline(always)]
+    pub fn span_of(&self, id: u64) -> Option<(u64, u64)> {
+        if id >= self.samples {
+            return None;
+        }
+        if self.uniform {
+            return Some((id * self.uniform_len, self.uniform_len));
+        }
+        let (start, end) = self.packing.bounds(self.lines, id);
+        Some((start, end - start))
     }
-    first_id.push(next);
-    first_id
+
+    /// See [`GlobalIndex::prefetch`].
+    #[inline(always)]
+    pub fn prefetch(&self, id: u64) {
+        if self.uniform || id >= self.samples {
+            return;
+        }
+        crate::prefetch::lines(std::slice::from_ref(&self.lines[self.packing.line_of(id)]), 1);
+    }
 }
 
 impl GlobalIndex {
     /// The index from each rank's sample count and the packed starts of every sample
     /// and of the end (`packing`'s layout).
     pub fn from_starts(per_rank: &[u64], packing: Packing, starts: Starts) -> GlobalIndex {
-        let first_id = first_ids(per_rank);
+        let owners = Owners::new(per_rank);
         assert_eq!(packing.words(), starts.as_slice().len(), "the starts must be packed as `packing` says");
-        let shard_start = first_id[..per_rank.len()].iter().map(|&first| packing.start(starts.lines(), first)).collect();
-        GlobalIndex { first_id, shard_start, uniform: false, uniform_len: 0, packing, starts }
+        let shard_start = owners.first_ids()[..per_rank.len()].iter().map(|&first| packing.start(starts.lines(), first)).collect();
+        GlobalIndex { owners, shard_start, uniform: false, uniform_len: 0, packing, starts }
     }
 
     /// The index of a job whose samples all take `len` bytes.
     pub fn uniform(per_rank: &[u64], len: u64) -> GlobalIndex {
-        let first_id = first_ids(per_rank);
-        let shard_start = first_id[..per_rank.len()].iter().map(|&first| first * len).collect();
+        let owners = Owners::new(per_rank);
+        let shard_start = owners.first_ids()[..per_rank.len()].iter().map(|&first| first * len).collect();
         // No table: the packing of no sample, never read.
         let packing = Packing::new(0, 0).expect("an empty index fits");
-        GlobalIndex { first_id, shard_start, uniform: true, uniform_len: len, packing, starts: Starts::Private(PrivateWords::default()) }
+        GlobalIndex { owners, shard_start, uniform: true, uniform_len: len, packing, starts: Starts::Private(PrivateWords::default()) }
     }
 
     /// The index from every sample's length (tests and the step-cost benchmark).
@@ -139,29 +162,35 @@ impl GlobalIndex {
 
     /// Rank r's first global id is `first_ids()[r]`; the last entry is the total.
     pub fn first_ids(&self) -> &[u64] {
-        &self.first_id
+        self.owners.first_ids()
     }
 
     pub fn num_samples(&self) -> u64 {
-        *self.first_id.last().expect("first_id has P + 1 entries")
+        self.owners.num_samples()
     }
 
     pub fn num_ranks(&self) -> usize {
-        self.first_id.len() - 1
+        self.owners.num_ranks()
+    }
+
+    /// The table seen once for many lookups (a batch plan's): where it lives and how it
+    /// is packed are then read once, not again for every sample.
+    #[inline]
+    pub fn table(&self) -> Table<'_> {
+        Table {
+            samples: self.num_samples(),
+            uniform: self.uniform,
+            uniform_len: self.uniform_len,
+            packing: self.packing,
+            lines: self.starts.lines(),
+        }
     }
 
     /// Where sample `id` starts in the concatenation of all shards, and its length
     /// (None out of range).
-    #[inline(always)]
+    #[inline]
     pub fn span_of(&self, id: u64) -> Option<(u64, u64)> {
-        if id >= self.num_samples() {
-            return None;
-        }
-        if self.uniform {
-            return Some((id * self.uniform_len, self.uniform_len));
-        }
-        let (start, end) = self.packing.bounds(self.starts.lines(), id);
-        Some((start, end - start))
+        self.table().span_of(id)
     }
 
     #[inline]
@@ -173,18 +202,7 @@ impl GlobalIndex {
     /// effect on results, nothing to ask for without a table).
     #[inline]
     pub fn prefetch(&self, id: u64) {
-        if self.uniform || id >= self.num_samples() {
-            return;
-        }
-        crate::prefetch::lines(std::slice::from_ref(&self.starts.lines()[self.packing.line_of(id)]), 1);
-    }
-
-    /// Owner rank of `id` (which must be in range).
-    #[inline]
-    fn owner_of(&self, id: u64) -> usize {
-        // The last rank whose first id is <= id; empty ranks share their successor's
-        // first id and are skipped by taking the last.
-        self.first_id[..self.num_ranks()].partition_point(|&first| first <= id) - 1
+        self.table().prefetch(id)
     }
 
     #[inline]
@@ -197,7 +215,7 @@ impl GlobalIndex {
     /// it while it lays out the output): no second lookup in the table.
     #[inline]
     pub fn locate_at(&self, id: u64, start: u64, len: u64) -> Location {
-        let owner = self.owner_of(id);
+        let owner = self.owners.owner_of(id);
         Location { owner, offset: start - self.shard_start[owner], len }
     }
 

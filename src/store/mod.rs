@@ -11,6 +11,7 @@
 mod index;
 mod node_index;
 mod node_shard;
+mod owners;
 mod packed;
 mod shm_budget;
 mod topology;

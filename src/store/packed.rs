@@ -2,8 +2,11 @@
 //! shards, in one 64-byte line per `per_line` consecutive samples.
 //!
 //! A line is eight `u64` words. Word 0 holds the absolute start of the line's first
-//! sample (its base); the other 448 bits hold the next `per_line - 1` samples' starts,
-//! each as its low `width` bits. A start is recovered from its base: the distance from
+//! sample (its base), rotated right by `width` bits; the other 448 bits hold the next
+//! `per_line - 1` samples' starts, each as its low `width` bits. The rotation puts the
+//! base's own low bits at the top of word 0, just before slot 1's entry, so that slot 0
+//! has an entry like every other slot and a lookup decodes every slot alike, with no
+//! branch on the slot. A start is recovered from its base: the distance from
 //! the base is below 2^width (no sample is longer than the job's longest, `longest`,
 //! so `(per_line - 1) * longest < 2^width`), hence `start = base + ((entry - base) mod
 //! 2^width)`. Entries are those low bits rather than the distance itself so that each
@@ -40,6 +43,8 @@ const MAX_SAMPLES: u64 = 1 << 62;
 pub struct Packing {
     per_line: u64,
     width: u32,
+    /// Where slot 0's entry begins: the top `width` bits of word 0.
+    first_bit: u64,
     mask: u64,
     lines: usize,
     line_of: Divisor,
@@ -59,7 +64,8 @@ impl Packing {
             return Err(too_many());
         }
         let mask = u64::MAX >> (64 - width);
-        Ok(Packing { per_line, width, mask, lines: lines as usize, line_of: Divisor::new(per_line) })
+        let first_bit = 64 - width as u64;
+        Ok(Packing { per_line, width, first_bit, mask, lines: lines as usize, line_of: Divisor::new(per_line) })
     }
 
     /// Words of the whole index.
@@ -83,15 +89,21 @@ impl Packing {
         (line as usize, id - line * self.per_line)
     }
 
-    /// Where the start of a line's `slot`-th sample (> 0) begins, in bits from the line's.
-    /// (Slot 0's would end where slot 1's begins: in the base's top bits.)
+    /// Where the entry of a line's `slot`-th sample begins, in bits from the line's
+    /// (slot 0's: the top bits of the rotated base).
     #[inline]
     fn entry_bit(&self, slot: u64) -> u64 {
-        64 - self.width as u64 + slot * self.width as u64
+        self.first_bit + slot * self.width as u64
     }
 
-    /// The entries of a line's `slot`-th sample and the next (the base's top bits for
-    /// slot 0; garbage after the line's last), in their low bits: two neighbouring
+    /// A line's base, from its word 0.
+    #[inline]
+    fn base(&self, line: &Line) -> u64 {
+        line[0].rotate_left(self.width)
+    }
+
+    /// The entries of a line's `slot`-th sample and the next (garbage after the line's
+    /// last), in their low bits: two neighbouring
     /// entries of at most 32 bits in one 64-bit read (word indices masked to the line:
     /// no bounds checks), or two whole words.
     #[inline(always)]
@@ -125,10 +137,10 @@ impl Packing {
     pub fn bounds(&self, lines: &[Line], id: u64) -> (u64, u64) {
         let (line, slot) = self.place(id);
         let here = &lines[line];
-        let base = here[0];
+        let base = self.base(here);
         let (start_low, end_low) = self.entries(here, slot);
-        let start = if slot == 0 { base } else { self.near(base, start_low) };
-        let end = if slot + 1 < self.per_line { self.near(base, end_low) } else { lines[line + 1][0] };
+        let start = self.near(base, start_low);
+        let end = if slot + 1 < self.per_line { self.near(base, end_low) } else { self.base(&lines[line + 1]) };
         (start, end)
     }
 
@@ -175,7 +187,7 @@ impl Packing {
             let (line, slot) = self.place(id);
             let line_word = line * LINE_WORDS;
             if slot == 0 {
-                add(line_word, start);
+                add(line_word, start.rotate_right(self.width));
                 continue;
             }
             let bit = self.entry_bit(slot) as usize;
