@@ -244,7 +244,7 @@ enum mdl_status mdl_replica_part(const struct mdl_loader *h,
  * otherwise, agreed over the job, into each rank's private memory, with a warning
  * from each short node (no SIGBUS, no hang where /dev/shm is small). The index
  * takes 1-3 bytes per sample of the job for samples up to 64 KiB (once per node;
- * at most 7.1 for longer ones), unless every sample of the job has the same length:
+ * up to 8 for longer ones), unless every sample of the job has the same length:
  * then there is no index table, and fetches skip its lookups.
  */
 enum mdl_status mdl_register_shard(struct mdl_loader *h,

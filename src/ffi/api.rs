@@ -186,7 +186,7 @@ pub extern "C" fn mdl_replica_part(h: *const mdl_loader, num_samples: u64, first
 /// otherwise, agreed over the job, into each rank's private memory, with a warning
 /// from each short node (no SIGBUS, no hang where /dev/shm is small). The index
 /// takes 1-3 bytes per sample of the job for samples up to 64 KiB (once per node;
-/// at most 7.1 for longer ones), unless every sample of the job has the same length:
+/// up to 8 for longer ones), unless every sample of the job has the same length:
 /// then there is no index table, and fetches skip its lookups.
 #[unsafe(no_mangle)]
 pub extern "C" fn mdl_register_shard(

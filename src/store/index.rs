@@ -309,6 +309,17 @@ mod tests {
     }
 
     #[test]
+    fn trailing_empty_ranks_when_the_end_is_a_lines_last_slot() {
+        // Empty ranks begin at N; with N = per_line - 1 (mod per_line) the start of N sits
+        // in a line's last slot, whose end would be in a line that does not exist.
+        check(&[1; 64], &[64, 0]);
+        check(&[1; 64], &[30, 34, 0, 0]);
+        let lengths: Vec<u64> = (0..87u64).map(|i| (i * 2_654_435_761) % 50_001).collect();
+        check(&lengths, &[28, 29, 30, 0]);
+        check(&lengths, &[0, 87, 0]);
+    }
+
+    #[test]
     fn one_sample_and_zero_lengths() {
         check(&[65536], &[1]);
         check(&[0], &[0, 1]);

@@ -97,8 +97,9 @@ impl ByteSpan {
 /// Bytes a round of the leaders' exchange moves in all (at most): the scratch
 /// buffer's size, and a message size at which a network runs at full bandwidth.
 const EXCHANGE_BYTES: u64 = 8 << 20;
-/// The least a round moves whatever `MDL_MAX_MESSAGE_BYTES` says (512 words).
-const MIN_EXCHANGE_BYTES: u64 = 4096;
+/// The least a round moves from each node whatever `MDL_MAX_MESSAGE_BYTES` says (512
+/// words).
+const MIN_NODE_ROUND_BYTES: u64 = 4096;
 
 /// Where every rank's words are, and the exchange.
 struct NodeLayout {
@@ -125,9 +126,12 @@ impl NodeLayout {
     fn new(leader_of: &[u64], per_rank: &[u64], packing: Packing, max_message: u64) -> NodeLayout {
         let first: Vec<u64> = per_rank.iter().scan(0u64, |at, &n| Some(std::mem::replace(at, *at + n))).collect();
         let segments = NodeSegments::of(leader_of, &first, per_rank, &packing);
-        // MDL_MAX_MESSAGE_BYTES bounds the rounds, down to a floor: at a few bytes a
-        // round, a million samples would take a million rounds.
-        let plan = ExchangePlan::new(&segments, EXCHANGE_BYTES.min(max_message.max(MIN_EXCHANGE_BYTES)));
+        // MDL_MAX_MESSAGE_BYTES bounds the rounds, down to a floor from each node: at a
+        // few bytes a round, a million samples would take a million rounds, and where
+        // every rank is a node of its own (the private index) a floor over all nodes
+        // would leave one word a rank a round at P >= 512.
+        let floor = MIN_NODE_ROUND_BYTES * segments.nodes() as u64;
+        let plan = ExchangePlan::new(&segments, EXCHANGE_BYTES.min(max_message).max(floor));
         let samples = per_rank.iter().sum();
         NodeLayout { first, samples, packing, segments, plan }
     }

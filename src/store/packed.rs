@@ -125,10 +125,14 @@ impl Packing {
         base + (low.wrapping_sub(base) & self.mask)
     }
 
-    /// Where sample `id` (< the sample count) starts, in the index's `lines`.
+    /// Where sample `id` (<= the sample count: N's start is the end of the last) starts,
+    /// in the index's `lines`. Its end is not read: for id N in a line's last slot it
+    /// would be in a line that does not exist (trailing empty ranks begin at N).
     #[inline]
     pub fn start(&self, lines: &[Line], id: u64) -> u64 {
-        self.bounds(lines, id).0
+        let (line, slot) = self.place(id);
+        let here = &lines[line];
+        self.near(self.base(here), self.entries(here, slot).0)
     }
 
     /// Where sample `id` (< the sample count) starts and ends: both entries read at
