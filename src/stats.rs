@@ -200,8 +200,8 @@ impl Stats {
              \"bytes_remote\": {}, \"decisions\": {}, \"probes\": {}, \"switches\": {}, \
              \"node_local\": {{\"steps\": {}, \"bytes\": {}, \"samples\": {}, \"seconds\": {}}}, \
              \"probe_cost\": {{\"steps\": {}, \"seconds\": {}, \"excess_seconds\": {}}}, \
-             \"engine_free_steps\": {}, \"exchange_rounds\": {}, \"calibration\": {{\"source\": \"{}\", \"seconds\": {}, \"points_onesided\": {}, \
-             \"points_collective\": {}, {params}}}}}",
+             \"engine_free_steps\": {}, \"exchange_rounds\": {}, \"calibration\": {{\"source\": \"{}\", \"seconds\": {}, \"setup_seconds\": {}, \
+             \"last_probe_seconds\": {}, \"points_onesided\": {}, \"points_collective\": {}, {params}}}}}",
             backend.name(),
             self.steps(),
             engine(&self.onesided),
@@ -223,6 +223,8 @@ impl Stats {
             self.exchange_rounds,
             calibration.source,
             number(calibration.seconds),
+            number(calibration.setup_seconds),
+            number(calibration.last_probe_seconds),
             calibration.points[0],
             calibration.points[1],
         )

@@ -120,11 +120,16 @@ pub struct Calibration {
     pub seconds: f64,
     /// Batches measured per engine (one-sided, collective).
     pub points: [usize; 2],
+    /// What of `seconds` the budget cannot cut short: building and freeing the scratch
+    /// store, and the last probe, which runs to its end once started (the budget is
+    /// checked between probes).
+    pub setup_seconds: f64,
+    pub last_probe_seconds: f64,
 }
 
 impl Calibration {
     pub fn default_params(source: &'static str) -> Calibration {
-        Calibration { params: CostParams::default(), source, seconds: 0.0, points: [0, 0] }
+        Calibration { params: CostParams::default(), source, seconds: 0.0, points: [0, 0], setup_seconds: 0.0, last_probe_seconds: 0.0 }
     }
 }
 
@@ -178,7 +183,9 @@ pub fn measure(comm: &Comm, settings: &CalibrationSettings) -> Result<Calibratio
             return Ok(Calibration::default_params("default"));
         }
     };
+    let probing_began = mpi::wtime();
     let measured = run_probes(comm, &store, settings, started);
+    let probing = mpi::wtime() - probing_began;
     if mpi::timed_out(&measured) {
         // A peer is stuck in a probe: freeing the window would wait for it, for ever
         // (MPI_Win_free is collective), and it may still read the scratch shard.
@@ -186,7 +193,7 @@ pub fn measure(comm: &Comm, settings: &CalibrationSettings) -> Result<Calibratio
         return Err(measured.expect_err("a timeout is an error"));
     }
     let freed = store.free();
-    let (rows, times) = measured?;
+    let (rows, times, last_probe_seconds) = measured?;
     freed?;
     let mut params = CostParams::default();
     let mut fitted = 0;
@@ -202,6 +209,7 @@ pub fn measure(comm: &Comm, settings: &CalibrationSettings) -> Result<Calibratio
     }
     let seconds = mpi::wtime() - started;
     let points = [rows[0].len(), rows[1].len()];
+    let setup_seconds = seconds - probing;
     if fitted == 0 {
         // The budget ended before either engine had a batch per coefficient: said as it
         // is, not as "measured". (The same on every rank: the rows follow agreed times.)
@@ -212,10 +220,10 @@ pub fn measure(comm: &Comm, settings: &CalibrationSettings) -> Result<Calibratio
             points[1],
             settings.budget_seconds
         );
-        return Ok(Calibration { params, source: "default", seconds, points });
+        return Ok(Calibration { params, source: "default", seconds, points, setup_seconds, last_probe_seconds });
     }
     log::info!("calibration ({seconds:.3} s, {} + {} batches): {params:?}", points[0], points[1]);
-    Ok(Calibration { params, source: "measured", seconds, points })
+    Ok(Calibration { params, source: "measured", seconds, points, setup_seconds, last_probe_seconds })
 }
 
 /// Fit with each batch's equation divided by the square root of its measured time: a
@@ -236,7 +244,8 @@ fn fit_weighted(rows: &[Vec<f64>], times: &[f64]) -> Option<Vec<f64>> {
     fit_nonnegative(&scaled, &ones)
 }
 
-type Measurements = ([Vec<Vec<f64>>; 2], [Vec<f64>; 2]);
+/// Each engine's rows and times, and the seconds of the last probe.
+type Measurements = ([Vec<Vec<f64>>; 2], [Vec<f64>; 2], f64);
 
 fn run_probes(comm: &Comm, store: &Store, settings: &CalibrationSettings, started: f64) -> Result<Measurements> {
     let (rank, ranks) = (comm.rank(), comm.size());
@@ -250,6 +259,8 @@ fn run_probes(comm: &Comm, store: &Store, settings: &CalibrationSettings, starte
     // first probe; and the bytes and seconds of the largest probe timed so far.
     let mut elapsed: Option<f64> = None;
     let mut largest: Option<(u64, f64)> = None;
+    let probes_began = mpi::wtime() - started;
+    let mut last_probe = 0.0;
     let mut served_apart = false;
     for probe in PROBES.iter().filter(|p| !p.hot_target || ranks >= 3) {
         if probe.costly {
@@ -342,6 +353,7 @@ fn run_probes(comm: &Comm, store: &Store, settings: &CalibrationSettings, starte
         }
         served_apart |= probe.hot_target;
         let now = slowest[2 * (REPS + 1)];
+        last_probe = now - probe_started.unwrap_or(probes_began);
         elapsed = Some(now);
         let out_of_time = now > settings.budget_seconds;
         log::debug!(
@@ -365,7 +377,7 @@ fn run_probes(comm: &Comm, store: &Store, settings: &CalibrationSettings, starte
         // cost between the two terms at random.
         rows.iter_mut().flatten().for_each(|row| row[SERVED_TERM] = 0.0);
     }
-    Ok((rows, times))
+    Ok((rows, times, last_probe))
 }
 
 /// The ranks that read from a rank in the probes: for each, how many targets it reads
@@ -496,7 +508,7 @@ pub fn load(path: &std::path::Path) -> Result<Calibration> {
         values.push((name.to_string(), value.abs()));
     }
     let params = CostParams::from_named(&values).expect("every name was read");
-    Ok(Calibration { params, source: "file", seconds: 0.0, points: [0, 0] })
+    Ok(Calibration { params, ..Calibration::default_params("file") })
 }
 
 /// The number after `"key":` in a flat JSON text: a whole value, followed by `,`, `}`

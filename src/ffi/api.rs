@@ -473,7 +473,9 @@ pub extern "C" fn mdl_before_mpi_finalize() {
 /// sample), "exchange_rounds" (the collective engine's exchanges of samples: one per
 /// collective step unless a step moves more than MDL_MAX_MESSAGE_BYTES to or from some
 /// rank), and "calibration" ("source": measured, default, file, or "not needed (one node)" where the node-local path copies every sample,
-/// "seconds", "points_onesided", "points_collective" and the cost model's parameters,
+/// "seconds", "setup_seconds" and "last_probe_seconds" (what of those seconds the budget
+/// cannot cut short: the scratch store, and the probe that crossed the budget), "points_onesided",
+/// "points_collective" and the cost model's parameters,
 /// see docs/estimator.md). The "calibration" object, saved to a file, can be loaded with
 /// MDL_CALIBRATION=<file> to skip measuring. Never waits on other ranks, even while a
 /// prefetch thread is inside a step (mdl_num_samples and mdl_sample_size neither).

@@ -72,12 +72,20 @@ int main(int argc, char **argv)
     double cal = tc_json_number(js, "\"calibration\"", "seconds");
     const char *budget_env = getenv("MDL_CALIBRATION_SECONDS");
     double budget = budget_env ? atof(budget_env) : 0.4;
-    /* The budget is checked between calibration batches: allow one batch of overrun,
-       which on oversubscribed MPICH with other jobs on the machine took 0.25 s. */
-    char what[200];
-    snprintf(what, sizeof what, "calibration took %.3f s (budget %.2f s), registration %.3f s", cal, budget,
-             register_seconds);
-    check(cal >= 0 && cal <= budget + 1.0 && cal <= register_seconds + 1e-6, what);
+    /* The budget is checked between calibration batches, so the batch that crosses it
+       runs to its end, and the scratch store's set-up and release are not cut short
+       either: both are reported, measured by the library, and only they may exceed
+       the budget (a fixed allowance failed at load 40, where one batch took a second).
+       The slack covers the final fit and one clock against the slowest rank's. */
+    double setup = tc_json_number(js, "\"calibration\"", "setup_seconds");
+    double last_probe = tc_json_number(js, "\"calibration\"", "last_probe_seconds");
+    char what[240];
+    snprintf(what, sizeof what,
+             "calibration took %.3f s (budget %.2f s, set-up %.3f s, last probe %.3f s), registration %.3f s", cal,
+             budget, setup, last_probe, register_seconds);
+    check(cal >= 0 && setup >= 0 && last_probe >= 0 && cal <= budget + setup + last_probe + 0.1 &&
+              cal <= register_seconds + 1e-6,
+          what);
     /* At more than one rank it is measured, unless the budget ran out before either
        engine had a probe per parameter (4 each; a loaded machine): then it says
        "default". The budget is judged on the slowest rank's clock: this rank's own
