@@ -356,7 +356,8 @@ class DistDataset(HoldsOpenEpoch, torch.utils.data.Dataset):
     def __getstate__(self) -> dict:
         """What a worker process gets: no loader (MPI stays in the main process); a fetch
         there is the clear error of :meth:`_fetch`."""
-        return {**self.__dict__, "loader": None, "comm": None, "_open_epoch": None, "_num_samples": len(self)}
+        return {**self.__dict__, "loader": None, "comm": None, "ddstore_comm": None, "_open_epoch": None,
+                "_num_samples": len(self)}
 
     def len(self) -> int:
         return len(self)
