@@ -59,8 +59,11 @@ for np in "${@:-2}"; do
             [ $path = mdloader ] && script=LennardJones_mdloader.py
             name=LJ-np$np-$path-$run
             echo "== $name"
+            # HydraGNN's own retry of a busy MASTER_PORT (8889 by default) moves rank 0
+            # alone to the next port, and the job hangs: a free port is chosen here.
+            port=$("$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
             # The first run writes the dataset (dataset/LJ.pickle), which every run reads.
-            mpirun.openmpi --oversubscribe --bind-to none -np "$np" "$PY" "$HERE/launch.py" "$WORK/results/$name" \
+            HYDRAGNN_MASTER_PORT=$port mpirun.openmpi -x HYDRAGNN_MASTER_PORT --oversubscribe --bind-to none -np "$np" "$PY" "$HERE/launch.py" "$WORK/results/$name" \
                 "$script" --ddstore --pickle --inputfile LJ_bench.json --log "$name" >"$WORK/results/$name.out" 2>&1 ||
                 { tail -30 "$WORK/results/$name.out"; exit 1; }
         done
