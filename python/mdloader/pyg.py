@@ -23,8 +23,10 @@ fields with vectorised numpy, equal to ``Batch.from_data_list`` of the same grap
 stored as their raw 16-bit patterns and come back bit for bit (not as an attribute
 incremented by the node count).
 
-HydraGNN users: ``DistDataset(data, label, comm, ddstore_width=..., local=...)`` takes
-HydraGNN's arguments; ``ddstore_width`` ranks hold one full copy (replica groups). It
+HydraGNN users: ``DistDataset(data, label, comm, ddstore_width=..., local=...,
+var_config=..., ddstore_store_per_sample=...)`` takes HydraGNN's arguments and has the
+attributes its trainer reads (``ddstore_comm``, ``dataset_name``: see
+:mod:`mdloader.pyg_hydragnn`). It
 also works under torch_geometric's own ``DataLoader`` with a ``DistributedSampler``
 (one collective fetch per batch through ``__getitems__``), and :class:`DataLoader` here
 is the fast path (prefetch, steps agreed ahead, vectorised collate), with the library's
@@ -45,10 +47,11 @@ import numpy as np
 import torch
 from torch_geometric.data import Batch, Data
 
-from . import pyg_fast
+from . import pyg_fast, pyg_hydragnn
+from .args import NO_SUCH_ID
 from .background import in_background
 from .batches import agreed_batches
-from .errors import EpochTakenOver, MDLError
+from .errors import EpochTakenOver, MDLError, Status
 from .loader import Loader
 from .open_epoch import HoldsOpenEpoch
 from .typed import agree_schema, encode
@@ -286,9 +289,13 @@ class DistDataset(HoldsOpenEpoch, torch.utils.data.Dataset):
     of a module, which a rank that holds no graph imports to cut batches as the others
     do). With ``local=False`` every rank passes the whole dataset (or the same indexable
     view of it) and keeps its share; with ``local=True`` each rank passes only its own
-    graphs (possibly none). label: a name (for messages). ddstore_width:
-    how many consecutive ranks hold one full copy (replica groups; default all of
-    ``comm``, one copy); fetches then read only the rank's own group.
+    graphs (possibly none). label: a name (for messages). ddstore_width: groups of that
+    many consecutive ranks (default all of ``comm``), HydraGNN's ``ddstore_comm``: with
+    ``local=False`` each group holds one full copy (replica groups; fetches read only the
+    rank's own group); with ``local=True`` each group's dataset is its own ranks' graphs,
+    in rank order. ``var_config``, ``ddstore_store_per_sample`` and ``dataset_name``
+    tagging as HydraGNN's (:mod:`mdloader.pyg_hydragnn`). Bad or differing arguments
+    raise on every rank.
 
     ``dataset[i]`` is graph i (a collective fetch: every rank must ask for one graph at
     the same time); ``dataset.__getitems__(ids)``, what torch's DataLoader calls with a
@@ -297,28 +304,51 @@ class DistDataset(HoldsOpenEpoch, torch.utils.data.Dataset):
     """
 
     def __init__(self, data: Any, label: str = "dataset", comm: Any = None, ddstore_width: Optional[int] = None,
-                 local: bool = False):
+                 local: bool = False, var_config: Optional[dict] = None, ddstore_store_per_sample: bool = True):
         from mpi4py import MPI
 
         self.comm = MPI.COMM_WORLD if comm is None else comm
         self.label = label
-        width = self.comm.Get_size() if ddstore_width is None else ddstore_width
-        if local and width != self.comm.Get_size():
-            raise ValueError(f"{label}: local=True with ddstore_width={width}: each copy must hold the whole "
-                             "dataset; pass every graph with local=False")
-        self.loader = Loader(self.comm, group_size=None if width == self.comm.Get_size() else width)
-        mine, problem = None, ""
-        try:
-            mine = list(data) if local else [data[i] for i in self.loader.replica_part(len(data))]
-        except Exception as err:  # noqa: BLE001 - agreed in register_graphs
-            problem = f"{label}: {type(err).__name__}: {err}"
+        width = pyg_hydragnn.agree_arguments(self.comm, label, ddstore_width, local, var_config,
+                                             ddstore_store_per_sample)
+        # HydraGNN's attributes: its trainer and examples read them (create_dataloaders'
+        # group=trainset.ddstore_comm gives DistributedSampler the group's ranks).
+        rank = self.comm.Get_rank()
+        self.ddstore_width, self.local = width, local
+        self.ddstore_comm = self.comm.Split(rank // width, rank)
+        self.ddstore_comm_rank, self.ddstore_comm_size = self.ddstore_comm.Get_rank(), self.ddstore_comm.Get_size()
+        self.var_config, self.ddstore_store_per_sample = var_config, ddstore_store_per_sample
+        self.dataset_name = None  # HydraGNN's tagging (mdloader.pyg_hydragnn.name_tag)
+        # local=True with groups: one dataset per group (its ranks' graphs), on the
+        # group's communicator; otherwise one dataset, a full copy per group.
+        grouped = local and width < self.comm.Get_size()
+        self.loader = Loader(self.ddstore_comm if grouped else self.comm,
+                             group_size=None if local or width == self.comm.Get_size() else width)
+        update, problem = pyg_hydragnn.var_config_updates(var_config, ddstore_store_per_sample)
+        mine = None
+        if not problem:
+            try:
+                mine = list(data) if local else [data[i] for i in self.loader.replica_part(len(data))]
+                mine = [update(graph) for graph in mine] if update else mine
+            except Exception as err:  # noqa: BLE001 - agreed in register_graphs
+                problem = f"{type(err).__name__}: {err}"
+        failure = None
         try:
             # data_class: the graphs' class (a Data subclass may concatenate its own
             # way), agreed: a rank without graphs imports the others'.
-            self.schema, self.facts, self.data_class = register_graphs(self.loader, mine, problem)
-        except (TypeError, ValueError):
+            self.schema, self.facts, self.data_class = register_graphs(self.loader, mine,
+                                                                       f"{label}: {problem}" if problem else "")
+        except (TypeError, ValueError) as err:
+            failure = err
+        if grouped:
+            # Registration agreed within the group only: the other groups must raise too.
+            everyone = self.comm.allgather("" if failure is None else f"{type(failure).__name__}: {failure}")
+            bad = next((r for r, why in enumerate(everyone) if why), None)
+            if bad is not None and failure is None:
+                failure = ValueError(f"{label}: registration failed in another group, on rank {bad}: {everyone[bad]}")
+        if failure is not None:
             self.loader.close()  # raised on every rank alike: closing is collective
-            raise
+            raise failure
 
     def __len__(self) -> int:
         return self.loader.num_samples if self.loader is not None else self._num_samples
@@ -326,7 +356,8 @@ class DistDataset(HoldsOpenEpoch, torch.utils.data.Dataset):
     def __getstate__(self) -> dict:
         """What a worker process gets: no loader (MPI stays in the main process); a fetch
         there is the clear error of :meth:`_fetch`."""
-        return {**self.__dict__, "loader": None, "comm": None, "_open_epoch": None, "_num_samples": len(self)}
+        return {**self.__dict__, "loader": None, "comm": None, "ddstore_comm": None, "_open_epoch": None,
+                "_num_samples": len(self)}
 
     def len(self) -> int:
         return len(self)
@@ -335,10 +366,32 @@ class DistDataset(HoldsOpenEpoch, torch.utils.data.Dataset):
         if torch.utils.data.get_worker_info() is not None or self.loader is None:
             raise RuntimeError(f"{self.label}: a fetch is a collective MPI call, which torch's worker processes "
                                "cannot make: use num_workers=0, or mdloader.pyg.DataLoader")
+        tag, problem = pyg_hydragnn.name_tag(self)
         with self._named(call):
             self._close_open_epoch()
-            fetched = self.loader.fetch(np.asarray(ids, dtype=np.int64))
-        return collate(fetched.fields, self.facts, data_class=self.data_class)
+            try:
+                # A tag that cannot be made fails the fetch on every rank: an id no
+                # loader has (the others raise MDLError(ERR_REMOTE)).
+                fetched = self.loader.fetch([NO_SUCH_ID] if problem else np.asarray(ids, dtype=np.int64))
+            except MDLError as err:
+                if problem and err.status == Status.ERR_OUT_OF_RANGE:
+                    raise ValueError(f"dataset {self.label!r}: {problem}") from None
+                raise
+        return self._collate(fetched.fields, tag)
+
+    def _collate(self, fields: Any, tag: Optional[torch.Tensor], follow_batch: Iterable[str] = (),
+                 exclude_keys: Iterable[str] = ()) -> Batch:
+        """The batch of the fetched ``fields``, tagged with ``dataset_name`` where set."""
+        return pyg_hydragnn.tagged(collate(fields, self.facts, follow_batch, exclude_keys, self.data_class), tag)
+
+    def name_tag(self) -> Optional[torch.Tensor]:
+        """Collective (one allgather): the ``dataset_name`` tag of this dataset's graphs
+        (None: untagged), ValueError on every rank where a rank cannot make it."""
+        tag, problem = pyg_hydragnn.name_tag(self)
+        for rank, why in enumerate(self.loader.comm.allgather(problem)):
+            if why:
+                raise ValueError(f"dataset {self.label!r}: on rank {rank}: {why}")
+        return tag
 
     @contextlib.contextmanager
     def _named(self, call: str) -> Iterator[None]:
@@ -517,7 +570,7 @@ class DataLoader:
             "seed": self.seed,
             "drop_last": self.drop_last,
             "num_samples": len(self.dataset),
-            "ranks": self.dataset.comm.Get_size(),
+            "ranks": self.dataset.loader.comm.Get_size(),
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -534,7 +587,7 @@ class DataLoader:
             position = self._position_of(state)
         except (TypeError, ValueError) as err:
             problem = str(err)
-        everyone = self.dataset.comm.allgather((position, problem))
+        everyone = self.dataset.loader.comm.allgather((position, problem))
         for rank, (_, why) in enumerate(everyone):
             if why:
                 raise ValueError(f"mdloader.pyg.DataLoader.load_state_dict: on rank {rank}: {why}")
@@ -571,6 +624,7 @@ class DataLoader:
 
     def __iter__(self) -> Iterator[Batch]:
         self._agree_collate_ahead()
+        tag = self.dataset.name_tag()
         settings = self._settings(self.epoch)
         resume, self._resume = self._resume, None
         start = resume[1] if resume is not None and resume[0] == self.epoch else 0
@@ -584,7 +638,7 @@ class DataLoader:
             # on the same dataset), or started ahead for other settings, ends here, on
             # every rank alike: its thread first.
             self.dataset._close_open_epoch()
-            batches = self._start(self.epoch, advancing, start)
+            batches = self._start(self.epoch, advancing, start, tag)
         self._step = start
         return self._one_epoch(batches, self.epoch + 1 if advancing else self.epoch, advancing, start)
 
@@ -595,7 +649,7 @@ class DataLoader:
             return
         from mpi4py import MPI
 
-        everyone = self.dataset.comm.allreduce(self.collate_ahead, op=MPI.MIN)
+        everyone = self.dataset.loader.comm.allreduce(self.collate_ahead, op=MPI.MIN)
         if everyone < self.collate_ahead:
             warnings.warn(f"mdloader.pyg.DataLoader: collate_ahead={everyone} (another rank's MPI was initialised "
                           "without MPI_THREAD_MULTIPLE; every rank must take the same batches)", RuntimeWarning,
@@ -606,22 +660,23 @@ class DataLoader:
     def _settings(self, epoch: int) -> tuple:
         """What an epoch's batches depend on."""
         return (epoch, self.batch_size, self.shuffle, self.seed, self.drop_last, self.prefetch, self.collate_ahead,
-                tuple(self.follow_batch), tuple(self.exclude_keys), self.sampler, self.batch_sampler)
+                tuple(self.follow_batch), tuple(self.exclude_keys), self.sampler, self.batch_sampler,
+                self.dataset.dataset_name, id(getattr(self.dataset, "dataset_name_dict", None)))
 
-    def _start(self, epoch: int, advancing: bool, start: int) -> Iterator:
+    def _start(self, epoch: int, advancing: bool, start: int, tag: Optional[torch.Tensor]) -> Iterator:
         """The batches from ``epoch``'s batch ``start`` on, on the loader's thread where
         there is one; with ``start_ahead``, epoch after epoch (see :meth:`_epochs`)."""
         users = None if self._own_sampler() else self._users_batches(start)
         if self.collate_ahead and self.start_ahead and users is None:
-            batches = in_background(self._epochs(epoch, advancing, start), self.collate_ahead)
+            batches = in_background(self._epochs(epoch, advancing, start, tag), self.collate_ahead)
         elif self.collate_ahead:
-            batches = in_background(self._batches(epoch, start, users), self.collate_ahead)
+            batches = in_background(self._batches(epoch, start, tag, users), self.collate_ahead)
         else:
-            batches = self._batches(epoch, start, users)
+            batches = self._batches(epoch, start, tag, users)
         self.dataset._hold_open_epoch(batches)
         return batches
 
-    def _epochs(self, epoch: int, advancing: bool, start: int) -> Iterator:
+    def _epochs(self, epoch: int, advancing: bool, start: int, tag: Optional[torch.Tensor]) -> Iterator:
         """The epochs' batches one after the other, each epoch followed by
         ``_EPOCH_END``, for the loader's thread: it goes on into the next epoch (``epoch +
         1`` where the script calls ``set_epoch``, else the same) while the script
@@ -630,7 +685,7 @@ class DataLoader:
         the loop's last ``next`` 0.5-4 ms (QM9 SchNet). The first epoch from its batch
         ``start``, the others whole."""
         while True:
-            yield from self._batches(epoch, start)
+            yield from self._batches(epoch, start, tag)
             yield _EPOCH_END
             epoch, start = epoch + 1 if advancing else epoch, 0
 
@@ -663,7 +718,7 @@ class DataLoader:
         """This epoch's batches of the user's sampler, their number agreed
         (:func:`mdloader.batches.agreed_batches`); a resumed step past them raises
         ValueError on every rank."""
-        batches = agreed_batches(self.dataset.comm, self._take_users_batches, "mdloader.pyg.DataLoader",
+        batches = agreed_batches(self.dataset.loader.comm, self._take_users_batches, "mdloader.pyg.DataLoader",
                                  "use torch's DistributedSampler (it gives every rank as many samples), or "
                                  "drop_last=True where the ranks' samples differ by less than a batch")
         if start > len(batches):
@@ -678,9 +733,10 @@ class DataLoader:
         cut = len(ids) - len(ids) % self.batch_size if self.drop_last else len(ids)
         return [ids[k:k + self.batch_size] for k in range(0, cut, self.batch_size)]
 
-    def _batches(self, epoch_number: int, start: int, users: Optional[list] = None) -> Iterator[Batch]:
+    def _batches(self, epoch_number: int, start: int, tag: Optional[torch.Tensor],
+                 users: Optional[list] = None) -> Iterator[Batch]:
         """The batches of the library's epoch ``epoch_number``, or of the user's sampler's
-        ``users``, from batch ``start`` on."""
+        ``users``, from batch ``start`` on, tagged with ``dataset_name`` where ``tag``."""
         loader = self.dataset.loader
         loader.set_prefetch(self.prefetch)
         if users is None:
@@ -689,8 +745,7 @@ class DataLoader:
         else:
             epoch = loader.epoch_of_batches(users, start_step=start)
         for fetched in epoch:
-            batch = collate(fetched.fields, self.dataset.facts, self.follow_batch, self.exclude_keys,
-                            self.dataset.data_class)
+            batch = self.dataset._collate(fetched.fields, tag, self.follow_batch, self.exclude_keys)
             yield batch.pin_memory() if self.pin_memory else batch  # on the loader's thread
 
 
