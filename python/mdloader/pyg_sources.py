@@ -246,7 +246,7 @@ def _encode_adios(part: AdiosPart, ids: range, dataset_name: Any, chunk: int) ->
         cats[k] = Data().__cat_dim__(k, torch.empty([0] * len(shape))) % len(shape)
         along[k] = lengths[k][0] if cats[k] == part.vdim[k] else np.full(n, shape[cats[k]], dtype=np.int64)
     node_counts, from_edges = _node_counts(keys, along, n)
-    fields = {k: field_of(k, part.dtype[k], _sample_shape(part, k), cats[k]) for k in keys}
+    fields = {k: field_of(k, part.dtype[k], _sample_shape(part, k, lengths[k][0]), cats[k]) for k in keys}
     fields[pyg.NUM_NODES] = Field(pyg.NUM_NODES, np.dtype(np.int64), (), None)
     counts = {**along, pyg.NUM_NODES: np.ones(n, dtype=np.int64)}
     if code is not None:
@@ -275,10 +275,12 @@ def _encode_adios(part: AdiosPart, ids: range, dataset_name: Any, chunk: int) ->
     return _Encoded(schema, facts, incremented, Data, data, offsets, node_counts)
 
 
-def _sample_shape(part: AdiosPart, key: str) -> tuple:
-    """One graph's shape of ``key`` (its length along the file's varying dimension left 0)."""
+def _sample_shape(part: AdiosPart, key: str, lengths: np.ndarray) -> tuple:
+    """One graph's shape of ``key``: the global shape with the graph's length along the
+    file's varying dimension (the same for every graph where that is not the
+    concatenation dimension, see :meth:`Columns.rows`)."""
     shape = list(part.shape[key])
-    shape[part.vdim[key]] = 0
+    shape[part.vdim[key]] = int(lengths[0])
     return tuple(shape)
 
 

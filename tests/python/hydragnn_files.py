@@ -44,9 +44,10 @@ def molecules(n: int, seed: int = 0, edges: bool = True) -> list:
     return out
 
 
-def write_adios(path: str, sets: dict, attributes: dict = None, writers: int = 2) -> None:
+def write_adios(path: str, sets: dict, attributes: dict = None, writers: int = 2, skip: tuple = ()) -> None:
     """``sets``: label -> list of Data (all of one attribute set), written by ``writers``
-    emulated ranks, each an even contiguous part."""
+    emulated ranks, each an even contiguous part. ``skip``: variables left out (a
+    damaged file)."""
     import adios2.bindings as ad2
 
     adios = ad2.ADIOS()
@@ -76,6 +77,8 @@ def write_adios(path: str, sets: dict, attributes: dict = None, writers: int = 2
             for v in vals:
                 start = [0] * len(shape)
                 start[vdim] = first
+                if f"{label}/{k}" in skip:
+                    break
                 if var is None:
                     var = io.DefineVariable(f"{label}/{k}", v, shape, start, list(v.shape), False)
                 else:
@@ -87,6 +90,8 @@ def write_adios(path: str, sets: dict, attributes: dict = None, writers: int = 2
             for table in ("count", "offset"):
                 var, done, base = None, 0, 0
                 for c in counts:
+                    if f"{label}/{k}/variable_{table}" in skip:
+                        break
                     values = c if table == "count" else base + np.cumsum(c) - c
                     if var is None:
                         var = io.DefineVariable(f"{label}/{k}/variable_{table}", values, [sum(ns)], [done], [len(c)],

@@ -19,6 +19,7 @@ reads each key's contiguous range a chunk of graphs at a time.
 
 from __future__ import annotations
 
+import os
 from typing import Iterator, Optional
 
 import numpy as np
@@ -48,6 +49,7 @@ class AdiosPart:
         self.file = adios2.FileReader(path)
         try:
             self._read_metadata(adios2, keys)
+            self.check_size()
         except Exception:
             self.close()
             raise
@@ -87,6 +89,29 @@ class AdiosPart:
                 if shape != (self.ndata,):
                     raise ValueError(f"{self.path}: {base}/variable_{table} has shape {shape}, not ({self.ndata},) "
                                      f"({self.label}/ndata)")
+
+    def check_size(self) -> None:
+        """ValueError where the data files hold fewer bytes than the metadata's blocks.
+
+        ADIOS2 2.12's reader does not fail on a truncated data file: its POSIX transport
+        retries a read at the end of the file for ever (tested: the rank then hangs,
+        and the job with it). The data files (``data.*``) hold at least every block's
+        bytes (one block per writer rank, step and variable), plus alignment padding
+        whose rule is ADIOS2's own: this lower bound never refuses a whole file, and a
+        cut smaller than the padding (a few bytes) is not seen."""
+        blocks = 0
+        for name in self.file.available_variables():
+            itemsize = np.dtype(self._numpy_type(self.file.inquire_variable(name).type())).itemsize
+            for step in self.file.all_blocks_info(name):
+                for block in step:
+                    count = [int(c) for c in block["Count"].split(",") if c.strip()]
+                    blocks += int(np.prod(count)) * itemsize
+        files = [os.path.join(self.path, f) for f in os.listdir(self.path) if f.startswith("data.")] \
+            if os.path.isdir(self.path) else []
+        have = sum(os.path.getsize(f) for f in files)
+        if files and have < blocks:
+            raise ValueError(f"{self.path}: its data files hold {have} bytes, its metadata describes {blocks}: "
+                             "truncated (ADIOS2 would wait at the end of the file for ever)")
 
     def _labels(self) -> list:
         return sorted({name.split("/")[0] for name in self.attributes if name.endswith("/ndata")})
