@@ -13,7 +13,7 @@ The graphs are those HydraGNN's ``AdiosDataset[i]`` / ``SimplePickleDataset[i]``
 (``dataset_name`` tag included; without ``var_config``), and the dataset is the same
 ``DistDataset`` (loaders, ``get_node_counts``, ``ddstore_width``). A bad file (missing,
 truncated, a variable missing, ranks seeing different files) raises
-:class:`mdloader.sources.agree.SourceError` on every rank.
+:class:`mdloader.sources.SourceError` on every rank.
 """
 
 from __future__ import annotations
@@ -27,10 +27,10 @@ from torch_geometric.data.storage import N_KEYS
 
 from . import pyg
 from .loader import Loader
-from .sources.adios import HYDRAGNN_DATASET_NAMES, AdiosPart
-from .sources.agree import agree_fingerprint, agree_problems
-from .sources.pickle import PicklePart
-from .sources.records import field_of, record_sizes, write_records
+from .sources_adios import HYDRAGNN_DATASET_NAMES, AdiosPart
+from .sources_agree import agree_fingerprint, agree_problems
+from .sources_pickle import PicklePart
+from .sources_records import field_of, record_sizes, write_records
 from .typed import Field, Schema, encode
 
 __all__ = ["from_adios", "from_pickle"]
@@ -278,7 +278,7 @@ def _encode_adios(part: AdiosPart, ids: range, dataset_name: Any, chunk: int) ->
 def _sample_shape(part: AdiosPart, key: str, lengths: np.ndarray) -> tuple:
     """One graph's shape of ``key``: the global shape with the graph's length along the
     file's varying dimension (the same for every graph where that is not the
-    concatenation dimension, see :meth:`Columns.rows`)."""
+    concatenation dimension, see :meth:`mdloader.sources_columns.Columns.rows`)."""
     shape = list(part.shape[key])
     shape[part.vdim[key]] = int(lengths[0])
     return tuple(shape)

@@ -77,7 +77,7 @@ def test_adios_records_are_byte_for_byte_registers(comm, shared):
     """The column writer makes exactly the bytes mdloader.pyg's per-graph path makes."""
     from mdloader import pyg
     from mdloader.pyg_sources import _encode_adios
-    from mdloader.sources.adios import AdiosPart
+    from mdloader.sources import AdiosPart
     from mdloader.typed import encode
 
     path = os.path.join(shared, "bytes.bp")
@@ -131,7 +131,7 @@ def test_pickle_graphs_are_hydragnns(comm, shared, use_subdir):
 def raises_everywhere(comm, build, *words, same=True):
     """``build()`` raises SourceError on every rank, its text naming ``words`` (the same
     text on every rank where each passed the same path)."""
-    from mdloader.sources.agree import SourceError
+    from mdloader.sources import SourceError
 
     with pytest.raises(SourceError) as caught:
         build()

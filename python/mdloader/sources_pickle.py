@@ -18,7 +18,7 @@ import os
 import pickle
 from typing import Iterator
 
-from .agree import fingerprint_of
+from .sources_agree import fingerprint_of
 
 __all__ = ["PicklePart"]
 

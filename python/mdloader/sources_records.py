@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from ..typed import RECORD_ALIGN, Field
+from .typed import RECORD_ALIGN, Field
 
 __all__ = ["record_sizes", "write_records", "field_of"]
 

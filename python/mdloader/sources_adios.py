@@ -24,8 +24,8 @@ from typing import Iterator, Optional
 
 import numpy as np
 
-from .agree import fingerprint_of
-from .columns import Columns
+from .sources_agree import fingerprint_of
+from .sources_columns import Columns
 
 __all__ = ["AdiosPart", "HYDRAGNN_DATASET_NAMES"]
 
