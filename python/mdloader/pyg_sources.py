@@ -58,10 +58,10 @@ def from_adios(path: str, label: str, comm: Any = None, *, ddstore_width: Option
             problem = _why(err)
         agree_problems(comm, problem, what)
         try:
-            agree_fingerprint(comm, part.fingerprint(), what)
-            extra = _adios_attributes(part)
-            encoded, problem = None, ""
+            agree_fingerprint(comm, _fingerprint(part, what, comm), what)
+            encoded, extra, problem = None, {}, ""
             try:
+                extra = _adios_attributes(part)
                 encoded = _encode_adios(part, loader.replica_part(part.ndata), extra.get("dataset_name"), chunk)
             except Exception as err:  # noqa: BLE001 - agreed
                 problem = _why(err)
@@ -88,7 +88,7 @@ def from_pickle(basedir: str, label: str, comm: Any = None, *, ddstore_width: Op
         except Exception as err:  # noqa: BLE001 - agreed
             problem = _why(err)
         agree_problems(comm, problem, what)
-        agree_fingerprint(comm, part.fingerprint(), what)
+        agree_fingerprint(comm, _fingerprint(part, what, comm), what)
         extra = {"minmax_node_feature": part.minmax_node_feature, "minmax_graph_feature": part.minmax_graph_feature,
                  **part.attrs}
         encoded, problem = None, ""
@@ -100,6 +100,18 @@ def from_pickle(basedir: str, label: str, comm: Any = None, *, ddstore_width: Op
         return encoded, extra
 
     return _dataset(label, comm, ddstore_width, read)
+
+
+def _fingerprint(part: Any, what: str, comm: Any) -> tuple:
+    """The part's fingerprint; a file gone or unreadable since it was opened (a stat
+    that fails on one rank) is agreed too."""
+    mine, problem = None, ""
+    try:
+        mine = part.fingerprint()
+    except OSError as err:
+        problem = _why(err)
+    agree_problems(comm, problem, what)
+    return mine
 
 
 def _why(err: BaseException) -> str:
