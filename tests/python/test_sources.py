@@ -1,0 +1,207 @@
+"""mdloader.pyg_sources: DistDataset straight from HydraGNN's ADIOS2 and pickle files.
+
+The files are written here in HydraGNN's layouts (tests/python/hydragnn_files.py) and
+the graphs that come out are compared, field by field, with what HydraGNN's
+``AdiosDataset[i]`` / ``SimplePickleDataset[i]`` give (read here the way its code reads
+them). Bad files must end in the same clear error on every rank. Without the adios2
+package the ADIOS tests skip, saying so; the pickle tests run regardless.
+"""
+
+import importlib.util
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is not installed (MDL_SKIP_TORCH)")
+pytest.importorskip("torch_geometric", reason="torch_geometric is not installed")
+
+from hydragnn_files import adios_graph, molecules, pickle_graph, write_adios, write_pickle  # noqa: E402
+
+needs_adios = pytest.mark.skipif(importlib.util.find_spec("adios2") is None,
+                                 reason="the adios2 package is not installed in this environment (pip install adios2)")
+
+
+@pytest.fixture
+def shared(comm, tmp_path):
+    """A folder every rank sees (rank 0's), emptied."""
+    where = comm.bcast(str(tmp_path) if comm.rank == 0 else None, root=0)
+    yield where
+    comm.Barrier()
+
+
+def on_rank0(comm, write):
+    if comm.rank == 0:
+        write()
+    comm.Barrier()
+
+
+def assert_same_graph(got, want, what):
+    assert sorted(got.keys()) == sorted(want.keys()), what
+    for key in want.keys():
+        a, b = got[key], want[key]
+        assert a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b), f"{what}: {key}: {a} != {b}"
+
+
+def every_graph(dataset):
+    return dataset._fetch(list(range(len(dataset)))).to_data_list()
+
+
+@needs_adios
+@pytest.mark.parametrize("chunk", [5, 65536])
+def test_adios_graphs_are_hydragnns(comm, shared, chunk):
+    from mdloader.pyg_sources import from_adios
+
+    path = os.path.join(shared, "qm9.bp")
+    graphs = molecules(37, seed=1)
+    on_rank0(comm, lambda: write_adios(path, {"trainset": graphs, "valset": graphs[:3]},
+                                       {"dataset_name": "qm7x", "pna_deg": np.arange(6),
+                                        "minmax_node_feature": np.arange(4.0)}, writers=3))
+    dataset = from_adios(path, "trainset", comm, chunk=chunk)
+    try:
+        assert len(dataset) == 37
+        for i, got in enumerate(every_graph(dataset)):
+            assert_same_graph(got, adios_graph(path, "trainset", i), f"graph {i}")
+        # What registration would have made of HydraGNN's own graphs, node counts included.
+        counts = dataset.get_node_counts()
+        assert counts.tolist() == [g.num_nodes for g in graphs]
+        assert dataset.pna_deg.tolist() == list(range(6)) and dataset.dataset_name == "qm7x"
+        assert dataset.minmax_node_feature.shape == (2, 2)
+    finally:
+        dataset.close()
+
+
+@needs_adios
+def test_adios_records_are_byte_for_byte_registers(comm, shared):
+    """The column writer makes exactly the bytes mdloader.pyg's per-graph path makes."""
+    from mdloader import pyg
+    from mdloader.pyg_sources import _encode_adios
+    from mdloader.sources import AdiosPart
+    from mdloader.typed import encode
+
+    path = os.path.join(shared, "bytes.bp")
+    graphs = molecules(23, seed=2)
+    on_rank0(comm, lambda: write_adios(path, {"trainset": graphs}))
+    part = AdiosPart(path, "trainset")
+    try:
+        ours = _encode_adios(part, range(4, 23), None, chunk=6)
+    finally:
+        part.close()
+    records, facts, _ = pyg._records([adios_graph(path, "trainset", i) for i in range(4, 23)])
+    schema, data, offsets = encode(records, {key: cat for key, _, cat in facts})
+    assert ours.schema == schema and sorted(ours.facts) == sorted(facts)
+    assert np.array_equal(ours.offsets, offsets) and np.array_equal(ours.data, data)
+
+
+@needs_adios
+def test_adios_equal_lengths_along_another_dimension(comm, shared):
+    """Where no dimension varies HydraGNN concatenates along 0, even edge_index [2, m]."""
+    from mdloader.pyg_sources import from_adios
+    from torch_geometric.data import Data
+
+    graphs = [Data(x=torch.full((3, 1), float(i)), edge_index=torch.tensor([[0, 1], [1, 2 - i % 2]])) for i in range(6)]
+    path = os.path.join(shared, "even.bp")
+    on_rank0(comm, lambda: write_adios(path, {"trainset": graphs}))
+    dataset = from_adios(path, "trainset", comm)
+    try:
+        for i, got in enumerate(every_graph(dataset)):
+            assert_same_graph(got, graphs[i], f"graph {i}")
+    finally:
+        dataset.close()
+
+
+@pytest.mark.parametrize("use_subdir", [False, True])
+def test_pickle_graphs_are_hydragnns(comm, shared, use_subdir):
+    from mdloader.pyg_sources import from_pickle
+
+    graphs = molecules(29, seed=3)
+    on_rank0(comm, lambda: write_pickle(shared, "trainset", graphs, {"pna_deg": np.arange(3), "dataset_name": "mptrj"},
+                                        use_subdir=use_subdir, nmax_persubdir=4))
+    dataset = from_pickle(shared, "trainset", comm, chunk=4)
+    try:
+        for i, got in enumerate(every_graph(dataset)):
+            assert_same_graph(got, pickle_graph(shared, "trainset", i), f"graph {i}")
+        assert dataset.get_node_counts().tolist() == [g.num_nodes for g in graphs]
+        assert dataset.pna_deg.tolist() == [0, 1, 2]
+    finally:
+        dataset.close()
+
+
+def raises_everywhere(comm, build, *words, same=True):
+    """``build()`` raises SourceError on every rank, its text naming ``words`` (the same
+    text on every rank where each passed the same path)."""
+    from mdloader.sources import SourceError
+
+    with pytest.raises(SourceError) as caught:
+        build()
+    text = str(caught.value)
+    for word in words:
+        assert word in text, text
+    if same:
+        assert len(set(comm.allgather(text))) == 1, "the ranks raised different errors"
+
+
+@needs_adios
+def test_adios_truncated(comm, shared):
+    from mdloader.pyg_sources import from_adios
+
+    path = os.path.join(shared, "cut.bp")
+
+    def write_and_cut():
+        write_adios(path, {"trainset": molecules(20)})
+        data = os.path.join(path, "data.0")
+        os.truncate(data, os.path.getsize(data) - 100)
+
+    on_rank0(comm, write_and_cut)
+    raises_everywhere(comm, lambda: from_adios(path, "trainset", comm), "truncated", "rank 0", f"rank {comm.size - 1}")
+
+
+@needs_adios
+def test_adios_missing_variable(comm, shared):
+    from mdloader.pyg_sources import from_adios
+
+    path = os.path.join(shared, "holes.bp")
+    on_rank0(comm, lambda: write_adios(path, {"trainset": molecules(20)}, skip=("trainset/pos/variable_offset",)))
+    raises_everywhere(comm, lambda: from_adios(path, "trainset", comm), "'trainset/pos/variable_offset' is missing")
+    raises_everywhere(comm, lambda: from_adios(path, "testset", comm), "no attribute 'testset/ndata'", "trainset")
+    raises_everywhere(comm, lambda: from_adios(os.path.join(shared, "nowhere.bp"), "trainset", comm), "nowhere.bp")
+
+
+@needs_adios
+def test_adios_ranks_see_different_files(comm, tmp_path):
+    """Each rank its own file (a node-local copy that differs): refused before anything is
+    read, on every rank."""
+    from mdloader.pyg_sources import from_adios
+
+    if comm.size < 2:
+        pytest.skip("needs 2 ranks")
+    path = str(tmp_path / "mine.bp")
+    write_adios(path, {"trainset": molecules(10 + comm.rank)}, writers=1)
+    comm.Barrier()
+    raises_everywhere(comm, lambda: from_adios(path, "trainset", comm), "the ranks see different files", same=False)
+
+
+def test_pickle_bad_files(comm, shared, tmp_path):
+    from mdloader.pyg_sources import from_pickle
+
+    graphs = molecules(12)
+
+    def damage():
+        write_pickle(shared, "trainset", graphs)
+        cut = os.path.join(shared, "trainset-11.pkl")  # the last rank's part
+        os.truncate(cut, os.path.getsize(cut) // 2)
+        os.remove(os.path.join(shared, "trainset-0.pkl"))  # rank 0's
+        write_pickle(shared, "valset", graphs)
+        os.truncate(os.path.join(shared, "valset-meta.pkl"), 10)
+
+    on_rank0(comm, damage)
+    raises_everywhere(comm, lambda: from_pickle(shared, "trainset", comm), "trainset-0.pkl: no such file",
+                      "trainset-11.pkl: damaged or truncated")
+    raises_everywhere(comm, lambda: from_pickle(shared, "valset", comm), "valset-meta.pkl: damaged or truncated")
+    raises_everywhere(comm, lambda: from_pickle(shared, "testset", comm), "testset-meta.pkl: no such file")
+    if comm.size > 1:
+        mine = str(tmp_path / "own")
+        write_pickle(mine, "trainset", graphs[:5 + comm.rank])
+        comm.Barrier()
+        raises_everywhere(comm, lambda: from_pickle(mine, "trainset", comm), "the ranks see different files", same=False)
