@@ -303,6 +303,18 @@ class DistDataset(HoldsOpenEpoch, torch.utils.data.Dataset):
     process's: torch worker processes (``num_workers >= 1``) cannot make them.
     """
 
+    def _set_hydragnn_attributes(self, width: int, local: bool, var_config: Optional[dict],
+                                 ddstore_store_per_sample: bool) -> None:
+        """HydraGNN's attributes: its trainer and examples read them (create_dataloaders'
+        group=trainset.ddstore_comm gives DistributedSampler the group's ranks).
+        Collective over ``self.comm`` (a split)."""
+        rank = self.comm.Get_rank()
+        self.ddstore_width, self.local = width, local
+        self.ddstore_comm = self.comm.Split(rank // width, rank)
+        self.ddstore_comm_rank, self.ddstore_comm_size = self.ddstore_comm.Get_rank(), self.ddstore_comm.Get_size()
+        self.var_config, self.ddstore_store_per_sample = var_config, ddstore_store_per_sample
+        self.dataset_name = None  # HydraGNN's tagging (mdloader.pyg_hydragnn.name_tag)
+
     def __init__(self, data: Any, label: str = "dataset", comm: Any = None, ddstore_width: Optional[int] = None,
                  local: bool = False, var_config: Optional[dict] = None, ddstore_store_per_sample: bool = True):
         from mpi4py import MPI
@@ -311,14 +323,7 @@ class DistDataset(HoldsOpenEpoch, torch.utils.data.Dataset):
         self.label = label
         width = pyg_hydragnn.agree_arguments(self.comm, label, ddstore_width, local, var_config,
                                              ddstore_store_per_sample)
-        # HydraGNN's attributes: its trainer and examples read them (create_dataloaders'
-        # group=trainset.ddstore_comm gives DistributedSampler the group's ranks).
-        rank = self.comm.Get_rank()
-        self.ddstore_width, self.local = width, local
-        self.ddstore_comm = self.comm.Split(rank // width, rank)
-        self.ddstore_comm_rank, self.ddstore_comm_size = self.ddstore_comm.Get_rank(), self.ddstore_comm.Get_size()
-        self.var_config, self.ddstore_store_per_sample = var_config, ddstore_store_per_sample
-        self.dataset_name = None  # HydraGNN's tagging (mdloader.pyg_hydragnn.name_tag)
+        self._set_hydragnn_attributes(width, local, var_config, ddstore_store_per_sample)
         # local=True with groups: one dataset per group (its ranks' graphs), on the
         # group's communicator; otherwise one dataset, a full copy per group.
         grouped = local and width < self.comm.Get_size()

@@ -136,6 +136,10 @@ def _dataset(label: str, comm: Any, ddstore_width: Optional[int], read: Any) -> 
     dataset = pyg.DistDataset.__new__(pyg.DistDataset)
     dataset.comm, dataset.label, dataset.loader = comm, label, loader
     dataset.schema, dataset.facts, dataset.data_class = schema, facts, data_class
+    # The attributes HydraGNN's trainer reads, as the constructor sets them (a file's
+    # dataset is one copy per group, as local=False). Its dataset_name stays None: the
+    # file's name has tagged the graphs at registration already.
+    dataset._set_hydragnn_attributes(width, False, None, True)
     for name, value in extra.items():
         if not hasattr(dataset, name):
             setattr(dataset, name, value)
