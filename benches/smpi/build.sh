@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Build libmdloader.so for SimGrid's SMPI into target/smpi, with mpi-sys patched for
+# SMPI (benches/smpi/mpi-sys.patch, see README.md). The patch reaches this build alone,
+# through `cargo --config`: the product's own builds never see it.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+command -v smpicc >/dev/null || apt-get install -y --no-install-recommends libsimgrid-dev
+out=target/smpi
+version=$(awk '/^name = "mpi-sys"/{getline; print $3}' Cargo.lock | tr -d '"')
+# The registry's copy of the version Cargo.lock pins, patched afresh each time.
+cargo fetch --quiet
+src=$(ls -d "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/mpi-sys-"$version" | head -n1)
+rm -rf "$out/mpi-sys" && mkdir -p "$out" && cp -r "$src" "$out/mpi-sys"
+patch --quiet -d "$out/mpi-sys" -p1 < benches/smpi/mpi-sys.patch
+MPICC=smpicc CARGO_TARGET_DIR=$out cargo build --release --quiet \
+    --config "patch.crates-io.mpi-sys.path='$out/mpi-sys'"
+major=$(sed -n 's/^version = "\([0-9]*\)\..*/\1/p' Cargo.toml | head -n1)
+ln -sf libmdloader.so "$out/release/libmdloader.so.$major"
+echo "built $out/release/libmdloader.so (SMPI)"
