@@ -12,6 +12,9 @@ cargo fetch --quiet
 src=$(ls -d "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/mpi-sys-"$version" | head -n1)
 rm -rf "$out/mpi-sys" && mkdir -p "$out" && cp -r "$src" "$out/mpi-sys"
 patch --quiet -d "$out/mpi-sys" -p1 < benches/smpi/mpi-sys.patch
+# The patch drops mpi-sys's registry checksum from Cargo.lock: keep the product's lock.
+cp Cargo.lock "$out/Cargo.lock.product"
+trap 'cp "$out/Cargo.lock.product" Cargo.lock' EXIT
 MPICC=smpicc CARGO_TARGET_DIR=$out cargo build --release --quiet \
     --config "patch.crates-io.mpi-sys.path='$out/mpi-sys'"
 major=$(sed -n 's/^version = "\([0-9]*\)\..*/\1/p' Cargo.toml | head -n1)
