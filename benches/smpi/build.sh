@@ -19,4 +19,6 @@ MPICC=smpicc CARGO_TARGET_DIR=$out cargo build --release --quiet \
     --config "patch.crates-io.mpi-sys.path='$out/mpi-sys'"
 major=$(sed -n 's/^version = "\([0-9]*\)\..*/\1/p' Cargo.toml | head -n1)
 ln -sf libmdloader.so "$out/release/libmdloader.so.$major"
-echo "built $out/release/libmdloader.so (SMPI)"
+# The commit the library was built from, for run.sh's output (src may change after).
+echo "$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src Cargo.toml || echo '+uncommitted')" >"$out/release/BUILD_COMMIT"
+echo "built $out/release/libmdloader.so (SMPI) at $(cat "$out/release/BUILD_COMMIT")"

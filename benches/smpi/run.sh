@@ -35,7 +35,7 @@ settings=(
     ${SMPI_EXTRA:-}
 )
 {
-    echo "# commit $(git -C "$root" rev-parse --short HEAD)$(git -C "$root" diff --quiet HEAD -- src || echo ' +uncommitted src changes')"
+    echo "# library built at commit $(cat "$lib/BUILD_COMMIT" 2>/dev/null || echo unknown), bench at $(git -C "$root" rev-parse --short HEAD)"
     echo "# simgrid $(smpirun -version 2>/dev/null | head -n1 || true)"
     echo "# $platform"
     echo "# smpirun -np $P ${settings[*]} smpi_client $PER_RANK $SIZE $STEPS $BATCHES"
