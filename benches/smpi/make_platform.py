@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""Write a SimGrid platform: a Dragonfly in the style of Perlmutter's GPU partition
+"""Write a SimGrid platform (not named platform.py: that would shadow Python's own module for plot.py): a Dragonfly in the style of Perlmutter's GPU partition
 (HPE Slingshot 11), and its hostfile (RANKS_PER_NODE ranks on each node, in order).
 
-    platform.py <ranks> <platform.xml> <hostfile>
+    make_platform.py <ranks> <platform.xml> <hostfile>
 
 Figures (README.md says where they come from): 16 nodes per switch, 4 switches per
 chassis, 8 chassis per group (32 switches: one cabinet), all-to-all links within a

@@ -33,7 +33,7 @@ for path in sorted(glob.glob(os.path.join(here, "results", prefix + "*.csv"))):
             if not row:
                 continue
             if row[0].startswith("#"):
-                key = row[0][2:].split(" ")[0]
+                key = row[0][2:].split(" ")[0].rstrip(":")
                 headers.setdefault(key, ",".join(row)[2:])
             elif row[0] == "step":
                 steps[(int(row[3]), row[2])][int(row[1])] = float(row[5])

@@ -5,7 +5,8 @@
 # platform, runs, and leaves benches/smpi/results/<name>.csv: a header of '#' lines (commit,
 # platform, every smpirun setting and MDL_* variable) then the client's CSV.
 # Environment: MDL_* variables pass through (MDL_WAIT, MDL_NODE_LOCAL, ...);
-# SMPI_EXTRA adds smpirun options; RESULT names the output (default p<ranks>).
+# SMPI_EXTRA adds smpirun options; RESULT names the output (default p<ranks>);
+# SMPI_LIB below.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -13,9 +14,11 @@ P=${1:?usage: run.sh <ranks> [samples/rank] [sample bytes] [steps] [batch...]}
 PER_RANK=${2:-256} SIZE=${3:-1024} STEPS=${4:-5}
 shift $(($# < 4 ? $# : 4))
 BATCHES=${*:-64}
-lib=$root/target/smpi/release
+# SMPI_LIB: another SMPI build of the library (a before/after comparison); default
+# this tree's, built when missing.
+lib=${SMPI_LIB:-$root/target/smpi/release}
 [ -f "$lib/libmdloader.so" ] || "$here/build.sh"
-client=$root/target/smpi/smpi_client
+client=$lib/smpi_client
 if [ ! -x "$client" ] || [ "$here/smpi_client.c" -nt "$client" ] || [ "$lib/libmdloader.so" -nt "$client" ]; then
     smpicc -O2 -std=c11 -I"$root/include" -I"$root/benches" "$here/smpi_client.c" -o "$client" \
         -L"$lib" -lmdloader -Wl,-rpath,"$lib" -lm
@@ -23,7 +26,7 @@ fi
 mkdir -p "$here/results"
 out=$here/results/${RESULT:-p$P}.csv
 work=$(mktemp -d) && trap '[ -n "${KEEP_WORK:-}" ] || rm -rf "$work"' EXIT
-platform=$("$here/platform.py" "$P" "$work/platform.xml" "$work/hosts")
+platform=$("$here/make_platform.py" "$P" "$work/platform.xml" "$work/hosts")
 # Why each setting (README.md, "Settings"): per-rank copies of the library (it has
 # statics), MPI_Test without injected sleeps, one pinned collective algorithm, the
 # library's CPU time counted at this machine's speed (host-speed = node speed).
