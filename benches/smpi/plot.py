@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Draw the simulated curves of benches/smpi (README.md there) beside the scale model.
 
-    .venv/bin/python benches/smpi/plot.py <prefix> <model.csv> <out.png>
+    .venv/bin/python benches/smpi/plot.py <name,...> <model.csv> <out.png>
 
-Reads benches/smpi/results/<prefix>*.csv (run.sh's output: '#' header lines, then the
+Reads benches/smpi/results/<name>*.csv for each comma-separated name (run.sh's output: '#' header lines, then the
 client's CSV) and the scale model's CSV for the same platform (examples/scale_model
 with the platform's figures, kind "agreed": mdl_fetch_batch steps). Draws, per batch
 size, each engine's and AUTO's simulated step time against P with the model's two
@@ -27,7 +27,8 @@ prefix, model_path, out = sys.argv[1], sys.argv[2], sys.argv[3]
 steps = defaultdict(dict)  # (batch, backend) -> {P: ms}
 phases = defaultdict(dict)  # kind -> {P: s}
 headers = {}
-for path in sorted(glob.glob(os.path.join(here, "results", prefix + "*.csv"))):
+paths = sorted({p for name in prefix.split(",") for p in glob.glob(os.path.join(here, "results", name + "*.csv"))})
+for path in paths:
     with open(path) as f:
         for row in csv.reader(f):
             if not row:
