@@ -97,6 +97,7 @@ int main(int argc, char **argv)
     free(shard);
     if (rank == 0)
         printf("init,%d,%.6g\nregister,%d,%.6g\n", ranks, init, ranks, reg);
+    fflush(stdout); /* a long run shows how far it got */
 
     static const struct { mdl_backend b; const char *name; } BACKENDS[] = {
         {MDL_BACKEND_ONESIDED, "onesided"}, {MDL_BACKEND_COLLECTIVE, "collective"}, {MDL_BACKEND_AUTO, "auto"}};
