@@ -14,6 +14,7 @@ import csv
 import glob
 import os
 import sys
+import textwrap
 from collections import defaultdict
 
 import matplotlib
@@ -71,11 +72,12 @@ for kind, color in (("init", "tab:purple"), ("register", "tab:orange")):
 ax.set(xscale="log", yscale="log", xlabel="ranks P", ylabel="simulated seconds, slowest rank", title="init and registration")
 ax.grid(True, which="both", alpha=0.3)
 ax.legend(fontsize=7)
-fig.suptitle(
-    "Simulated (SimGrid SMPI), not measured: " + headers.get("platform", "") + "\n"
-    + headers.get("smpirun", "") + "\n" + headers.get("env", "") + "; " + headers.get("library", ""),
-    fontsize=7,
-)
+title = [
+    "Simulated (SimGrid SMPI), not measured: " + headers.get("platform", ""),
+    headers.get("smpirun", ""),
+    headers.get("env", "") + "; " + headers.get("library", ""),
+]
+fig.suptitle("\n".join(textwrap.fill(line, 200) for line in title), fontsize=7)
 fig.tight_layout(rect=(0, 0, 1, 0.88))
 fig.savefig(out, dpi=110)
 print("wrote", out)
