@@ -73,7 +73,7 @@ impl Comm {
         // SAFETY: host is a communicator handle from the caller (checked valid above);
         // raw receives the copy.
         // (Under the watchdog: a rank whose peers make another call waits here.)
-        let policy = WaitPolicy { watchdog_seconds, ..WaitPolicy::UNAGREED };
+        let policy = WaitPolicy::unagreed(watchdog_seconds);
         let duplicated = watched(&policy, "MPI_Comm_dup", || unsafe { ffi::MPI_Comm_dup(host, &mut raw) });
         check(duplicated, "MPI_Comm_dup")?;
         let comm = Comm { raw, rank: 0, size: 0, policy };

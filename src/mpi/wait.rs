@@ -36,17 +36,17 @@ pub struct WaitPolicy {
 }
 
 impl WaitPolicy {
-    /// Before the ranks have agreed on a policy: nonblocking calls completed by testing
-    /// and yielding, the one kind of call that every rank can make without knowing the
-    /// others' settings.
-    /// (A loader's communicator starts with its rank's own watchdog instead, see
+    /// Before the ranks have agreed on a policy, a kind of call that every rank picks
+    /// alike without knowing the others' settings: from the MPI library, one per job.
+    /// On MPICH, nonblocking calls completed by testing and yielding (its blocking calls
+    /// busy-poll where ranks outnumber cores); elsewhere blocking calls, which yield by
+    /// themselves when oversubscribed (Open MPI) and need no test loop (a loop of tests
+    /// per round of a nonblocking collective, whose rounds advance only inside a test).
+    /// (A loader's communicator starts with its rank's own watchdog, see
     /// `Comm::duplicate`.)
-    pub(crate) const UNAGREED: WaitPolicy = WaitPolicy {
-        yield_between_tests: true,
-        trust_flush: false,
-        timeout_seconds: 0.0,
-        watchdog_seconds: watchdog::DEFAULT_WATCHDOG_SECONDS,
-    };
+    pub(crate) fn unagreed(watchdog_seconds: f64) -> WaitPolicy {
+        WaitPolicy { yield_between_tests: super::is_mpich(), trust_flush: false, timeout_seconds: 0.0, watchdog_seconds }
+    }
 
     fn yields(&self) -> bool {
         self.yield_between_tests || BACKGROUND.with(Cell::get)

@@ -1,0 +1,41 @@
+#!/usr/bin/env python3
+"""Print run.sh's results as Markdown tables (the READMEs' tables come from here).
+
+    benches/smpi/table.py <name,...>
+
+Reads benches/smpi/results/<name>*.csv; prints step time (ms, slowest rank, median)
+per P and batch for each engine and AUTO, with the steps AUTO gave each engine, then
+mdl_init and mdl_register_shard per P, and each run's verified bytes.
+"""
+import csv
+import glob
+import os
+import sys
+from collections import defaultdict
+
+here = os.path.dirname(os.path.abspath(__file__))
+paths = sorted({p for n in sys.argv[1].split(",") for p in glob.glob(os.path.join(here, "results", n + "*.csv"))})
+steps, phases, verified = defaultdict(dict), defaultdict(dict), {}
+for path in paths:
+    with open(path) as f:
+        for row in csv.reader(f):
+            if not row or row[0].startswith("#"):
+                continue
+            if row[0] == "step":
+                steps[(int(row[1]), int(row[3]))][row[2]] = (float(row[5]), int(row[6]), int(row[7]))
+            elif row[0] in ("init", "register"):
+                phases[int(row[1])][row[0]] = float(row[2])
+            elif row[0] == "verified":
+                verified[int(row[1])] = int(row[2])
+
+print("| P | batch | one-sided | collective | AUTO | AUTO's steps (one-sided/collective) |")
+print("|---:|---:|---:|---:|---:|---|")
+for (p, b), e in sorted(steps.items()):
+    cell = lambda k: f"{e[k][0]:.3g}" if k in e else "-"  # noqa: E731
+    picks = f"{e['auto'][1]}/{e['auto'][2]}" if "auto" in e else "-"
+    print(f"| {p} | {b} | {cell('onesided')} | {cell('collective')} | {cell('auto')} | {picks} |")
+print()
+print("| P | mdl_init (ms) | mdl_register_shard (ms) | bytes verified |")
+print("|---:|---:|---:|---:|")
+for p, v in sorted(phases.items()):
+    print(f"| {p} | {v.get('init', 0) * 1e3:.3g} | {v.get('register', 0) * 1e3:.3g} | {verified.get(p, 'not finished')} |")
