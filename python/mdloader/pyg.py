@@ -135,6 +135,22 @@ def _records(graphs: list) -> tuple:
     return records, facts, {key: settled.get(key) for key, _, _ in facts or ()}
 
 
+def agree_increments_and_class(comm: Any, incremented: dict, mine: Any) -> tuple:
+    """Collective (one allgather): ValueError on every rank where ranks disagree on
+    whether an attribute is incremented by the node count (``incremented``: key -> bool,
+    or None where this rank's graphs cannot tell); otherwise (key -> incremented, as
+    the ranks that could tell said; the graphs' class, agreed from the ranks that have
+    graphs: ``mine`` is None on a rank without)."""
+    everyone = comm.allgather((incremented, None if mine is None else _class_name(mine)))
+    settled: dict = {}
+    for theirs, _ in everyone:
+        for key, inc in theirs.items():
+            if inc is not None and settled.setdefault(key, inc) != inc:
+                raise ValueError(f"register_shard: attribute {key!r} is incremented by the node count on some "
+                                 "ranks and not on others")
+    return settled, _agreed_class(comm, [name for _, name in everyone], mine)
+
+
 def register_graphs(loader: Loader, graphs: Any, problem: str = "") -> tuple:
     """Collective: register this rank's graphs; the (schema, facts, graphs' class) agreed
     by all ranks. ``problem``: why this rank has no graphs to give (any failure before,
@@ -160,14 +176,7 @@ def register_graphs(loader: Loader, graphs: Any, problem: str = "") -> tuple:
     # graph without nodes cannot); the same gathered facts give every rank one answer.
     # The graphs' class too: it cuts a batch back into graphs (Data.__cat_dim__ in
     # to_data_list), so a rank without graphs must use the others'.
-    everyone = loader.comm.allgather((incremented, None if mine is None else _class_name(mine)))
-    settled: dict = {}
-    for theirs, _ in everyone:
-        for key, inc in theirs.items():
-            if inc is not None and settled.setdefault(key, inc) != inc:
-                raise ValueError(f"register_shard: attribute {key!r} is incremented by the node count on some "
-                                 "ranks and not on others")
-    data_class = _agreed_class(loader.comm, [name for _, name in everyone], mine)
+    settled, data_class = agree_increments_and_class(loader.comm, incremented, mine)
     loader.register_shard(data, offsets, align=8)
     loader.schema = schema
     # This rank's graphs' node counts, as registered (8 bytes a graph it holds); the

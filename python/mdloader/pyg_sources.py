@@ -163,14 +163,7 @@ def _register(loader: Loader, comm: Any, encoded: _Encoded) -> tuple:
     facts = None if encoded.facts is None else sorted(encoded.facts)
     schema, facts = agree_schema(comm, encoded.schema, "", facts)
     mine = encoded.data_class if encoded.facts is not None else None
-    everyone = comm.allgather((encoded.incremented, None if mine is None else pyg._class_name(mine)))
-    settled: dict = {}
-    for theirs, _ in everyone:
-        for key, inc in theirs.items():
-            if inc is not None and settled.setdefault(key, inc) != inc:
-                raise ValueError(f"register_shard: attribute {key!r} is incremented by the node count on some "
-                                 "ranks and not on others")
-    data_class = pyg._agreed_class(comm, [name for _, name in everyone], mine)
+    settled, data_class = pyg.agree_increments_and_class(comm, encoded.incremented, mine)
     loader.register_shard(encoded.data, encoded.offsets, align=8)
     loader.schema = schema
     loader.own_node_counts = encoded.node_counts if encoded.facts is not None else None
