@@ -402,7 +402,10 @@ void mdl_before_mpi_finalize(void);
  * "backend" (in force), "steps", "onesided" and "collective" (each: "steps",
  * "seconds" this rank spent, "predicted_seconds" and "measured_slowest_seconds" of the
  * slowest rank), "samples", "bytes_local" (own samples), "bytes_remote" (this rank's),
- * "decisions", "probes", "switches", "node_local" (samples of this rank's node copied
+ * "decisions", "probes", "switches", "unsure_decisions" (taken while the engines'
+ * predictions lay within the calibration's noise of each other, the other engine not
+ * yet measured for such steps), "surprise_probes" (probes taken because the engine in
+ * use ran slower than predicted beyond the noise, twice in a row), "node_local" (samples of this rank's node copied
  * from shared memory: "steps", "bytes", "samples", and "seconds" spent copying local
  * and node-local samples), "probe_cost" (the estimator's probes measured so far:
  * "steps", "seconds" of the slowest rank, and "excess_seconds" over what the preferred
@@ -413,7 +416,11 @@ void mdl_before_mpi_finalize(void);
  * rank), and "calibration" ("source": measured, default, file, or "not needed (one node)" where the node-local path copies every sample,
  * "seconds", "setup_seconds" and "last_probe_seconds" (what of those seconds the budget
  * cannot cut short: the scratch store, and the probe that crossed the budget), "points_onesided",
- * "points_collective" and the cost model's parameters,
+ * "points_collective", the cost model's parameters, each parameter's jackknife spread
+ * over its value ("spread_<name>": the fit repeated with each calibration batch left
+ * out; null where it cannot be told) and "noise_onesided"/"noise_collective" (how far,
+ * on a log scale, a step may depart from its prediction: the larger of the
+ * repetitions' spread and the fit's miss),
  * see docs/estimator.md). The "calibration" object, saved to a file, can be loaded with
  * MDL_CALIBRATION=<file> to skip measuring. Never waits on other ranks, even while a
  * prefetch thread is inside a step (mdl_num_samples and mdl_sample_size neither).

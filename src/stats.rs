@@ -194,10 +194,21 @@ impl Stats {
             let sep = if i == 0 { "" } else { ", " };
             let _ = write!(params, "{sep}\"{name}\": {}", number(*value));
         }
+        // Flat keys, so that the object loads back with MDL_CALIBRATION=<file>.
+        let confidence = &calibration.confidence;
+        for (name, value) in confidence.spread.named() {
+            let _ = write!(params, ", \"spread_{name}\": {}", number(value));
+        }
+        let _ = write!(
+            params,
+            ", \"noise_onesided\": {}, \"noise_collective\": {}",
+            number(confidence.noise[0]),
+            number(confidence.noise[1])
+        );
         format!(
             "{{\"rank\": {rank}, \"ranks\": {ranks}, \"backend\": \"{}\", \"steps\": {}, \
              \"onesided\": {}, \"collective\": {}, \"samples\": {}, \"bytes_local\": {}, \
-             \"bytes_remote\": {}, \"decisions\": {}, \"probes\": {}, \"switches\": {}, \
+             \"bytes_remote\": {}, \"decisions\": {}, \"probes\": {}, \"switches\": {}, \"unsure_decisions\": {}, \"surprise_probes\": {}, \
              \"node_local\": {{\"steps\": {}, \"bytes\": {}, \"samples\": {}, \"seconds\": {}}}, \
              \"probe_cost\": {{\"steps\": {}, \"seconds\": {}, \"excess_seconds\": {}}}, \
              \"engine_free_steps\": {}, \"exchange_rounds\": {}, \"calibration\": {{\"source\": \"{}\", \"seconds\": {}, \"setup_seconds\": {}, \
@@ -212,6 +223,8 @@ impl Stats {
             counters.decisions,
             counters.probes,
             counters.switches,
+            counters.unsure,
+            counters.surprise_probes,
             self.node_local.steps,
             self.node_local.bytes,
             self.node_local.samples,

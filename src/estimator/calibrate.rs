@@ -6,8 +6,12 @@
 //! large ones, many large ones, (at three ranks or more) every rank reading one
 //! target, and two steps of megabytes (the large samples over again), each where the
 //! budget left and the memory allow. Each batch runs once to warm up and `REPS` times
-//! measured; the step time is the slowest rank's, and the median over repetitions is
-//! kept. The probes run as a training loop's steps do: each batch also holds this
+//! measured; the step time is the slowest rank's. Where the first pass over the
+//! batches took at most half the budget, a second pass runs the affordable ones again,
+//! so that a burst of load spoils at most half of a batch's repetitions; the median
+//! over all of them is kept. How far the result can be trusted (the repetitions'
+//! spread, the fit's miss, each parameter's jackknife spread) goes with it
+//! ([`super::confidence`]). The probes run as a training loop's steps do: each batch also holds this
 //! rank's own share of samples (a uniform batch's: as many as each target serves it),
 //! copied before the engine's clock starts; the engines take turns; each run starts
 //! with the ranks lined up. Bytes served are told apart from bytes received only by
@@ -24,6 +28,7 @@
 //! engines never run, is not calibrated at all. The copies from the node's shared
 //! memory are not a term of the engines' model: they are timed apart in each step.
 
+use super::confidence::{self, Confidence};
 use super::features;
 use crate::agree::agree_on_fallback;
 use super::model::{CostParams, SERVED_TERM, StepFeatures, features_of, fit_nonnegative};
@@ -125,11 +130,21 @@ pub struct Calibration {
     /// checked between probes).
     pub setup_seconds: f64,
     pub last_probe_seconds: f64,
+    /// How far the parameters can be trusted (see [`confidence`]).
+    pub confidence: Confidence,
 }
 
 impl Calibration {
     pub fn default_params(source: &'static str) -> Calibration {
-        Calibration { params: CostParams::default(), source, seconds: 0.0, points: [0, 0], setup_seconds: 0.0, last_probe_seconds: 0.0 }
+        Calibration {
+            params: CostParams::default(),
+            source,
+            seconds: 0.0,
+            points: [0, 0],
+            setup_seconds: 0.0,
+            last_probe_seconds: 0.0,
+            confidence: Confidence::unmeasured(),
+        }
     }
 }
 
@@ -193,22 +208,26 @@ pub fn measure(comm: &Comm, settings: &CalibrationSettings) -> Result<Calibratio
         return Err(measured.expect_err("a timeout is an error"));
     }
     let freed = store.free();
-    let (rows, times, last_probe_seconds) = measured?;
+    let measured = measured?;
     freed?;
+    let last_probe_seconds = measured.last_probe;
     let mut params = CostParams::default();
+    let mut confidence = Confidence::unmeasured();
     let mut fitted = 0;
     for engine in [Backend::OneSided, Backend::Collective] {
         let e = (engine == Backend::Collective) as usize;
+        let (rows, times) = (&measured.rows[e], measured.times(e));
         // At least one point per coefficient, or the fit is a guess.
-        if rows[e].len() >= params.coefficients(engine).len()
-            && let Some(c) = fit_weighted(&rows[e], &times[e])
+        if rows.len() >= params.coefficients(engine).len()
+            && let Some(c) = fit_weighted(rows, &times)
         {
             params.set_coefficients(engine, &c);
+            confidence.set_engine(engine, &measured.spreads(e), rows, &times, &c, fit_weighted);
             fitted += 1;
         }
     }
     let seconds = mpi::wtime() - started;
-    let points = [rows[0].len(), rows[1].len()];
+    let points = [measured.rows[0].len(), measured.rows[1].len()];
     let setup_seconds = seconds - probing;
     if fitted == 0 {
         // The budget ended before either engine had a batch per coefficient: said as it
@@ -220,10 +239,16 @@ pub fn measure(comm: &Comm, settings: &CalibrationSettings) -> Result<Calibratio
             points[1],
             settings.budget_seconds
         );
-        return Ok(Calibration { params, source: "default", seconds, points, setup_seconds, last_probe_seconds });
+        return Ok(Calibration { source: "default", seconds, points, setup_seconds, last_probe_seconds, ..Calibration::default_params("default") });
     }
-    log::info!("calibration ({seconds:.3} s, {} + {} batches): {params:?}", points[0], points[1]);
-    Ok(Calibration { params, source: "measured", seconds, points, setup_seconds, last_probe_seconds })
+    log::info!(
+        "calibration ({seconds:.3} s, {} + {} batches, noise one-sided {:.3} collective {:.3}): {params:?}",
+        points[0],
+        points[1],
+        confidence.noise[0],
+        confidence.noise[1]
+    );
+    Ok(Calibration { params, confidence, source: "measured", seconds, points, setup_seconds, last_probe_seconds })
 }
 
 /// Fit with each batch's equation divided by the square root of its measured time: a
@@ -244,14 +269,42 @@ fn fit_weighted(rows: &[Vec<f64>], times: &[f64]) -> Option<Vec<f64>> {
     fit_nonnegative(&scaled, &ones)
 }
 
-/// Each engine's rows and times, and the seconds of the last probe.
-type Measurements = ([Vec<Vec<f64>>; 2], [Vec<f64>; 2], f64);
+/// What the probes measured: per engine, a row of the model's terms for each probe
+/// taken and its repetitions' times (the slowest rank's, as agreed; both passes').
+#[derive(Debug)]
+struct Measurements {
+    rows: [Vec<Vec<f64>>; 2],
+    reps: [Vec<Vec<f64>>; 2],
+    /// Seconds of the last probe.
+    last_probe: f64,
+}
+
+impl Measurements {
+    /// Each probe's time: the median of its repetitions.
+    fn times(&self, e: usize) -> Vec<f64> {
+        self.reps[e].iter().map(|r| confidence::median(r)).collect()
+    }
+
+    /// Each probe's repetition spread (see `confidence::repetition_spread`).
+    fn spreads(&self, e: usize) -> Vec<f64> {
+        self.reps[e]
+            .iter()
+            .map(|r| {
+                let mut sorted = r.clone();
+                sorted.sort_by(f64::total_cmp);
+                confidence::repetition_spread(&sorted)
+            })
+            .collect()
+    }
+}
 
 fn run_probes(comm: &Comm, store: &Store, settings: &CalibrationSettings, started: f64) -> Result<Measurements> {
     let (rank, ranks) = (comm.rank(), comm.size());
     let mut rng = SplitMix64::new(0x6d646c_u64 ^ rank as u64);
     let mut rows: [Vec<Vec<f64>>; 2] = Default::default();
-    let mut times: [Vec<f64>; 2] = Default::default();
+    let mut reps_of: [Vec<Vec<f64>>; 2] = Default::default();
+    // Which of PROBES each row is, for the second pass.
+    let mut taken: Vec<usize> = Vec::new();
     let buffers = RefCell::new(ExchangeBuffers::default());
     let targets = Targets::of(rank, ranks, &settings.topology);
     let readers = Readers::of(rank, ranks, &settings.topology);
@@ -262,7 +315,22 @@ fn run_probes(comm: &Comm, store: &Store, settings: &CalibrationSettings, starte
     let probes_began = mpi::wtime() - started;
     let mut last_probe = 0.0;
     let mut served_apart = false;
-    for probe in PROBES.iter().filter(|p| !p.hot_target || ranks >= 3) {
+    let schedule = PROBES.iter().enumerate().filter(|(_, p)| !p.hot_target || ranks >= 3);
+    // The second pass repeats the first's affordable probes, if the first took at most
+    // half the budget: a burst of load then spoils at most half of a probe's
+    // repetitions, and their median stands.
+    let second_pass = schedule.clone().filter(|(_, p)| !p.costly);
+    let mut first_pass_seconds = None;
+    for (pass, (index, probe)) in schedule.map(|p| (0, p)).chain(second_pass.map(|p| (1, p))) {
+        if pass == 1 {
+            let first = *first_pass_seconds.get_or_insert(elapsed.unwrap_or(0.0));
+            if first > settings.budget_seconds / 2.0 {
+                break;
+            }
+            if !taken.contains(&index) {
+                continue;
+            }
+        }
         if probe.costly {
             // Its time predicted from the largest probe's, scaled by the bytes and by
             // COSTLY_GROWTH; the same on every rank. Without a figure to scale, it is not
@@ -343,13 +411,21 @@ fn run_probes(comm: &Comm, store: &Store, settings: &CalibrationSettings, starte
         let mut both: Vec<f64> = local.concat();
         both.push(mpi::wtime() - started);
         let slowest = comm.allreduce_max(&both)?;
+        let row = taken.iter().position(|&t| t == index).unwrap_or(taken.len());
         for e in 0..2 {
             let engine = if e == 0 { Backend::OneSided } else { Backend::Collective };
-            let of_engine = &slowest[e * (REPS + 1)..(e + 1) * (REPS + 1)];
-            let mut reps = of_engine[1..].to_vec(); // [0] was the warm-up
-            reps.sort_by(f64::total_cmp);
-            rows[e].push(features_of(engine, &f));
-            times[e].push(reps[REPS / 2]);
+            let reps = &slowest[e * (REPS + 1) + 1..(e + 1) * (REPS + 1)]; // [0] was the warm-up
+            if row == taken.len() {
+                rows[e].push(features_of(engine, &f));
+                reps_of[e].push(reps.to_vec());
+            } else {
+                // The same probe again (other random ids, the same counts and sizes):
+                // its first row stands, its repetitions join the first pass's.
+                reps_of[e][row].extend_from_slice(reps);
+            }
+        }
+        if row == taken.len() {
+            taken.push(index);
         }
         served_apart |= probe.hot_target;
         let now = slowest[2 * (REPS + 1)];
@@ -360,8 +436,8 @@ fn run_probes(comm: &Comm, store: &Store, settings: &CalibrationSettings, starte
             "calibration probe of {} x {} bytes per rank ({f:?}): one-sided {:.1} us, collective {:.1} us",
             probe.count,
             probe.bytes() / probe.count as u64,
-            times[0].last().copied().unwrap_or(0.0) * 1e6,
-            times[1].last().copied().unwrap_or(0.0) * 1e6
+            confidence::median(&reps_of[0][row]) * 1e6,
+            confidence::median(&reps_of[1][row]) * 1e6
         );
         if let (Some(start), Some(end)) = (probe_started, elapsed)
             && largest.is_none_or(|(bytes, _)| probe.bytes() >= bytes)
@@ -377,7 +453,7 @@ fn run_probes(comm: &Comm, store: &Store, settings: &CalibrationSettings, starte
         // cost between the two terms at random.
         rows.iter_mut().flatten().for_each(|row| row[SERVED_TERM] = 0.0);
     }
-    Ok((rows, times, last_probe))
+    Ok(Measurements { rows, reps: reps_of, last_probe })
 }
 
 /// The ranks that read from a rank in the probes: for each, how many targets it reads
@@ -474,7 +550,7 @@ fn probe_ids(probe: &Probe, targets: &Targets, first_ids: &[u64], rng: &mut Spli
 }
 
 /// Parameters saved earlier: a JSON object with a number for every parameter name (the
-/// "calibration" object of `mdl_stats_json`; other keys are ignored).
+/// "calibration" object of `mdl_stats_json`; of its other keys, only the noise is read).
 pub fn load(path: &std::path::Path) -> Result<Calibration> {
     let failed = |why: String| Error::invalid(format!("MDL_CALIBRATION={}: {why}", path.display()));
     // Only a regular file: reading a FIFO (or a device) would wait on this rank alone,
@@ -508,7 +584,10 @@ pub fn load(path: &std::path::Path) -> Result<Calibration> {
         values.push((name.to_string(), value.abs()));
     }
     let params = CostParams::from_named(&values).expect("every name was read");
-    Ok(Calibration { params, ..Calibration::default_params("file") })
+    // The noise measured with them, where the file has it (saved before it was, the
+    // parameters are taken as exact, as they were then).
+    let noise = ["noise_onesided", "noise_collective"].map(|key| json_number(&text, key).filter(|v| v.is_finite() && *v >= 0.0).unwrap_or(0.0));
+    Ok(Calibration { params, confidence: Confidence::given(noise), ..Calibration::default_params("file") })
 }
 
 /// The number after `"key":` in a flat JSON text: a whole value, followed by `,`, `}`

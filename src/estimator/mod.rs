@@ -41,6 +41,7 @@
 //! only when the other is predicted faster by more than the hysteresis margin.
 
 pub mod calibrate;
+pub mod confidence;
 pub mod features;
 pub mod model;
 mod portable;
@@ -53,6 +54,16 @@ use std::collections::BTreeMap;
 const PROBE_MAX_RATIO: f64 = 3.0;
 /// Steps of a new bucket before its first probe.
 const FIRST_PROBE_AFTER: u64 = 8;
+/// Steps of a new bucket before its first probe where the engines' predictions lie
+/// within the calibration's noise of each other (see `choose_auto`).
+const FIRST_PROBE_WHEN_UNSURE: u64 = 2;
+/// A step slower than its corrected prediction by more than this factor (log), or by
+/// `SURPRISE_NOISES` times the calibration's noise where that is more, is a surprise.
+const SURPRISE_MIN: f64 = 0.262_364_264_467_491; // ln 1.3
+const SURPRISE_NOISES: f64 = 3.0;
+/// Surprises in a row after which the other engine is looked at again at once (one is
+/// a descheduled rank; two in a row, a machine that changed).
+const SURPRISES_BEFORE_LOOK: u32 = 2;
 /// Weight of a new measurement in a bucket's scale.
 const CORRECTION_RATE: f64 = 0.2;
 /// One measurement moves a scale by at most this factor (before weighting).
@@ -103,6 +114,11 @@ pub struct Settings {
     pub probe_interval: u64,
     /// Relative margin by which the other engine must be predicted faster to switch.
     pub hysteresis: f64,
+    /// The calibration's noise per engine (log scale, see
+    /// [`confidence::Confidence::noise`]): how far apart two predictions must lie before
+    /// the model alone may settle a bucket, and how far a step may depart from its
+    /// prediction before it is a surprise.
+    pub calibration_noise: [f64; 2],
     /// What the probes may cost: their time over the preferred engine's prediction
     /// (spent, and predicted for the next one), as a fraction of every measured step's
     /// time (0: only probes predicted to cost nothing, while none has cost anything).
@@ -154,13 +170,20 @@ struct Bucket {
     preferred: Option<Backend>,
     steps_since_probe: u64,
     probes: u32,
+    /// Steps in a row that took longer than predicted beyond the noise (see `observe`).
+    surprises: u32,
+    /// Surprised: the other engine is looked at with the next probe the budget allows.
+    look_now: bool,
 }
 
 impl Bucket {
-    /// Steps from one probe to the next: doubling from `FIRST_PROBE_AFTER` up to the interval.
-    fn probe_due(&self, probe_interval: u64) -> bool {
-        let gap = FIRST_PROBE_AFTER.checked_shl(self.probes).unwrap_or(u64::MAX).min(probe_interval);
-        probe_interval > 0 && self.steps_since_probe >= gap
+    /// Steps from one probe to the next: doubling from `FIRST_PROBE_AFTER` (from
+    /// `FIRST_PROBE_WHEN_UNSURE` for the first probe of a bucket whose engines the
+    /// calibration cannot tell apart) up to the interval; at once after a surprise.
+    fn probe_due(&self, probe_interval: u64, unsure: bool) -> bool {
+        let first = if unsure && self.probes == 0 { FIRST_PROBE_WHEN_UNSURE } else { FIRST_PROBE_AFTER };
+        let gap = first.checked_shl(self.probes).unwrap_or(u64::MAX).min(probe_interval);
+        probe_interval > 0 && (self.look_now || self.steps_since_probe >= gap)
     }
 }
 
@@ -171,6 +194,13 @@ pub struct EstimatorCounters {
     pub probes: u64,
     /// Changes of a bucket's preferred engine (probes, which return, are not counted).
     pub switches: u64,
+    /// Decisions taken while the two engines' predictions lay within the calibration's
+    /// noise of each other (beyond the hysteresis) and the other engine had not been
+    /// measured in the step's bucket: the model alone could not tell.
+    pub unsure: u64,
+    /// Probes taken because the engine in use ran slower than predicted, beyond the
+    /// noise, steps in a row.
+    pub surprise_probes: u64,
 }
 
 pub struct Estimator {
@@ -283,6 +313,8 @@ impl Estimator {
                 preferred: None,
                 steps_since_probe: 0,
                 probes: 0,
+                surprises: 0,
+                look_now: false,
             };
             self.buckets.insert(key, fresh);
         }
@@ -297,7 +329,8 @@ impl Estimator {
     pub fn fingerprint(&self) -> u64 {
         let mut f = Fingerprint::new();
         let p = &self.params;
-        for v in [p.a_os, p.g_os, p.b_os, p.c_os, p.a_coll, p.s_coll, p.b_coll, p.c_coll, self.global[0], self.global[1]] {
+        let noise = self.settings.calibration_noise;
+        for v in [p.a_os, p.g_os, p.b_os, p.c_os, p.a_coll, p.s_coll, p.b_coll, p.c_coll, self.global[0], self.global[1], noise[0], noise[1]] {
             f.word(v.to_bits());
         }
         f.word(self.global_measured[0] as u64 | (self.global_measured[1] as u64) << 1);
@@ -311,6 +344,7 @@ impl Estimator {
             f.word(b.preferred.map_or(u64::MAX, |e| e as u64));
             f.word(b.steps_since_probe);
             f.word(b.probes as u64);
+            f.word(b.surprises as u64 | (b.look_now as u64) << 32);
         }
         let c = &self.counters;
         let seconds = [
@@ -323,7 +357,7 @@ impl Estimator {
             self.onesided_waited,
         ]
         .map(f64::to_bits);
-        for w in [c.decisions, c.probes, c.switches].into_iter().chain(seconds) {
+        for w in [c.decisions, c.probes, c.switches, c.unsure, c.surprise_probes].into_iter().chain(seconds) {
             f.word(w);
         }
         f.0 >> 12
@@ -399,6 +433,12 @@ impl Estimator {
         bucket.preferred = Some(keep);
         bucket.steps_since_probe += 1;
         let never_measured = bucket.measured[slot(keep.other())] == 0;
+        // Too close to call (within the hysteresis) either engine is fine; beyond it but
+        // within the calibration's noise, the model alone cannot tell which is faster:
+        // the other engine is measured early, as soon as the budget allows.
+        let apart = if predicted(keep) > 0.0 { portable::ln(predicted(keep.other()) / predicted(keep)) } else { f64::INFINITY };
+        let noise = settings.calibration_noise[0] + settings.calibration_noise[1];
+        let unsure = never_measured && apart >= portable::ln(1.0 + settings.hysteresis) && apart < noise;
         // The looks judge the other engine's exchange without the skew (the budget
         // bounds what a look costs): across machines the skew is learned from
         // collective steps alone, so a job that has come into step would otherwise
@@ -419,12 +459,16 @@ impl Estimator {
         // overrun have earned it back.
         let predicted_excess = (predicted(keep.other()) - predicted(keep)).max(0.0);
         let affordable = spent + overshoot * predicted_excess <= earned;
-        let probing = bucket.probe_due(settings.probe_interval) && worth_a_look && affordable;
+        let probing = bucket.probe_due(settings.probe_interval, unsure) && worth_a_look && affordable;
+        let surprised = probing && bucket.look_now;
         if probing {
             bucket.steps_since_probe = 0;
             bucket.probes += 1;
+            bucket.look_now = false;
         }
         self.counters.switches += switched as u64;
+        self.counters.unsure += unsure as u64;
+        self.counters.surprise_probes += surprised as u64;
         *probe = probing;
         if probing { keep.other() } else { keep }
     }
@@ -480,6 +524,9 @@ impl Estimator {
         }
         let e = slot(engine);
         let error = portable::ln(modelled_time / modelled);
+        if probe.is_none() {
+            self.notice_surprise(e, f, error);
+        }
         let residual = self.bucket(f).residual[e];
         let global = if !self.global_measured[e] && self.global_measured[1 - e] {
             // The first measurement of an engine that borrowed the other's correction
@@ -496,9 +543,42 @@ impl Estimator {
         };
         self.global[e] = global;
         self.global_measured[e] = true;
+        let hysteresis = self.settings.hysteresis;
         let bucket = self.bucket(f);
         bucket.measured[e] += 1;
         bucket.residual[e] = corrected(bucket.residual[e], error - global);
+        if probe.is_some_and(|p| measured < p.preferred * (1.0 - hysteresis)) {
+            // A probe that ran faster than the engine in use was predicted to: taken
+            // whole, not a fifth of the way, so that AUTO moves now. Noise makes steps
+            // slower, rarely faster, so this is strong evidence; where it was luck, the
+            // steps that follow measure the engine and move back. (Moved by the usual
+            // rate, a calibration wrong by 3x took a probe every 16-64 steps for
+            // dozens of probes to undo: a whole grid point, an epoch at worst.)
+            let bound = portable::ln(MAX_SCALE);
+            bucket.residual[e] = (error - global).clamp(-bound, bound);
+        }
+    }
+
+    /// A step of engine slot `e` (not a probe) whose time is `error` (log) off the
+    /// uncorrected model: measured against its corrected prediction, slower by more
+    /// than the noise twice in a row makes a look at the other engine due at once. What
+    /// slows one engine (a neighbour on the network, a busy core) need not slow the
+    /// other alike, and the correction alone follows the engine in use only.
+    fn notice_surprise(&mut self, e: usize, f: &StepFeatures, error: f64) {
+        let threshold = SURPRISE_MIN.max(SURPRISE_NOISES * self.settings.calibration_noise[e]);
+        let bucket = *self.bucket(f);
+        let off = error - self.correction(e, &bucket);
+        let bucket = self.bucket(f);
+        if bucket.preferred.is_some_and(|p| slot(p) != e) {
+            return;
+        }
+        bucket.surprises = if off > threshold { bucket.surprises + 1 } else { 0 };
+        if bucket.surprises >= SURPRISES_BEFORE_LOOK {
+            bucket.surprises = 0;
+            bucket.look_now = true;
+            // The next probes follow closely again, as in a new bucket.
+            bucket.probes = 0;
+        }
     }
 
     /// How many times their predicted excess the probes predicted to cost something
@@ -555,7 +635,7 @@ mod tests {
     use super::*;
 
     fn settings() -> Settings {
-        Settings { probe_interval: 10, hysteresis: 0.05, probe_budget: 0.05 }
+        Settings { probe_interval: 10, hysteresis: 0.05, probe_budget: 0.05, calibration_noise: [0.0; 2] }
     }
 
     /// A step's time on every rank alike (lockstep: no skew).
@@ -765,44 +845,123 @@ mod tests {
 
     /// The model names the one-sided engine (10 us against 12 us), whose steps then
     /// take 3x that: the collective engine, not measured, borrows the correction and
-    /// stays the slower one, so AUTO does not switch to it outside the probes. The first
-    /// probe's measurement replaces the borrowed correction at once, within
-    /// MAX_STEP_RATIO of it: found at its calibrated cost (12 us, more than 2x below the
-    /// borrowed price), the collective engine is priced at half the borrowed price
-    /// (less the bucket's own step towards 12 us), and AUTO moves to it; found within
-    /// 2x (40 us), at what it measured.
+    /// stays the slower one, so AUTO does not switch to it outside the probes. Two
+    /// steps that slow in a row are a surprise: the first probe comes at the third
+    /// step, not on the schedule's eighth. A probe that measures the collective engine
+    /// faster than the one-sided engine was predicted (12 us) is taken whole, and AUTO
+    /// moves to it; one that finds it slower (40 us, within 2x of the borrowed price)
+    /// replaces the borrowed correction with what it measured.
     #[test]
     fn an_engine_not_measured_borrows_the_correction_of_the_one_in_use() {
         let params = CostParams { a_os: 10e-6, g_os: 0.0, b_os: 0.0, c_os: 0.0, a_coll: 12e-6, s_coll: 0.0, b_coll: 0.0, c_coll: 0.0 };
         let f = step(16.0, 32768.0);
         let until_the_first_probe = || {
             let mut e = Estimator::new(params, Settings { probe_budget: 1e9, ..settings() });
-            for k in 1..FIRST_PROBE_AFTER {
+            for k in 1..=SURPRISES_BEFORE_LOOK {
                 let d = e.decide(&f, Backend::Auto);
                 assert!(!d.probe && d.engine == Backend::OneSided, "step {k}: no switch to an engine not measured");
                 e.observe(Backend::OneSided, &f, same(30e-6), None);
             }
+            let (os, coll) = e.predict(&f);
+            assert!((coll / os - 1.2).abs() < 1e-9, "borrowed: the model's ratio stands ({os} vs {coll})");
             let d = e.decide(&f, Backend::Auto);
-            assert!(d.probe && d.engine == Backend::Collective, "the first probe comes on schedule");
-            e
+            assert!(d.probe && d.engine == Backend::Collective, "the first probe comes after two surprises");
+            assert_eq!(e.counters().surprise_probes, 1);
+            (e, d)
         };
-        let mut e = until_the_first_probe();
-        let (os, coll) = e.predict(&f);
-        assert!((coll / os - 1.2).abs() < 1e-9, "borrowed: the model's ratio stands ({os} vs {coll})");
-        assert!(coll > 2.0 * 12e-6, "the borrowed price is more than twice the calibrated one");
-        e.observe(Backend::Collective, &f, same(12e-6), None);
+        let (mut e, probe) = until_the_first_probe();
+        let os = e.predict(&f).0;
+        e.observe(Backend::Collective, &f, same(12e-6), probe.probe_prediction());
         let (os_after, coll_after) = e.predict(&f);
         assert_eq!(os_after, os, "the probe leaves the one-sided engine's correction alone");
-        let replaced = coll / MAX_STEP_RATIO;
-        let bucket_step = (12e-6 / replaced).powf(CORRECTION_RATE);
-        assert!((coll_after / (replaced * bucket_step) - 1.0).abs() < 1e-9, "{coll} -> {coll_after}: replaced, within 2x");
+        assert!((coll_after / 12e-6 - 1.0).abs() < 1e-9, "taken whole: {coll_after}");
         assert_eq!(e.decide(&f, Backend::Auto).engine, Backend::Collective);
 
-        let mut e = until_the_first_probe();
+        let (mut e, probe) = until_the_first_probe();
         let coll = e.predict(&f).1;
         assert!(40e-6 > coll && 40e-6 < MAX_STEP_RATIO * coll);
-        e.observe(Backend::Collective, &f, same(40e-6), None);
+        e.observe(Backend::Collective, &f, same(40e-6), probe.probe_prediction());
         assert!((e.predict(&f).1 / 40e-6 - 1.0).abs() < 1e-9, "within 2x of the borrowed price: what it measured");
+        assert_eq!(e.decide(&f, Backend::Auto).engine, Backend::OneSided);
+    }
+
+    /// Runs `steps` AUTO steps whose engines take `truth(engine)`; the steps' total time.
+    fn run(e: &mut Estimator, f: &StepFeatures, steps: usize, mut truth: impl FnMut(Backend) -> f64) -> f64 {
+        (0..steps)
+            .map(|_| {
+                let d = e.decide(f, Backend::Auto);
+                let t = truth(d.engine);
+                e.observe(d.engine, f, same(t), d.probe_prediction());
+                t
+            })
+            .sum()
+    }
+
+    /// A calibration taken under a burst of load priced the collective engine 3x above
+    /// the one-sided one, where it is 3x below (the grid's MPICH points of 256 B
+    /// samples, batch 1024, under load: one-sided 0.22 ms, collective 0.076 ms). The
+    /// first probe waits until the budget covers its predicted excess, finds the
+    /// collective engine faster, and AUTO keeps it from then on: over 1,000 steps the
+    /// wrong calibration costs what the steps before that probe lost.
+    #[test]
+    fn a_calibration_wrong_by_3x_costs_the_steps_before_one_probe() {
+        let params = CostParams { a_os: 220e-6, g_os: 0.0, b_os: 0.0, c_os: 0.0, a_coll: 660e-6, s_coll: 0.0, b_coll: 0.0, c_coll: 0.0 };
+        let mut e = Estimator::new(params, Settings { probe_interval: 64, hysteresis: 0.1, probe_budget: 0.04, ..settings() });
+        let f = step(1024.0, 262144.0);
+        let truth = |engine: Backend| if engine == Backend::Collective { 76e-6 } else { 220e-6 };
+        let total = run(&mut e, &f, 1000, truth);
+        let oracle = 1000.0 * 76e-6;
+        assert!(total < 1.15 * oracle, "AUTO {total} s against {oracle} s");
+        assert_eq!(e.decide(&f, Backend::Auto).engine, Backend::Collective);
+        assert_eq!(e.counters().switches, 1, "one switch, and it holds");
+    }
+
+    /// The model was right, then the engine in use turns 3x slower (a neighbour's
+    /// traffic, a busy core) while the other does not: two steps in a row beyond the
+    /// noise make a probe due, within the budget, and AUTO moves.
+    #[test]
+    fn a_machine_that_changes_under_the_engine_in_use_is_noticed() {
+        let params = CostParams { a_os: 100e-6, g_os: 0.0, b_os: 0.0, c_os: 0.0, a_coll: 150e-6, s_coll: 0.0, b_coll: 0.0, c_coll: 0.0 };
+        let mut e = Estimator::new(params, Settings { probe_interval: 64, hysteresis: 0.1, probe_budget: 0.04, calibration_noise: [0.05; 2] });
+        let f = step(64.0, 65536.0);
+        run(&mut e, &f, 500, |engine| if engine == Backend::Collective { 150e-6 } else { 100e-6 });
+        assert_eq!(e.decide(&f, Backend::Auto).engine, Backend::OneSided);
+        let moved = (1..=100).find(|_| {
+            run(&mut e, &f, 1, |engine| if engine == Backend::Collective { 150e-6 } else { 300e-6 });
+            e.decide(&f, Backend::Auto).engine == Backend::Collective
+        });
+        assert!(moved.is_some_and(|steps| steps <= 10), "moved after {moved:?} steps");
+        assert!(e.counters().surprise_probes >= 1);
+        // Steps within the noise are no surprise: no probe beyond the schedule.
+        let mut calm = Estimator::new(params, Settings { probe_interval: 64, hysteresis: 0.1, probe_budget: 1e9, calibration_noise: [0.2; 2] });
+        let mut slower = false;
+        run(&mut calm, &f, 300, |engine| {
+            slower = !slower;
+            if engine == Backend::Collective { 150e-6 } else if slower { 180e-6 } else { 100e-6 }
+        });
+        assert_eq!(calm.counters().surprise_probes, 0, "1.8x steps within 3 x 0.2 of noise");
+    }
+
+    /// Engines predicted 1.3x apart: with a calibration this noisy (0.3 each, sum 0.6 >
+    /// ln 1.3) the model cannot tell them apart, and the other engine is measured at
+    /// the second step; with a quiet one (0.05 each), on the schedule (the eighth); too
+    /// close to call (within the hysteresis), on the schedule as well.
+    #[test]
+    fn engines_within_the_calibrations_noise_are_both_measured_early() {
+        let first_probe = |a_coll: f64, noise: f64| {
+            let params = CostParams { a_os: 10e-6, g_os: 0.0, b_os: 0.0, c_os: 0.0, a_coll, s_coll: 0.0, b_coll: 0.0, c_coll: 0.0 };
+            let mut e = Estimator::new(params, Settings { probe_interval: 64, hysteresis: 0.1, probe_budget: 1e9, calibration_noise: [noise; 2] });
+            let f = step(16.0, 32768.0);
+            let probe = (1..=20).find(|_| {
+                let d = e.decide(&f, Backend::Auto);
+                e.observe(d.engine, &f, same(d.predicted(d.engine)), d.probe_prediction());
+                d.probe
+            });
+            (probe, e.counters().unsure)
+        };
+        assert_eq!(first_probe(13e-6, 0.3), (Some(FIRST_PROBE_WHEN_UNSURE), FIRST_PROBE_WHEN_UNSURE));
+        assert_eq!(first_probe(13e-6, 0.05), (Some(FIRST_PROBE_AFTER), 0));
+        assert_eq!(first_probe(10.5e-6, 0.3), (Some(FIRST_PROBE_AFTER), 0), "too close to call");
     }
 
     #[test]
@@ -875,7 +1034,7 @@ mod tests {
     #[test]
     fn a_probe_predicted_cheaper_needs_no_budget() {
         let params = CostParams { a_os: 10e-6, g_os: 0.0, b_os: 0.0, c_os: 0.0, a_coll: 10.5e-6, s_coll: 0.0, b_coll: 0.0, c_coll: 0.0 };
-        let mut e = Estimator::new(params, Settings { probe_interval: 64, hysteresis: 0.1, probe_budget: 0.0 });
+        let mut e = Estimator::new(params, Settings { probe_interval: 64, hysteresis: 0.1, probe_budget: 0.0, ..settings() });
         let f = step(16.0, 32768.0);
         // The collective engine measured once, at 10 us: its correction is its own.
         e.observe(Backend::Collective, &f, same(10e-6), None);
@@ -990,7 +1149,7 @@ mod tests {
 
     #[test]
     fn hysteresis_keeps_the_engine_when_costs_are_equal() {
-        let mut e = Estimator::new(CostParams::default(), Settings { probe_interval: 0, hysteresis: 0.1, probe_budget: 0.05 });
+        let mut e = Estimator::new(CostParams::default(), Settings { probe_interval: 0, hysteresis: 0.1, probe_budget: 0.05, ..settings() });
         let f = step(16.0, 32768.0);
         let first = e.decide(&f, Backend::Auto).engine;
         // Make the other engine look 5% faster: within the margin, no switch.

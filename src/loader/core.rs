@@ -127,7 +127,7 @@ impl Core {
             gets_end_in_barrier: false,
             one_clock: facts.one_clock,
             threads_refused: facts.threads_refused,
-            estimator: Estimator::new(CostParams::default(), Settings { probe_interval: 0, hysteresis: 0.0, probe_budget: 0.0 }),
+            estimator: Estimator::new(CostParams::default(), Settings { probe_interval: 0, hysteresis: 0.0, probe_budget: 0.0, calibration_noise: [0.0; 2] }),
             calibration: Calibration::default_params("default"),
             stats: Stats::default(),
             pending: Vec::new(),

@@ -79,6 +79,7 @@ impl Core {
                 probe_interval: self.config.probe_interval,
                 hysteresis: self.config.hysteresis,
                 probe_budget: self.config.probe_budget,
+                calibration_noise: self.calibration.confidence.noise,
             },
         );
         self.published.set_calibration(&self.calibration);
@@ -211,14 +212,21 @@ impl Core {
         agree_on_checks(&self.comm, outcome_of(&measured))?;
         let mut measured = measured.expect("agreed that the measuring group succeeded");
         let mut figures: Vec<f64> = measured.params.named().iter().map(|(_, v)| *v).collect();
+        figures.extend(measured.confidence.spread.named().iter().map(|(_, v)| *v));
         let was_measured = f64::from(u8::from(measured.source == "measured"));
-        figures.extend([measured.seconds, measured.points[0] as f64, measured.points[1] as f64, was_measured]);
+        let noise = measured.confidence.noise;
+        figures.extend([measured.seconds, measured.points[0] as f64, measured.points[1] as f64, was_measured, noise[0], noise[1]]);
         self.comm.bcast_into(0, &mut figures)?;
-        let named: Vec<(String, f64)> = measured.params.named().iter().zip(&figures).map(|((n, _), v)| (n.to_string(), *v)).collect();
-        let [seconds, one_sided, collective, was_measured] = figures[named.len()..] else {
-            unreachable!("four figures follow the parameters")
+        let names = measured.params.named().map(|(n, _)| n.to_string());
+        let named = |values: &[f64]| -> Vec<(String, f64)> { names.iter().cloned().zip(values.iter().copied()).collect() };
+        let (params, rest) = figures.split_at(names.len());
+        let (spread, rest) = rest.split_at(names.len());
+        let [seconds, one_sided, collective, was_measured, noise_onesided, noise_collective] = rest[..] else {
+            unreachable!("six figures follow the parameters and their spreads")
         };
-        measured.params = CostParams::from_named(&named).expect("the same names");
+        measured.params = CostParams::from_named(&named(params)).expect("the same names");
+        measured.confidence.spread = CostParams::from_named(&named(spread)).expect("the same names");
+        measured.confidence.noise = [noise_onesided, noise_collective];
         measured.seconds = seconds;
         measured.points = [one_sided as usize, collective as usize];
         measured.source = if was_measured == 1.0 { "measured" } else { "default" };
