@@ -311,7 +311,8 @@ static double json_num(const char *p, const char *key)
 }
 
 typedef struct lstats {
-    double os_steps, coll_steps, probes, switches;
+    double os_steps, coll_steps, probes, switches, unsure, surprise_probes;
+    double noise[2]; /* the calibration's, one-sided and collective */
     double params[8]; /* a_os g_os b_os c_os a_coll s_coll b_coll c_coll */
 } lstats;
 
@@ -326,6 +327,10 @@ static lstats read_stats(mdl_loader *h)
     s.coll_steps = co ? json_num(co, "steps") : NAN;
     s.probes = json_num(buf, "probes");
     s.switches = json_num(buf, "switches");
+    s.unsure = json_num(buf, "unsure_decisions");
+    s.surprise_probes = json_num(buf, "surprise_probes");
+    s.noise[0] = cal ? json_num(cal, "noise_onesided") : NAN;
+    s.noise[1] = cal ? json_num(cal, "noise_collective") : NAN;
     static const char *names[8] = {"a_os", "g_os", "b_os", "c_os", "a_coll", "s_coll", "b_coll", "c_coll"};
     for (int i = 0; i < 8; i++)
         s.params[i] = cal ? json_num(cal, names[i]) : NAN;
@@ -875,7 +880,8 @@ int main(int argc, char **argv)
                          "auto_collective_steps,t_ddstore,t_floor_rma,t_floor_a2a,n_onesided,n_collective,n_auto,"
                          "n_ddstore,n_floor_rma,n_floor_a2a,auto_probes,auto_switches,pred_onesided,"
                          "pred_collective,mean_sample_bytes,samples_per_rank,wait,bad,t_node,n_node,"
-                         "node_local_fraction,model_terms,model_params,rtt_us\n");
+                         "node_local_fraction,model_terms,model_params,rtt_us,auto_unsure,auto_surprise_probes,"
+                         "noise_onesided,noise_collective\n");
         fflush(csv);
         fprintf(stderr, "grid_bench: %s/%s, %d ranks (%ld cores), wait=%s, auto loader %s, budget %.2f s, limit %.1f s\n",
                 o.mpi, o.transport, P, cores, g_yield ? "yield" : "block", o.auto_loader, o.budget, o.limit);
@@ -998,9 +1004,12 @@ int main(int argc, char **argv)
                 for (int t = 0; t < 8; t++)
                     fprintf(csv, "%c%.17g", t ? ';' : ',', params[t]);
                 if (isnan(rtt_us))
-                    fprintf(csv, ",\n");
+                    fprintf(csv, ",");
                 else
-                    fprintf(csv, ",%.2f\n", rtt_us);
+                    fprintf(csv, ",%.2f", rtt_us);
+                /* What the estimator made of the calibration's noise (docs/estimator.md). */
+                fprintf(csv, ",%.0f,%.0f,%.4f,%.4f\n", ar.after.unsure - ar.before.unsure,
+                        ar.after.surprise_probes - ar.before.surprise_probes, ar.after.noise[0], ar.after.noise[1]);
                 fflush(csv);
                 fprintf(stderr,
                         "  %s/%s np=%d B=%4llu m=%5llu: os %.1f coll %.1f auto %.1f (os %.0f/coll %.0f) node %.1f "

@@ -1,0 +1,123 @@
+#!/usr/bin/env python3
+"""Scores AUTO over repeated grid runs (benches/grid/consistency.sh):
+
+    python benches/grid/consistency.py RESULTS_DIR
+
+RESULTS_DIR holds <condition>-<k>/<mpi>/grid.csv. For every run: the share of points
+where AUTO's median step is within 10% of the faster forced engine's, and AUTO / oracle
+(sums of medians). Per condition: for every two runs, the share of points where AUTO's
+majority engine differed, and the same counted only where the engines are >= 1.2x
+apart (where the choice matters). Writes RESULTS_DIR/summary.md and, with matplotlib,
+docs/figures/auto_consistency.png."""
+import csv
+import itertools
+import pathlib
+import re
+import sys
+from collections import defaultdict
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def read_run(run_dir):
+    points = {}
+    for path in sorted(run_dir.glob("*/grid.csv")):
+        for r in csv.DictReader(open(path)):
+            if not (r["t_onesided"] and r["t_collective"] and r["t_auto"]):
+                continue
+            key = (r["mpi"], r["transport"], int(r["ranks"]), int(r["batch"]), int(r["sample"]))
+            onesided, collective, auto = float(r["t_onesided"]), float(r["t_collective"]), float(r["t_auto"])
+            chose_collective = int(r["auto_collective_steps"]) > int(r["auto_onesided_steps"])
+            points[key] = (onesided, collective, auto, chose_collective)
+    return points
+
+
+def score(points):
+    within = sum(auto <= 1.1 * min(os, coll) for os, coll, auto, _ in points.values())
+    auto_sum = sum(p[2] for p in points.values())
+    oracle_sum = sum(min(p[0], p[1]) for p in points.values())
+    return within, len(points), auto_sum / oracle_sum if oracle_sum else float("nan")
+
+
+def per_part(points):
+    parts = defaultdict(lambda: [0, 0])
+    for (mpi, transport, ranks, _, _), (os, coll, auto, _) in points.items():
+        parts[(mpi, transport, ranks)][0] += auto <= 1.1 * min(os, coll)
+        parts[(mpi, transport, ranks)][1] += 1
+    return parts
+
+
+def disagreement(runs, decisive_only):
+    shares = []
+    for a, b in itertools.combinations(runs, 2):
+        keys = [k for k in a if k in b]
+        if decisive_only:
+            # Decisive in both runs: the engines >= 1.2x apart.
+            keys = [k for k in keys if all(max(r[k][0], r[k][1]) >= 1.2 * min(r[k][0], r[k][1]) for r in (a, b))]
+        if keys:
+            shares.append(sum(a[k][3] != b[k][3] for k in keys) / len(keys))
+    return shares
+
+
+def main():
+    results = pathlib.Path(sys.argv[1])
+    runs = defaultdict(dict)
+    for d in sorted(results.iterdir()):
+        m = re.fullmatch(r"(\w+)-(\d+)", d.name)
+        if d.is_dir() and m:
+            points = read_run(d)
+            if points:
+                runs[m.group(1)][int(m.group(2))] = points
+    lines = ["# AUTO run after run", "", f"From `{results.relative_to(ROOT) if results.is_relative_to(ROOT) else results}`.", "",
+             "| condition | run | points | AUTO within 10% | AUTO / oracle | per part (within 10%) |", "|---|---:|---:|---:|---:|---|"]
+    summary = {}
+    for condition, by_run in runs.items():
+        scores = []
+        for k, points in sorted(by_run.items()):
+            within, n, ratio = score(points)
+            scores.append((k, within / n, ratio))
+            parts = ", ".join(f"{mpi} {t} {r}: {w}/{n_}" for (mpi, t, r), (w, n_) in sorted(per_part(points).items()))
+            lines.append(f"| {condition} | {k} | {n} | {within}/{n} = {within / n:.1%} | {ratio:.3f} | {parts} |")
+        all_pairs = disagreement(list(by_run.values()), False)
+        decisive = disagreement(list(by_run.values()), True)
+        summary[condition] = (scores, all_pairs, decisive)
+    lines += ["", "| condition | runs | within 10%: worst, median | AUTO / oracle: median, worst | two runs chose differently: mean (max), all points | decisive points (>= 1.2x apart) |",
+              "|---|---:|---|---|---|---|"]
+    for condition, (scores, pairs, decisive) in summary.items():
+        w = sorted(s[1] for s in scores)
+        r = sorted(s[2] for s in scores)
+        mean = lambda xs: sum(xs) / len(xs) if xs else float("nan")
+        lines.append(f"| {condition} | {len(scores)} | {w[0]:.1%}, {w[len(w) // 2]:.1%} | {r[len(r) // 2]:.3f}, {r[-1]:.3f} | "
+                     f"{mean(pairs):.1%} ({max(pairs, default=float('nan')):.1%}) | {mean(decisive):.1%} ({max(decisive, default=float('nan')):.1%}) |")
+    text = "\n".join(lines) + "\n"
+    (results / "summary.md").write_text(text)
+    print(text)
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("(no matplotlib: no figure)")
+        return
+    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.4))
+    colours = {"quiet": "tab:blue", "loaded": "tab:red"}
+    for condition, (scores, _, _) in summary.items():
+        ks = [s[0] for s in scores]
+        left.plot(ks, [100 * s[1] for s in scores], "o-", color=colours.get(condition), label=condition)
+        right.plot(ks, [s[2] for s in scores], "o-", color=colours.get(condition), label=condition)
+    left.axhline(97, color="tab:blue", ls=":", lw=1)
+    left.axhline(95, color="tab:red", ls=":", lw=1)
+    right.axhline(1.03, color="tab:blue", ls=":", lw=1)
+    right.axhline(1.05, color="tab:red", ls=":", lw=1)
+    left.set(xlabel="run", ylabel="points with AUTO within 10% (%)", title="AUTO's step within 10% of the faster engine")
+    right.set(xlabel="run", ylabel="AUTO / oracle", title="AUTO's total over the faster engine's")
+    left.legend()
+    fig.suptitle("108 points a run: Open MPI 2 and 4 ranks, MPICH 2 ranks, shared memory and TCP; dotted: targets", fontsize=9)
+    fig.tight_layout()
+    out = ROOT / "docs" / "figures" / "auto_consistency.png"
+    fig.savefig(out, dpi=110)
+    print(f"figure: {out.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    main()
