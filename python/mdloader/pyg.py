@@ -363,6 +363,7 @@ class DistDataset(HoldsOpenEpoch, torch.utils.data.Dataset):
                 failure = ValueError(f"{label}: registration failed in another group, on rank {bad}: {everyone[bad]}")
         if failure is not None:
             self.loader.close()  # raised on every rank alike: closing is collective
+            self._free_ddstore_comm()
             raise failure
 
     def __len__(self) -> int:
@@ -448,12 +449,22 @@ class DistDataset(HoldsOpenEpoch, torch.utils.data.Dataset):
         return self._node_counts
 
     def close(self) -> None:
-        """Collective: end any open epoch and free the loader. Where another rank is in a
-        different call (``Status.ERR_CALL_MISMATCH``) nothing is done: close again once
-        every rank does."""
+        """Collective: end any open epoch, free the loader and ``ddstore_comm``. Where
+        another rank is in a different call (``Status.ERR_CALL_MISMATCH``) nothing is
+        done: close again once every rank does."""
         with self._named("close"):
             self._close_open_epoch()
             self.loader.close()
+        self._free_ddstore_comm()
+
+    def _free_ddstore_comm(self) -> None:
+        """Collective over ``comm``: free the ``ddstore_comm`` split made for HydraGNN
+        (once; it is MPI's ``COMM_NULL`` after)."""
+        from mpi4py import MPI
+
+        group = getattr(self, "ddstore_comm", None)
+        if group is not None and group != MPI.COMM_NULL:
+            group.Free()
 
 
 class DataLoader:
