@@ -482,6 +482,15 @@ class DataLoader:
     the same number of batches (``DistributedSampler`` does); ``shuffle`` and ``seed``
     are the sampler's business. ``set_epoch`` is passed on to the sampler.
 
+    node_budget, max_graphs: batches of at most ``node_budget`` nodes (and ``max_graphs``
+    graphs) instead of ``batch_size`` graphs, planned from ``dataset.get_node_counts()``
+    by :class:`mdloader.budget.NodeBudgetBatchSampler` (the same plan on every rank from
+    ``seed`` and the epoch, ``shuffle`` as said there; the batches of a step of similar
+    cost; every rank as many steps, padded with the plan's first batches or, with
+    ``drop_last``, cut) and run as a user's batch sampler's epoch. The constructor is
+    then collective: a budget that is not a positive integer, a graph above it, or
+    arguments that differ across ranks raise on every rank.
+
     ``len(loader)`` is this rank's number of batches per epoch. With the library's
     sampler it is the same on every rank. With the user's sampler it is the sampler's
     (``len(sampler) / batch_size``, rounded as ``drop_last`` says, or
