@@ -191,3 +191,32 @@ def test_hydragnn_node_budget_sampler_over_distdataset(comm, rebound):
     finally:
         for ds in datasets:
             ds.close()
+
+
+def test_fewer_batches_than_ranks_raises_on_every_rank(comm):
+    ds = DistDataset(graphs(3), "trainset", comm)
+    try:
+        with pytest.raises(ValueError, match="fewer batches than ranks"):
+            DataLoader(ds, node_budget=1000)
+    finally:
+        ds.close()
+
+
+def test_node_budget_over_local_groups(comm):
+    """local=True with a ddstore_width: each group's dataset is its ranks' graphs, and the
+    budget's plan is the group's (its node counts, its ranks)."""
+    if comm.size % 2:
+        pytest.skip("needs an even number of ranks")
+    mine = graphs(20 + comm.rank, seed=comm.rank)
+    ds = DistDataset(mine, "t", comm, ddstore_width=comm.size // 2, local=True)
+    try:
+        every = sum(ds.ddstore_comm.allgather(mine), [])
+        loader = DataLoader(ds, node_budget=30, shuffle=True, seed=2)
+        seen = set()
+        for batch, ids in zip(loader, list(loader.batch_sampler)):
+            assert batch.num_nodes <= 30
+            assert_same_batch(batch, Batch.from_data_list([every[i] for i in ids]))
+            seen.update(ids)
+        assert set().union(*ds.ddstore_comm.allgather(seen)) == set(range(len(every)))
+    finally:
+        ds.close()
