@@ -55,7 +55,7 @@ step() {
 
 venv_of() { [ "$1" = openmpi ] && echo "$ROOT/.venv" || echo "$ROOT/.venv-$1"; }
 
-# setup_python <mpi>: the virtual environment with numpy, pytest, qm9pack and an mpi4py
+# setup_python <mpi>: the virtual environment with numpy, pytest, qm9pack, adios2 and an mpi4py
 # that runs on this MPI.
 setup_python() {
     local mpi=$1 venv log
@@ -71,6 +71,11 @@ setup_python() {
     fi
     if ! "$py" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('qm9pack') is None)" >>"$log" 2>&1; then
         step "$log" "$py" -m pip install -q qm9pack || return 1
+    fi
+    # adios2 (PyPI's serial wheel: 2.12.1 installs on Debian 12 here) for the readers of
+    # HydraGNN's .bp files (mdloader.pyg_sources.from_adios); without it their tests skip.
+    if ! "$py" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('adios2') is None)" >>"$log" 2>&1; then
+        step "$log" "$py" -m pip install -q adios2 || return 1
     fi
     # mpi4py must run on this MPI: the PyPI wheel (Open MPI here) loads libmpi.so at run
     # time; a build from source against MPICH links libmpich.so.12, which its extension

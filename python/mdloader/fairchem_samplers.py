@@ -1,8 +1,8 @@
 """A max-atoms batch sampler of MDLoader's own, in the role of fairchem's
 ``MaxAtomDistributedBatchSampler``: the same arguments, the same batches for the same
 seed (so a run switched from one to the other sees the same data), without numba and
-without a loop over structures: each batch's end is one ``searchsorted`` on the
-running sum of atom counts.
+without a loop over structures (the packing is :func:`mdloader.budget.pack`, shared
+with the node-budget batches of :mod:`mdloader.pyg`).
 
 The atom counts come from ``dataset.get_metadata("natoms", ids)``, which
 :class:`mdloader.fairchem.DistAseDBDataset` serves from memory (agreed across ranks
@@ -17,6 +17,8 @@ from typing import Any, Iterator, Optional
 import numpy as np
 import torch
 
+from .budget import pack
+
 __all__ = ["MaxAtomBatchSampler", "max_atom_batches"]
 
 
@@ -30,18 +32,7 @@ def max_atom_batches(natoms: np.ndarray, ids: np.ndarray, max_atoms: int, min_at
     natoms = np.asarray(natoms, dtype=np.int64).reshape(-1)
     ids = np.asarray(ids, dtype=np.int64).reshape(-1)
     keep = natoms <= max_atoms
-    natoms, ids = natoms[keep], ids[keep]
-    running = np.zeros(natoms.size + 1, dtype=np.int64)
-    np.cumsum(natoms, out=running[1:])
-    batches = []
-    start = 0
-    while start < natoms.size:
-        # the last structure whose running sum stays within max_atoms of the batch's start
-        end = int(np.searchsorted(running, running[start] + max_atoms, side="right")) - 1
-        if running[end] - running[start] >= min_atoms:
-            batches.append(ids[start:end].tolist())
-        start = end
-    return batches
+    return [batch.tolist() for batch in pack(natoms[keep], ids[keep], int(max_atoms), min_total=min_atoms)]
 
 
 class MaxAtomBatchSampler:

@@ -51,6 +51,7 @@ from . import pyg_fast, pyg_hydragnn
 from .args import NO_SUCH_ID
 from .background import in_background
 from .batches import agreed_batches
+from .budget import agreed_budget_sampler
 from .errors import EpochTakenOver, MDLError, Status
 from .loader import Loader
 from .open_epoch import HoldsOpenEpoch
@@ -362,6 +363,7 @@ class DistDataset(HoldsOpenEpoch, torch.utils.data.Dataset):
                 failure = ValueError(f"{label}: registration failed in another group, on rank {bad}: {everyone[bad]}")
         if failure is not None:
             self.loader.close()  # raised on every rank alike: closing is collective
+            self._free_ddstore_comm()
             raise failure
 
     def __len__(self) -> int:
@@ -447,12 +449,22 @@ class DistDataset(HoldsOpenEpoch, torch.utils.data.Dataset):
         return self._node_counts
 
     def close(self) -> None:
-        """Collective: end any open epoch and free the loader. Where another rank is in a
-        different call (``Status.ERR_CALL_MISMATCH``) nothing is done: close again once
-        every rank does."""
+        """Collective: end any open epoch, free the loader and ``ddstore_comm``. Where
+        another rank is in a different call (``Status.ERR_CALL_MISMATCH``) nothing is
+        done: close again once every rank does."""
         with self._named("close"):
             self._close_open_epoch()
             self.loader.close()
+        self._free_ddstore_comm()
+
+    def _free_ddstore_comm(self) -> None:
+        """Collective over ``comm``: free the ``ddstore_comm`` split made for HydraGNN
+        (once; it is MPI's ``COMM_NULL`` after)."""
+        from mpi4py import MPI
+
+        group = getattr(self, "ddstore_comm", None)
+        if group is not None and group != MPI.COMM_NULL:
+            group.Free()
 
 
 class DataLoader:
@@ -469,6 +481,15 @@ class DataLoader:
     the same prefetch and no blocking collective per step. Every rank must then have
     the same number of batches (``DistributedSampler`` does); ``shuffle`` and ``seed``
     are the sampler's business. ``set_epoch`` is passed on to the sampler.
+
+    node_budget, max_graphs: batches of at most ``node_budget`` nodes (and ``max_graphs``
+    graphs) instead of ``batch_size`` graphs, planned from ``dataset.get_node_counts()``
+    by :class:`mdloader.budget.NodeBudgetBatchSampler` (the same plan on every rank from
+    ``seed`` and the epoch, ``shuffle`` as said there; the batches of a step of similar
+    cost; every rank as many steps, padded with the plan's first batches or, with
+    ``drop_last``, cut) and run as a user's batch sampler's epoch. The constructor is
+    then collective: a budget that is not a positive integer, a graph above it, or
+    arguments that differ across ranks raise on every rank.
 
     ``len(loader)`` is this rank's number of batches per epoch. With the library's
     sampler it is the same on every rank. With the user's sampler it is the sampler's
@@ -521,16 +542,29 @@ class DataLoader:
                  drop_last: bool = False, follow_batch: Optional[list] = None, exclude_keys: Optional[list] = None,
                  prefetch: int = 2, collate_ahead: int = 2, sampler: Any = None, batch_sampler: Any = None,
                  start_ahead: bool = True, num_workers: int = 0, pin_memory: bool = False,
-                 persistent_workers: bool = False, **unsupported: Any):
+                 persistent_workers: bool = False, node_budget: Optional[int] = None,
+                 max_graphs: Optional[int] = None, **unsupported: Any):
         if sampler is not None and batch_sampler is not None:
             raise TypeError("mdloader.pyg.DataLoader: pass sampler= or batch_sampler=, not both")
-        if shuffle and (sampler is not None or batch_sampler is not None):
+        if shuffle and (sampler is not None or batch_sampler is not None) and node_budget is None:
             raise TypeError("mdloader.pyg.DataLoader: shuffle=True with a sampler: the sampler draws the order "
                             "(as in torch's DataLoader, the two exclude each other)")
         if unsupported:
             raise TypeError(f"mdloader.pyg.DataLoader: unsupported arguments {sorted(unsupported)} "
                             "(fetching and collating happen in the library's thread and this process)")
+        if node_budget is None and max_graphs is not None:
+            raise TypeError("mdloader.pyg.DataLoader: max_graphs caps the graphs of a node-budget batch: pass "
+                            "node_budget= too")
+        if node_budget is not None and (sampler is not None or batch_sampler is not None or batch_size != 1):
+            raise TypeError("mdloader.pyg.DataLoader: node_budget= makes the batches (mdloader.budget): pass no "
+                            "batch_size, sampler or batch_sampler with it")
         self.dataset = dataset
+        self.node_budget, self.max_graphs = node_budget, max_graphs
+        if node_budget is not None:
+            # Collective: the arguments agreed, then every graph's node count gathered.
+            batch_sampler = agreed_budget_sampler(
+                dataset.loader.comm, dataset.get_node_counts, node_budget, max_graphs=max_graphs, seed=seed,
+                shuffle=shuffle, drop_last=drop_last, caller="mdloader.pyg.DataLoader")
         # torch's worker arguments (HydraGNN passes them): accepted, the library's threads
         # do the work (mdloader.pyg_fast.loader_arguments).
         self.num_workers, self.persistent_workers, self.pin_memory = pyg_fast.loader_arguments(
@@ -585,6 +619,8 @@ class DataLoader:
             "drop_last": self.drop_last,
             "num_samples": len(self.dataset),
             "ranks": self.dataset.loader.comm.Get_size(),
+            "node_budget": self.node_budget,
+            "max_graphs": self.max_graphs,
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -617,10 +653,13 @@ class DataLoader:
     def _position_of(self, state: dict) -> tuple:
         """(epoch, step) of a state of :meth:`state_dict`, checked against this run."""
         current = self.state_dict()
+        # (A state saved before node budgets has neither key: it had none.)
+        state = {"node_budget": None, "max_graphs": None, **state}
         missing = sorted(set(current) - set(state))
         if missing:
             raise ValueError(f"the state has no {', '.join(missing)}: not one of DataLoader.state_dict()")
-        for key in ("sampler", "batch_size", "shuffle", "seed", "drop_last", "num_samples", "ranks"):
+        for key in ("sampler", "batch_size", "shuffle", "seed", "drop_last", "num_samples", "ranks", "node_budget",
+                    "max_graphs"):
             if state[key] != current[key]:
                 raise ValueError(f"{key} was {state[key]!r} in the saved run, is {current[key]!r} in this one")
         epoch, step = _count(state["epoch"], "epoch"), _count(state["step"], "step")

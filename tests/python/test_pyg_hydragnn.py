@@ -113,6 +113,10 @@ def test_local_groups_hold_their_own_ranks_graphs(comm):
         assert ds.ddstore_comm.allreduce(seen) == -(-len(every) // ranks) * ranks
     finally:
         ds.close()
+    from mpi4py import MPI
+
+    assert ds.ddstore_comm == MPI.COMM_NULL  # freed by close
+    ds.close()  # again: nothing left to free
 
 
 def test_a_group_that_fails_to_register_fails_every_rank(comm):

@@ -1,0 +1,191 @@
+"""Node-budget batches: graphs packed into batches of at most a budget of nodes (atoms),
+the one home of that packing for every adapter (:mod:`mdloader.pyg`'s
+``DataLoader(node_budget=...)``, :mod:`mdloader.fairchem_samplers`).
+
+- :func:`pack`: greedy packing of ids in a given order, as fairchem's ``get_batches``
+  and HydraGNN's ``CostAwareBatchSampler`` fill batches (a graph that does not fit
+  starts the next batch), without a loop over graphs: each batch's end is one
+  ``searchsorted`` on the running sum of node counts.
+- :class:`NodeBudgetBatchSampler`: a distributed batch sampler on it. Every epoch the
+  same plan on every rank, from (seed, epoch) alone: a permutation of all ids, packed;
+  the batches sorted by cost (their node count) and cut into steps of one batch per
+  rank, so that the batches run side by side in a step cost about the same (a step of
+  data-parallel training waits for its slowest rank); the steps' order shuffled, and
+  which rank takes which batch of a step rotated step by step. Every rank has the same
+  number of steps (the plan padded with its first batches, or cut with
+  ``drop_last``). ``start_step`` resumes an epoch there.
+
+A leaf of the package (numpy only): the adapters import it; it imports nothing of theirs.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterator, Optional
+
+import numpy as np
+
+__all__ = ["pack", "NodeBudgetBatchSampler", "check_budget", "agreed_budget_sampler"]
+
+
+def check_budget(budget: Any, max_graphs: Any = None, what: str = "node_budget") -> None:
+    """TypeError / ValueError unless ``budget`` is a positive integer and ``max_graphs``
+    None or a positive integer."""
+    for name, value in ((what, budget), ("max_graphs", max_graphs)):
+        if value is None and name == "max_graphs":
+            continue
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+            raise TypeError(f"{name} must be a positive integer, not {value!r}")
+        if value <= 0:
+            raise ValueError(f"{name} = {value}: it must be positive")
+
+
+def pack(counts: Any, ids: Any, budget: int, max_graphs: Optional[int] = None, min_total: int = 0) -> list:
+    """The batches (int64 arrays) of ``ids`` in this order, of at most ``budget`` nodes
+    and ``max_graphs`` graphs each, filled greedily: a graph that does not fit starts the
+    next batch. A batch of fewer than ``min_total`` nodes is dropped. ``counts``: the
+    node count of each of ``ids``, none above ``budget`` (ValueError naming the first)."""
+    check_budget(budget, max_graphs)
+    counts = np.asarray(counts, dtype=np.int64).reshape(-1)
+    ids = np.asarray(ids, dtype=np.int64).reshape(-1)
+    if counts.size != ids.size:
+        raise ValueError(f"{counts.size} node counts for {ids.size} ids")
+    if counts.size and counts.min() < 0:
+        first = int(np.argmax(counts < 0))
+        raise ValueError(f"graph {int(ids[first])}'s node count is not known ({int(counts[first])})")
+    if counts.size and counts.max() > budget:
+        first = int(np.argmax(counts > budget))
+        raise ValueError(f"graph {int(ids[first])} has {int(counts[first])} nodes, above the budget of {budget} "
+                         f"nodes a batch ({int((counts > budget).sum())} graphs are)")
+    running = np.zeros(counts.size + 1, dtype=np.int64)
+    np.cumsum(counts, out=running[1:])
+    batches = []
+    start = 0
+    while start < counts.size:
+        # the last graph whose running sum stays within the budget from the batch's start
+        end = int(np.searchsorted(running, running[start] + budget, side="right")) - 1
+        if max_graphs is not None:
+            end = min(end, start + max_graphs)
+        if running[end] - running[start] >= min_total:
+            batches.append(ids[start:end])
+        start = end
+    return batches
+
+
+class NodeBudgetBatchSampler:
+    """Batches of at most ``budget`` nodes (and ``max_graphs`` graphs) for rank ``rank``
+    of ``num_replicas``, steps balanced across ranks (see the module's doc).
+
+    node_counts: every graph's node count, by id (``DistDataset.get_node_counts()``:
+    from what registration stored, no payload read); the same on every rank. seed,
+    shuffle: the permutation of each epoch (``set_epoch``), numpy's generator seeded
+    with (seed, epoch); without ``shuffle`` the ids in order and the steps by cost.
+    drop_last: cut the plan to a multiple of the ranks instead of padding it with its
+    first batches. start_step: the next iteration starts at that step of the epoch
+    (resuming), then is reset to 0.
+
+    ``len()`` is the number of steps of an epoch, the same on every rank; iterating
+    gives this rank's batches (lists of ids). ``epoch_plan(epoch)`` gives every rank's.
+    """
+
+    def __init__(self, node_counts: Any, budget: int, num_replicas: int, rank: int, *,
+                 max_graphs: Optional[int] = None, seed: int = 0, shuffle: bool = True, drop_last: bool = False):
+        check_budget(budget, max_graphs)
+        if not 0 <= rank < num_replicas:
+            raise ValueError(f"rank {rank} is not within num_replicas = {num_replicas}")
+        self.node_counts = np.asarray(node_counts, dtype=np.int64).reshape(-1)
+        self.budget, self.max_graphs = int(budget), max_graphs
+        self.num_replicas, self.rank = int(num_replicas), int(rank)
+        self.seed, self.shuffle, self.drop_last = int(seed), bool(shuffle), bool(drop_last)
+        self.epoch, self.start_step = 0, 0
+        self._plan: Optional[tuple] = None  # (epoch, its plan)
+        self.epoch_plan(0)  # checks every count against the budget, here
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = int(epoch)
+
+    def set_epoch_and_start_step(self, epoch: int, start_step: int) -> None:
+        self.epoch, self.start_step = int(epoch), int(start_step)
+
+    def epoch_plan(self, epoch: int) -> list:
+        """Every rank's batches of ``epoch``: a list of steps, each a list of
+        ``num_replicas`` batches (int64 arrays), the one of rank r at index r."""
+        if self._plan is not None and self._plan[0] == epoch:
+            return self._plan[1]
+        n = self.node_counts.size
+        rng = np.random.default_rng([self.seed, epoch])
+        order = rng.permutation(n) if self.shuffle else np.arange(n)
+        batches = pack(self.node_counts[order], order, self.budget, self.max_graphs)
+        ranks = self.num_replicas
+        if len(batches) < ranks:
+            raise ValueError(f"{len(batches)} batches of at most {self.budget} nodes for {ranks} ranks: fewer "
+                             "batches than ranks (a smaller budget, or fewer ranks)")
+        whole = len(batches) - len(batches) % ranks if self.drop_last else -(-len(batches) // ranks) * ranks
+        batches = [batches[k % len(batches)] for k in range(whole)]
+        cost = np.fromiter((self.node_counts[b].sum() for b in batches), np.int64, len(batches))
+        by_cost = np.argsort(cost, kind="stable")
+        steps = by_cost.reshape(-1, ranks)
+        if self.shuffle:
+            steps = steps[rng.permutation(len(steps))]
+        # Rotation: no rank takes the dearest batch of every step.
+        plan = [[batches[step[(r + s) % ranks]] for r in range(ranks)] for s, step in enumerate(steps)]
+        self._plan = (epoch, plan)
+        return plan
+
+    def __len__(self) -> int:
+        return len(self.epoch_plan(self.epoch))
+
+    def __iter__(self) -> Iterator[list]:
+        plan = self.epoch_plan(self.epoch)
+        start, self.start_step = self.start_step, 0
+        if not 0 <= start <= len(plan):
+            raise ValueError(f"start step {start} is not within this epoch's {len(plan)} steps")
+        return iter([step[self.rank].tolist() for step in plan[start:]])
+
+    def step_costs(self, epoch: Optional[int] = None) -> np.ndarray:
+        """(steps, ranks) node counts of ``epoch``'s batches (default: the current)."""
+        plan = self.epoch_plan(self.epoch if epoch is None else epoch)
+        return np.array([[self.node_counts[b].sum() for b in step] for step in plan], dtype=np.int64)
+
+
+def agreed_budget_sampler(comm: Any, node_counts: Callable[[], Any], budget: Any, *, max_graphs: Any = None,
+                          seed: Any = 0, shuffle: bool = True, drop_last: bool = False,
+                          caller: str = "NodeBudgetBatchSampler") -> NodeBudgetBatchSampler:
+    """Collective (two allgathers and ``node_counts()``, itself collective): this rank's
+    :class:`NodeBudgetBatchSampler` over the ranks of ``comm``, once every rank found its
+    arguments good and the same as every other rank's. Otherwise, and where the plan
+    cannot be made (a graph above the budget, fewer batches than ranks), TypeError /
+    ValueError on every rank, naming the rank at fault or the values that differ;
+    ``caller`` names the user's call."""
+    problem, kind = "", "ValueError"
+    try:
+        check_budget(budget, max_graphs)
+        if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)):
+            raise TypeError(f"seed must be an integer, not {seed!r}")
+    except (TypeError, ValueError) as err:
+        problem, kind = str(err), type(err).__name__
+    mine = (_plain(budget), _plain(max_graphs), _plain(seed), bool(shuffle), bool(drop_last))
+    everyone = comm.allgather((problem, kind, mine))
+    for rank, (why, kind_name, _) in enumerate(everyone):
+        if why:
+            raise (TypeError if kind_name == "TypeError" else ValueError)(f"{caller}: on rank {rank}: {why}")
+    for rank, (_, _, theirs) in enumerate(everyone):
+        if theirs != everyone[0][2]:
+            raise ValueError(f"{caller}: the node-budget arguments differ across ranks (node_budget, max_graphs, "
+                             f"seed, shuffle, drop_last): rank 0's {everyone[0][2]}, rank {rank}'s {theirs}; every "
+                             "rank must make the same batches")
+    counts = node_counts()
+    sampler, problem = None, ""
+    try:
+        sampler = NodeBudgetBatchSampler(counts, budget, comm.Get_size(), comm.Get_rank(), max_graphs=max_graphs,
+                                         seed=seed, shuffle=shuffle, drop_last=drop_last)
+    except (TypeError, ValueError) as err:
+        problem = str(err)
+    for rank, why in enumerate(comm.allgather(problem)):
+        if why:
+            raise ValueError(f"{caller}: on rank {rank}: {why}")
+    return sampler
+
+
+def _plain(value: Any) -> Any:
+    """A value as compared across ranks: numpy integers as ints."""
+    return int(value) if isinstance(value, np.integer) else value
