@@ -1,8 +1,15 @@
 """Node-budget batches: mdloader.budget's sampler in mdloader.pyg.DataLoader(node_budget=...),
-and HydraGNN's own node-budget sampler (tests/python/hydragnn_batch_sampler.py, its
-file copied unchanged) over mdloader.pyg.DistDataset, driven as HydraGNN's
-create_dataloaders drives it (its node_budget branch, restated call for call: hydragnn
-does not import here), both with their batches handed whole to the library."""
+and HydraGNN's own node-budget sampler over mdloader.pyg.DistDataset, driven as
+HydraGNN's create_dataloaders drives it (its node_budget branch, restated call for call:
+hydragnn as a package does not import here), both with their batches handed whole to the
+library. HydraGNN's sampler is read from a checkout of HydraGNN named by HYDRAGNN_SRC
+(its hydragnn/preprocess/batch_sampler.py needs torch alone; the project holds no copy
+of it); without one those tests skip."""
+
+import importlib.util
+import os
+import pathlib
+import sys
 
 import numpy as np
 import pytest
@@ -13,7 +20,6 @@ pytest.importorskip("torch_geometric", reason="torch_geometric is not installed:
 from torch_geometric.data import Batch  # noqa: E402
 from torch_geometric.loader import DataLoader as PygDataLoader  # noqa: E402
 
-from hydragnn_batch_sampler import DistributedCostAwareBatchSampler  # noqa: E402
 from mdloader.budget import NodeBudgetBatchSampler, pack  # noqa: E402
 from mdloader.fairchem_samplers import max_atom_batches  # noqa: E402
 from mdloader.pyg import DataLoader, DistDataset  # noqa: E402
@@ -133,12 +139,25 @@ def test_max_graphs_alone_or_with_batch_size_is_refused(comm):
         ds.close()
 
 
+def hydragnn_cost_aware_sampler():
+    """HydraGNN's DistributedCostAwareBatchSampler, from the checkout at HYDRAGNN_SRC."""
+    source = pathlib.Path(os.environ.get("HYDRAGNN_SRC", "")) / "hydragnn" / "preprocess" / "batch_sampler.py"
+    if not os.environ.get("HYDRAGNN_SRC") or not source.is_file():
+        pytest.skip("HydraGNN's sampler: set HYDRAGNN_SRC to a HydraGNN checkout (git clone "
+                    "https://github.com/ORNL/HydraGNN) to run it over mdloader.pyg.DistDataset")
+    spec = importlib.util.spec_from_file_location("hydragnn_batch_sampler", source)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module.DistributedCostAwareBatchSampler
+
+
 def create_dataloaders_node_budget(trainset, valset, testset, batching, group, loader_type):
     """HydraGNN's create_dataloaders, its node_budget branch (dist initialised, ``group``
     an MPI.Comm, HYDRAGNN_CUSTOM_DATALOADER unset): its calls in its order.
     ``loader_type``: its DataLoader (torch_geometric's), or mdloader.pyg.DataLoader where
     the script rebinds ``hydragnn.preprocess.load_data.DataLoader`` to it."""
-    sampler_type = DistributedCostAwareBatchSampler
+    sampler_type = hydragnn_cost_aware_sampler()
     distributed_options = {"num_replicas": group.Get_size(), "rank": group.Get_rank(),
                            "pad_batches": not batching.get("drop_last", False)}
 
