@@ -6,11 +6,12 @@ its shard:
 
     trainset = from_adios("dataset.bp", "trainset", comm)          # HydraGNN's AdiosWriter files
     trainset = from_pickle("dataset/pickle", "trainset", comm)     # its SimplePickleWriter files
+    trainset = from_adios(["a.bp", "b.bp"], "trainset", comm)      # its AdiosMultiDataset
 
 instead of ``DistDataset(AdiosDataset(path, "trainset", comm), "trainset", comm)``,
 which reads graph by graph into a list of ``Data`` on every rank before registering.
 The graphs are those HydraGNN's ``AdiosDataset[i]`` / ``SimplePickleDataset[i]`` give
-(``dataset_name`` tag included; without ``var_config``), and the dataset is the same
+(``dataset_name`` tag and ``var_config`` updates included), and the dataset is the same
 ``DistDataset`` (loaders, ``get_node_counts``, ``ddstore_width``). A bad file (missing,
 truncated, a variable missing, ranks seeing different files) raises
 :class:`mdloader.sources.SourceError` on every rank.
@@ -25,7 +26,7 @@ import torch
 from torch_geometric.data import Data
 from torch_geometric.data.storage import N_KEYS
 
-from . import pyg
+from . import pyg, pyg_hydragnn
 from .loader import Loader
 from .sources_adios import HYDRAGNN_DATASET_NAMES, AdiosPart
 from .sources_agree import agree_fingerprint, agree_problems
@@ -40,48 +41,121 @@ __all__ = ["from_adios", "from_pickle"]
 _CAN_INFER = {"num_nodes", "x", "pos", "batch", "adj", "adj_t", "edge_index", "face"}
 
 
-def from_adios(path: str, label: str, comm: Any = None, *, ddstore_width: Optional[int] = None,
-               keys: Optional[list] = None, chunk: int = 65536) -> pyg.DistDataset:
+def from_adios(path: Any, label: str, comm: Any = None, *, ddstore_width: Optional[int] = None,
+               keys: Optional[list] = None, var_config: Optional[dict] = None, chunk: int = 65536) -> pyg.DistDataset:
     """Collective. A :class:`mdloader.pyg.DistDataset` of the graphs ``label`` of
     HydraGNN's ADIOS2 dataset ``path``; each rank reads its part (of its replica group's
     copy with ``ddstore_width``), ``chunk`` graphs at a time. ``keys``: only these
     attributes (HydraGNN's ``keys=``). The file's ``pna_deg``, ``minmax_node_feature``,
     ``minmax_graph_feature`` and ``dataset_name`` become the dataset's attributes, as on
-    HydraGNN's ``AdiosDataset``."""
+    HydraGNN's ``AdiosDataset``. ``var_config``: HydraGNN's updates applied to every
+    graph, as its ``AdiosDataset(..., var_config=...)`` applies them to every graph it
+    returns (the graphs are then made one by one, a chunk at a time: slower than
+    columns). Keys stored as ``uint8`` (HydraGNN's writer stores a ``str`` attribute so)
+    come back as uint8 tensors: ``bytes(graph.smiles.numpy()).decode()``.
+
+    ``path`` a list of files: HydraGNN's ``AdiosMultiDataset(paths, label, comm)``, the
+    files' graphs one after the other in the list's order (their keys, dtypes and shapes
+    must agree: ``keys=`` picks common ones), each graph tagged with its own file's
+    ``dataset_name`` (a file without one: untagged, and then every file must be
+    without); no file's attributes become the dataset's (``AdiosMultiDataset`` has none)."""
+    paths = [path] if isinstance(path, (str, bytes)) or hasattr(path, "__fspath__") else list(path)
     what = f"from_adios({path!r}, {label!r})"
 
-    def read(loader: Loader, comm: Any) -> tuple:
-        part, problem = None, ""
+    def read(loader: Loader, comm: Any, update: Any) -> tuple:
+        parts, problem = [], ""
         try:
-            part = AdiosPart(path, label, keys)
+            for one in paths:
+                parts.append(AdiosPart(one, label, keys))
         except Exception as err:  # noqa: BLE001 - agreed: every rank raises it
             problem = _why(err)
-        agree_problems(comm, problem, what)
         try:
-            agree_fingerprint(comm, _fingerprint(part, what, comm), what)
+            agree_problems(comm, problem, what)
+            agree_fingerprint(comm, tuple(_fingerprint(part, what, comm) for part in parts), what)
             encoded, extra, problem = None, {}, ""
             try:
-                extra = _adios_attributes(part)
-                encoded = _encode_adios(part, loader.replica_part(part.ndata), extra.get("dataset_name"), chunk)
+                names = [part.attribute("dataset_name") for part in parts]
+                _same_layout(parts, names)
+                extra = _adios_attributes(parts[0]) if len(parts) == 1 else {}
+                ids = loader.replica_part(sum(part.ndata for part in parts))
+                pieces, first = [], 0
+                for part, name in zip(parts, names):
+                    # This rank's graphs that lie in this file, as the file's own ids.
+                    mine = range(min(max(ids.start - first, 0), part.ndata), min(max(ids.stop - first, 0), part.ndata))
+                    first += part.ndata
+                    if update is None:
+                        pieces.append(_encode_adios(part, mine, name, chunk))
+                    else:
+                        pieces.append(_encode_graphs(_adios_graphs(part, mine, chunk), mine, name, update))
+                encoded = _concatenated(pieces, paths)
             except Exception as err:  # noqa: BLE001 - agreed
                 problem = _why(err)
             agree_problems(comm, problem, what)
             return encoded, extra
         finally:
-            part.close()
+            for part in parts:
+                part.close()
 
-    return _dataset(label, comm, ddstore_width, read)
+    return _dataset(label, comm, ddstore_width, var_config, what, read)
+
+
+def _same_layout(parts: list, names: list) -> None:
+    """ValueError, the same on every rank (every rank opened every file), where the files
+    of one dataset differ in keys, dtypes, dimensions or in having a dataset_name."""
+    def layout(part: AdiosPart, name: Any) -> tuple:
+        return (tuple(sorted((k, part.dtype[k].str, len(part.shape[k])) for k in part.keys)),
+                "dataset_name" if name is not None else "no dataset_name")
+
+    first = layout(parts[0], names[0])
+    for part, name in zip(parts[1:], names[1:]):
+        if layout(part, name) != first:
+            raise ValueError(f"{part.path}'s graphs differ from {parts[0].path}'s: {layout(part, name)} vs {first} "
+                             "(the files of one dataset must have the same keys, dtypes and dimensions, and all or "
+                             "none a dataset_name: keys=[...] picks common keys)")
+
+
+def _concatenated(pieces: list, paths: list) -> "_Encoded":
+    """One rank's part made of the parts of several files, one after the other; their
+    schema and facts must be the same (ValueError naming the files otherwise)."""
+    full = [(piece, where) for piece, where in zip(pieces, paths) if piece.facts is not None]
+    if len(pieces) == 1 or not full:
+        return pieces[0]
+    (base, base_path), incremented = full[0], dict(full[0][0].incremented)
+    for piece, where in full[1:]:
+        if piece.schema != base.schema or sorted(piece.facts) != sorted(base.facts):
+            raise ValueError(f"{where}'s graphs differ from {base_path}'s: {piece.schema} vs {base.schema} (the files "
+                             "of one dataset must have the same keys, dtypes and shapes, dataset_name included: "
+                             "keys=[...] picks common keys)")
+        for key, value in piece.incremented.items():
+            if value is None:
+                continue
+            if incremented.get(key) is None:
+                incremented[key] = value
+            elif incremented[key] != value:
+                raise ValueError(f"attribute {key!r} is incremented by the node count in {where} and not in "
+                                 f"{base_path}")
+    offsets = np.zeros(1 + sum(len(p.offsets) - 1 for p, _ in full), dtype=np.uint64)
+    done, end = 0, 0
+    for piece, _ in full:
+        n = len(piece.offsets) - 1
+        offsets[done + 1:done + n + 1] = piece.offsets[1:] + np.uint64(end)
+        done, end = done + n, end + int(piece.offsets[-1])
+    return _Encoded(base.schema, base.facts, incremented, base.data_class,
+                    np.concatenate([p.data for p, _ in full]), offsets,
+                    np.concatenate([p.node_counts for p, _ in full]))
 
 
 def from_pickle(basedir: str, label: str, comm: Any = None, *, ddstore_width: Optional[int] = None,
-                chunk: int = 4096) -> pyg.DistDataset:
+                var_config: Optional[dict] = None, chunk: int = 4096) -> pyg.DistDataset:
     """Collective. A :class:`mdloader.pyg.DistDataset` of the graphs ``label`` of
     HydraGNN's pickle dataset in ``basedir``; each rank unpickles its part's files,
     ``chunk`` graphs at a time, encoding each chunk before the next is read. The
-    metadata's attributes (``pna_deg``, ...) and ``minmax_*`` become the dataset's."""
+    metadata's attributes (``pna_deg``, ...) and ``minmax_*`` become the dataset's.
+    ``var_config``: HydraGNN's updates applied to every graph, as its
+    ``SimplePickleDataset(..., var_config=...)`` applies them."""
     what = f"from_pickle({basedir!r}, {label!r})"
 
-    def read(loader: Loader, comm: Any) -> tuple:
+    def read(loader: Loader, comm: Any, update: Any) -> tuple:
         part, problem = None, ""
         try:
             part = PicklePart(basedir, label)
@@ -93,13 +167,14 @@ def from_pickle(basedir: str, label: str, comm: Any = None, *, ddstore_width: Op
                  **part.attrs}
         encoded, problem = None, ""
         try:
-            encoded = _encode_pickle(part, loader.replica_part(part.ndata), extra.get("dataset_name"), chunk)
+            ids = loader.replica_part(part.ndata)
+            encoded = _encode_graphs(part.chunks(ids, chunk), ids, extra.get("dataset_name"), update)
         except Exception as err:  # noqa: BLE001 - agreed
             problem = _why(err)
         agree_problems(comm, problem, what)
         return encoded, extra
 
-    return _dataset(label, comm, ddstore_width, read)
+    return _dataset(label, comm, ddstore_width, var_config, what, read)
 
 
 def _fingerprint(part: Any, what: str, comm: Any) -> tuple:
@@ -118,17 +193,23 @@ def _why(err: BaseException) -> str:
     return str(err) if isinstance(err, ValueError) else f"{type(err).__name__}: {err}"
 
 
-def _dataset(label: str, comm: Any, ddstore_width: Optional[int], read: Any) -> pyg.DistDataset:
-    """The dataset of what ``read(loader, comm)`` encodes, registered as
+def _dataset(label: str, comm: Any, ddstore_width: Optional[int], var_config: Optional[dict], what: str,
+             read: Any) -> pyg.DistDataset:
+    """The dataset of what ``read(loader, comm, update)`` encodes (``update``: HydraGNN's
+    ``var_config`` updates, a function of one graph, or None), registered as
     :func:`mdloader.pyg.register_graphs` registers a list of graphs (the same schema,
     facts and agreement), and made a ``DistDataset`` as its constructor makes one."""
     from mpi4py import MPI
 
     comm = MPI.COMM_WORLD if comm is None else comm
-    width = comm.Get_size() if ddstore_width is None else ddstore_width
+    # The arguments as DistDataset checks them (agreed: a bad one raises on every rank);
+    # var_config applied, as DistDataset(graphs, var_config=..., ddstore_store_per_sample=False).
+    width = pyg_hydragnn.agree_arguments(comm, what, ddstore_width, False, var_config, False)
+    update, problem = pyg_hydragnn.var_config_updates(var_config, False)
+    agree_problems(comm, problem, what)
     loader = Loader(comm, group_size=None if width == comm.Get_size() else width)
     try:
-        encoded, extra = read(loader, comm)
+        encoded, extra = read(loader, comm, update)
         schema, facts, data_class = _register(loader, comm, encoded)
     except (TypeError, ValueError):
         loader.close()  # raised on every rank alike: closing is collective
@@ -139,7 +220,7 @@ def _dataset(label: str, comm: Any, ddstore_width: Optional[int], read: Any) -> 
     # The attributes HydraGNN's trainer reads, as the constructor sets them (a file's
     # dataset is one copy per group, as local=False). Its dataset_name stays None: the
     # file's name has tagged the graphs at registration already.
-    dataset._set_hydragnn_attributes(width, False, None, True)
+    dataset._set_hydragnn_attributes(width, False, var_config, var_config is None)
     for name, value in extra.items():
         if not hasattr(dataset, name):
             setattr(dataset, name, value)
@@ -190,14 +271,17 @@ def _adios_attributes(part: AdiosPart) -> dict:
     return out
 
 
-def _encode_pickle(part: PicklePart, ids: range, dataset_name: Any, chunk: int) -> _Encoded:
-    """This rank's graphs, unpickled ``chunk`` at a time and encoded as
-    :func:`mdloader.pyg.register_graphs` encodes a list of graphs."""
+def _encode_graphs(chunks: Any, ids: range, dataset_name: Any, update: Any) -> _Encoded:
+    """This rank's graphs ``ids``, given as lists of ``Data`` a chunk at a time (``chunks``),
+    each updated by ``update`` (HydraGNN's ``var_config``, or None), tagged and encoded
+    as :func:`mdloader.pyg.register_graphs` encodes a list of graphs, then dropped."""
     code = _tag(dataset_name)
     pieces, sizes, nodes = [], [], []
     schema = facts = data_class = None
     incremented: dict = {}
-    for graphs in part.chunks(ids, chunk):
+    for graphs in chunks:
+        if update is not None:
+            graphs = [update(data) for data in graphs]
         if code is not None:
             for data in graphs:
                 data.dataset_name = torch.tensor([[code]])
@@ -221,6 +305,30 @@ def _encode_pickle(part: PicklePart, ids: range, dataset_name: Any, chunk: int) 
     return _joined(schema, facts, incremented, data_class, pieces, sizes, nodes)
 
 
+def _adios_graphs(part: AdiosPart, ids: range, chunk: int) -> Any:
+    """This rank's graphs of an ADIOS file as lists of ``Data``, ``chunk`` at a time, each
+    made as HydraGNN's ``AdiosDataset.get`` makes it (its keys in the file's order, each
+    a tensor of the graph's slice; a uint8 key stays a uint8 tensor)."""
+    _check_adios_keys(part)
+    for columns in part.chunks(part.lengths(ids.start, len(ids)), chunk):
+        split = {k: np.split(columns.values[k], np.cumsum(columns.counts[k])[:-1], axis=columns.axis[k])
+                 for k in columns.keys}
+        graphs = []
+        for i in range(columns.n):
+            data = Data()
+            for k in columns.keys:
+                data[k] = torch.tensor(split[k][i])
+            graphs.append(data)
+        yield graphs
+
+
+def _check_adios_keys(part: AdiosPart) -> None:
+    for k in part.keys:
+        if k in ("num_nodes", "adj", "adj_t") or "batch" in k:
+            raise TypeError(f"key {k!r}: a graph attribute that changes how torch_geometric counts nodes or "
+                            "increments is not supported from ADIOS files")
+
+
 def _joined(schema, facts, incremented, data_class, pieces, sizes, nodes) -> _Encoded:
     offsets = np.zeros(sum(len(s) for s in sizes) + 1, dtype=np.uint64)
     if sizes:
@@ -234,13 +342,7 @@ def _joined(schema, facts, incremented, data_class, pieces, sizes, nodes) -> _En
 def _encode_adios(part: AdiosPart, ids: range, dataset_name: Any, chunk: int) -> _Encoded:
     """This rank's graphs as records, written column by column into one buffer sized
     from the file's counts before any payload is read."""
-    for k in part.keys:
-        if part.dtype[k] == np.uint8:
-            raise TypeError(f"key {k!r} is uint8, which HydraGNN's AdiosDataset reads as a string; a typed record "
-                            "holds arrays only: leave it out with keys=[...]")
-        if k in ("num_nodes", "adj", "adj_t") or "batch" in k:
-            raise TypeError(f"key {k!r}: a graph attribute that changes how torch_geometric counts nodes or "
-                            "increments is not supported from ADIOS files")
+    _check_adios_keys(part)
     lengths = part.lengths(ids.start, len(ids))
     n = len(ids)
     if n == 0:

@@ -63,7 +63,7 @@ def write_adios(path: str, sets: dict, attributes: dict = None, writers: int = 2
         keys = list(graphs[0].keys())
         io.DefineAttribute(f"{label}/keys", keys)
         for k in sorted(keys):
-            arrays = [[graphs[i][k].numpy() for i in p] for p in parts]
+            arrays = [[_array(graphs[i][k]) for i in p] for p in parts]
             everything = [a for per in arrays for a in per]
             lo, hi = np.min([a.shape for a in everything], axis=0), np.max([a.shape for a in everything], axis=0)
             varying = [d for d in range(len(lo)) if lo[d] != hi[d]]
@@ -106,6 +106,18 @@ def write_adios(path: str, sets: dict, attributes: dict = None, writers: int = 2
     engine.Close()
 
 
+def _array(value) -> np.ndarray:
+    """An attribute as AdiosWriter.save stores it: a tensor's array, a numpy number as a
+    1-element array, a str as its utf-8 bytes (uint8)."""
+    if isinstance(value, torch.Tensor):
+        return value.cpu().numpy()
+    if isinstance(value, (np.floating, np.integer)):
+        return np.array((value,))
+    if isinstance(value, str):
+        return np.frombuffer(value.encode("utf-8"), dtype=np.uint8)
+    return value
+
+
 def adios_graph(path: str, label: str, idx: int) -> Data:
     """HydraGNN's ``AdiosDataset(path, label, comm)[idx]``, without preload."""
     import adios2
@@ -130,7 +142,9 @@ def adios_graph(path: str, label: str, idx: int) -> Data:
                 dtype = adios2.type_adios_to_numpy(f.inquire_variable(f"{label}/{k}").type())
                 data[k] = torch.tensor(np.empty(count, dtype=dtype))
             else:
-                data[k] = torch.tensor(f.read(f"{label}/{k}", start, count))
+                val = f.read(f"{label}/{k}", start, count)
+                # As its get: a uint8 variable is a string ("Tensors do not support strings").
+                data[k] = val.tobytes().decode("utf-8") if val.dtype == np.uint8 else torch.tensor(val)
     return _tagged(data, name[0] if isinstance(name, list) and len(name) == 1 else name)
 
 

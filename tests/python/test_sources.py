@@ -18,6 +18,7 @@ torch = pytest.importorskip("torch", reason="torch is not installed (MDL_SKIP_TO
 pytest.importorskip("torch_geometric", reason="torch_geometric is not installed")
 
 from hydragnn_files import adios_graph, molecules, pickle_graph, write_adios, write_pickle  # noqa: E402
+from test_pyg_hydragnn import fake_hydragnn  # noqa: E402,F401 - a fixture
 
 needs_adios = pytest.mark.skipif(importlib.util.find_spec("adios2") is None,
                                  reason="the adios2 package is not installed in this environment (pip install adios2)")
@@ -207,3 +208,141 @@ def test_pickle_bad_files(comm, shared, tmp_path):
         write_pickle(mine, "trainset", graphs[:5 + comm.rank])
         comm.Barrier()
         raises_everywhere(comm, lambda: from_pickle(mine, "trainset", comm), "the ranks see different files", same=False)
+
+
+# HydraGNN's var_config (its AdiosDataset / SimplePickleDataset apply the updates to every
+# graph they return): x's columns [1], y's first column doubled, through the fake
+# hydragnn.preprocess of test_pyg_hydragnn (hydragnn is not a test dependency).
+FILE_VAR_CONFIG = {"input_node_features": [1], "type": ["graph"], "output_index": [0], "graph_feature_dims": [1],
+                   "node_feature_dims": [2]}
+
+
+def updated(data):
+    data = data.clone()
+    data.y, data.x = data.y[:, :1] * 2, data.x[:, [1]]
+    return data
+
+
+@pytest.mark.parametrize("source", ["adios", "pickle"])
+def test_var_config_from_files_gives_the_batches_of_a_list(comm, shared, fake_hydragnn, source):
+    """from_adios / from_pickle with var_config: the same batches as DistDataset of the
+    same graphs in a list with var_config applied (ddstore_store_per_sample=False), and
+    the graphs HydraGNN's AdiosDataset / SimplePickleDataset(var_config=...) return."""
+    from mdloader.pyg import DistDataset
+    from mdloader.pyg_sources import from_adios, from_pickle
+    from test_pyg import assert_same_batch
+
+    if source == "adios" and importlib.util.find_spec("adios2") is None:
+        pytest.skip("the adios2 package is not installed in this environment (pip install adios2)")
+    graphs = molecules(21, seed=5)
+    attrs = {"dataset_name": "qm7x"}
+    if source == "adios":
+        path = os.path.join(shared, "vc.bp")
+        on_rank0(comm, lambda: write_adios(path, {"trainset": graphs}, attrs))
+        theirs = [adios_graph(path, "trainset", i) for i in range(21)]
+        ours = from_adios(path, "trainset", comm, var_config=FILE_VAR_CONFIG, chunk=4)
+    else:
+        on_rank0(comm, lambda: write_pickle(shared, "trainset", graphs, attrs))
+        theirs = [pickle_graph(shared, "trainset", i) for i in range(21)]
+        ours = from_pickle(shared, "trainset", comm, var_config=FILE_VAR_CONFIG, chunk=4)
+    listed = DistDataset(theirs, "t", comm, var_config=FILE_VAR_CONFIG, ddstore_store_per_sample=False)
+    try:
+        assert fake_hydragnn and fake_hydragnn[0] == (["graph"], [0], [1], [2])
+        assert ours.var_config is FILE_VAR_CONFIG and ours.ddstore_store_per_sample is False
+        for i, got in enumerate(every_graph(ours)):
+            assert_same_graph(got, updated(theirs[i]), f"graph {i}")
+        order = np.random.default_rng(0).permutation(21).tolist()
+        for ids in (list(range(8)), order[:7], order[7:]):
+            assert_same_batch(ours._fetch(ids), listed._fetch(ids))
+        assert ours.get_node_counts().tolist() == listed.get_node_counts().tolist()
+    finally:
+        ours.close()
+        listed.close()
+
+
+def test_bad_var_config_from_files_fails_on_every_rank(comm, shared):
+    from mdloader.pyg_sources import from_pickle
+
+    on_rank0(comm, lambda: write_pickle(shared, "trainset", molecules(4)))
+    with pytest.raises(ValueError, match=r"on rank 0: var_config has no input_node_features"):
+        from_pickle(shared, "trainset", comm, var_config={"type": []})
+
+
+@needs_adios
+@pytest.mark.parametrize("chunk", [3, 65536])
+def test_adios_uint8_keys_come_back_as_uint8(comm, shared, chunk):
+    """HydraGNN's AdiosWriter stores a str attribute (a SMILES string) as its utf-8 bytes,
+    a uint8 variable; its AdiosDataset reads any uint8 variable back as a str, which a
+    typed record cannot hold: here it is a uint8 tensor of those bytes, cut per graph."""
+    from mdloader.pyg_sources import from_adios
+
+    graphs = molecules(17, seed=6)
+    for i, data in enumerate(graphs):
+        data.smiles = "C" * (1 + i % 5) + "O" * (i % 3)
+        data.flags = torch.from_numpy((np.arange(data.num_nodes) % 3).astype(np.uint8))
+    path = os.path.join(shared, "strings.bp")
+    on_rank0(comm, lambda: write_adios(path, {"trainset": graphs}))
+    dataset = from_adios(path, "trainset", comm, chunk=chunk)
+    try:
+        for i, got in enumerate(every_graph(dataset)):
+            theirs = adios_graph(path, "trainset", i)
+            assert got.smiles.dtype == torch.uint8 and bytes(got.smiles.numpy()).decode() == theirs.smiles
+            assert theirs.smiles == graphs[i].smiles
+            theirs.smiles = torch.from_numpy(np.frombuffer(theirs.smiles.encode(), dtype=np.uint8).copy())
+            theirs.flags = torch.from_numpy(np.frombuffer(theirs.flags.encode(), dtype=np.uint8).copy())
+            assert torch.equal(theirs.flags, graphs[i].flags)
+            assert_same_graph(got, theirs, f"graph {i}")
+    finally:
+        dataset.close()
+
+
+@needs_adios
+@pytest.mark.parametrize("chunk", [4, 65536])
+def test_adios_several_files_are_hydragnns_multidataset(comm, shared, chunk):
+    """A list of files: HydraGNN's AdiosMultiDataset(paths, label, comm), graphs in the
+    list's order (a rank's part spans files), each tagged with its own file's name."""
+    from mdloader.pyg_sources import from_adios
+
+    sets = [molecules(9, seed=7), molecules(3, seed=8), molecules(14, seed=9)]
+    paths = [os.path.join(shared, f"part{j}.bp") for j in range(3)]
+
+    def write():
+        for j, (where, graphs) in enumerate(zip(paths, sets)):
+            write_adios(where, {"trainset": graphs}, {"dataset_name": ("qm7x", "mptrj", "somewhere")[j]})
+
+    on_rank0(comm, write)
+    dataset = from_adios(paths, "trainset", comm, chunk=chunk)
+    try:
+        want = [adios_graph(where, "trainset", i) for where, graphs in zip(paths, sets) for i in range(len(graphs))]
+        assert len(dataset) == len(want) == 26
+        for i, got in enumerate(every_graph(dataset)):
+            assert_same_graph(got, want[i], f"graph {i}")
+        assert [int(g.dataset_name) for g in want] == [1] * 9 + [2] * 3 + [-1] * 14
+        assert dataset.get_node_counts().tolist() == [g.num_nodes for graphs in sets for g in graphs]
+    finally:
+        dataset.close()
+
+
+@needs_adios
+def test_adios_several_files_that_differ(comm, shared):
+    from mdloader.pyg_sources import from_adios
+
+    paths = [os.path.join(shared, "full.bp"), os.path.join(shared, "noedges.bp"), os.path.join(shared, "named.bp")]
+
+    def write():
+        write_adios(paths[0], {"trainset": molecules(6)})
+        write_adios(paths[1], {"trainset": molecules(6, edges=False)})
+        write_adios(paths[2], {"trainset": molecules(6)}, {"dataset_name": "qm7x"})
+
+    on_rank0(comm, write)
+    raises_everywhere(comm, lambda: from_adios(paths[:2], "trainset", comm), "noedges.bp's graphs differ from",
+                      "full.bp's")
+    raises_everywhere(comm, lambda: from_adios([paths[0], paths[2]], "trainset", comm), "named.bp's graphs differ")
+    # keys= picks the keys the files share: then they go together.
+    dataset = from_adios(paths[:2], "trainset", comm, keys=["x", "pos", "y"])
+    try:
+        assert len(dataset) == 12 and sorted(dataset[7].keys()) == ["pos", "x", "y"]
+    finally:
+        dataset.close()
+    raises_everywhere(comm, lambda: from_adios([paths[0], os.path.join(shared, "gone.bp")], "trainset", comm),
+                      "gone.bp")
