@@ -346,3 +346,30 @@ def test_adios_several_files_that_differ(comm, shared):
         dataset.close()
     raises_everywhere(comm, lambda: from_adios([paths[0], os.path.join(shared, "gone.bp")], "trainset", comm),
                       "gone.bp")
+
+
+def test_var_config_without_hydragnn_fails_on_every_rank(comm, shared, monkeypatch):
+    import sys
+
+    from mdloader.pyg_sources import from_pickle
+
+    on_rank0(comm, lambda: write_pickle(shared, "trainset", molecules(4)))
+    monkeypatch.setitem(sys.modules, "hydragnn", None)  # not importable
+    raises_everywhere(comm, lambda: from_pickle(shared, "trainset", comm, var_config=FILE_VAR_CONFIG),
+                      "var_config with ddstore_store_per_sample=False applies HydraGNN's updates")
+
+
+@needs_adios
+def test_adios_several_files_one_truncated(comm, shared):
+    from mdloader.pyg_sources import from_adios
+
+    paths = [os.path.join(shared, "whole.bp"), os.path.join(shared, "cut2.bp")]
+
+    def write():
+        write_adios(paths[0], {"trainset": molecules(8)})
+        write_adios(paths[1], {"trainset": molecules(20)})
+        data = os.path.join(paths[1], "data.0")
+        os.truncate(data, os.path.getsize(data) - 100)
+
+    on_rank0(comm, write)
+    raises_everywhere(comm, lambda: from_adios(paths, "trainset", comm), "cut2.bp", "truncated", "rank 0")
