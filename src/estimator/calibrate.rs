@@ -586,7 +586,9 @@ pub fn load(path: &std::path::Path) -> Result<Calibration> {
     let params = CostParams::from_named(&values).expect("every name was read");
     // The noise measured with them, where the file has it (saved before it was, the
     // parameters are taken as exact, as they were then).
-    let noise = ["noise_onesided", "noise_collective"].map(|key| json_number(&text, key).filter(|v| v.is_finite() && *v >= 0.0).unwrap_or(0.0));
+    // (-0 is 0, as for the parameters: the ranks compare the noise bit for bit too.)
+    let noise = ["noise_onesided", "noise_collective"]
+        .map(|key| json_number(&text, key).filter(|v| v.is_finite() && *v >= 0.0).map_or(0.0, f64::abs));
     Ok(Calibration { params, confidence: Confidence::given(noise), ..Calibration::default_params("file") })
 }
 
@@ -687,6 +689,19 @@ mod tests {
         // -0 loads as 0, bit for bit (the ranks compare the parameters' bits).
         std::fs::write(&path, text.replace("\"c_os\": 0e0", "\"c_os\": -0")).unwrap();
         assert_eq!(load(&path).unwrap().params.c_os.to_bits(), 0.0f64.to_bits());
+        // The noise: read where present; absent, null, negative or not finite, 0 (the
+        // parameters taken as exact); -0 is 0, bit for bit (the ranks compare it too).
+        assert_eq!(load(&path).unwrap().confidence.noise, [0.0; 2], "saved before the noise was");
+        let noisy = |one_sided: &str| {
+            let with = text.replace("}", &format!(", \"noise_onesided\": {one_sided}, \"noise_collective\": 2.5e-1}}"));
+            std::fs::write(&path, with).unwrap();
+            load(&path).unwrap().confidence.noise
+        };
+        assert_eq!(noisy("1e-1"), [0.1, 0.25]);
+        for ignored in ["null", "-1e-1", "1e999", "NaN"] {
+            assert_eq!(noisy(ignored)[0].to_bits(), 0.0f64.to_bits(), "{ignored}");
+        }
+        assert_eq!(noisy("-0")[0].to_bits(), 0.0f64.to_bits(), "-0");
         let _ = std::fs::remove_file(&path);
         assert!(load(&path).is_err());
         // Not a regular file: refused without reading (a FIFO would wait for a writer).

@@ -885,6 +885,19 @@ mod tests {
         assert_eq!(e.decide(&f, Backend::Auto).engine, Backend::OneSided);
     }
 
+    /// The calibration's noise steers decisions (unsure buckets, surprises), so it is
+    /// part of the fingerprint the ranks compare at every step: two estimators that
+    /// differ in it alone must not agree, or ranks holding different noise (a source
+    /// not agreed on, as MDL_CALIBRATION files were) would choose apart unseen.
+    #[test]
+    fn the_fingerprint_holds_the_calibrations_noise() {
+        let with = |noise: [f64; 2]| Estimator::new(CostParams::default(), Settings { calibration_noise: noise, ..settings() }).fingerprint();
+        assert_eq!(with([0.1, 0.2]), with([0.1, 0.2]));
+        assert_ne!(with([0.1, 0.2]), with([0.1 + 1e-12, 0.2]));
+        assert_ne!(with([0.1, 0.2]), with([0.1, 0.3]));
+        assert_ne!(with([0.0, 0.0]), with([-0.0, 0.0]), "bit for bit: the file's -0 is loaded as 0");
+    }
+
     /// Runs `steps` AUTO steps whose engines take `truth(engine)`; the steps' total time.
     fn run(e: &mut Estimator, f: &StepFeatures, steps: usize, mut truth: impl FnMut(Backend) -> f64) -> f64 {
         (0..steps)

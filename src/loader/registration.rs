@@ -24,13 +24,22 @@ impl Core {
             (None, Err(err), _) | (None, Ok(_), Some(Err(err))) => Err(err.clone()),
             (None, Ok(_), _) => Ok(()),
         };
-        // A file is read on each rank (its path may be node-local): its parameters must
-        // be the same bit for bit, or the ranks would choose different engines.
-        let params = match &loaded {
-            Some(Ok(c)) => c.params,
-            _ => CostParams::default(),
+        // A file is read on each rank (its path may be node-local): its parameters and
+        // its noise must be the same bit for bit, or the ranks would choose different
+        // engines (the noise decides which buckets are probed early and which steps are
+        // surprises; a file that differed only there passed registration, and every
+        // step after it was refused on its fingerprint).
+        let (params, noise) = match &loaded {
+            Some(Ok(c)) => (c.params, c.confidence.noise),
+            _ => (CostParams::default(), [0.0; 2]),
         };
-        let named: Vec<(String, f64)> = params.named().into_iter().map(|(n, v)| (format!("MDL_CALIBRATION file: \"{n}\""), v)).collect();
+        let noise = [("noise_onesided", noise[0]), ("noise_collective", noise[1])];
+        let named: Vec<(String, f64)> = params
+            .named()
+            .into_iter()
+            .chain(noise)
+            .map(|(n, v)| (format!("MDL_CALIBRATION file: \"{n}\""), v))
+            .collect();
         let file_settings: Vec<Setting> = named.iter().map(|(name, v)| Setting::float(name, *v)).collect();
         // The buffers of mdl_fetch_batch's agreements, reserved where a failure is agreed.
         let checks = checks.and_then(|()| self.reserve_agreements(1));

@@ -593,7 +593,10 @@ static int write_file(const char *path, const char *text)
 }
 
 /* mode 0: same parameters everywhere (OK); 1: a_os differs on the last rank (INVALID_ARG
-   everywhere); 2: the last rank's file is missing (INVALID_ARG there, REMOTE elsewhere). */
+   everywhere); 2: the last rank's file is missing (INVALID_ARG there, REMOTE elsewhere);
+   3: only "noise_onesided" differs on the last rank (INVALID_ARG everywhere: the noise
+   steers AUTO's decisions as the parameters do, so registration refuses it, not every
+   step after it). */
 static void case_calibration_file(int mode, const char *name, const char *tmpl, long job)
 {
     if (!selected(name))
@@ -607,7 +610,9 @@ static void case_calibration_file(int mode, const char *name, const char *tmpl, 
     char path[256];
     snprintf(path, sizeof path, "/tmp/mdl-hardening-%ld-%d-r%d.json", job, mode, g_rank);
     int me = g_rank == g_last;
-    char *text = (mode == 1 && me) ? perturb(tmpl, "a_os") : strdup(tmpl);
+    char *text = (mode == 1 && me) ? perturb(tmpl, "a_os")
+                 : (mode == 3 && me) ? perturb(tmpl, "noise_onesided")
+                                     : strdup(tmpl);
     if (!text)
         NOTE(&r, "could not make the file's text from \"%s\"", tmpl);
     else if (!(mode == 2 && me) && write_file(path, text) != 0)
@@ -642,6 +647,13 @@ static void case_calibration_file(int mode, const char *name, const char *tmpl, 
             }
         } else if (mode == 1) {
             expect_code(&r, "mdl_register_shard (a_os differs on the last rank)", st, MDL_ERR_INVALID_ARG);
+        } else if (mode == 3) {
+            expect_code(&r, "mdl_register_shard (noise_onesided differs on the last rank)", st, MDL_ERR_INVALID_ARG);
+            if (st == MDL_OK) {
+                /* What registering it anyway leads to: the steps' agreements see the
+                   models' fingerprints differ. */
+                recovery_fetch(&w, &r, "register with a file whose noise differs");
+            }
         } else if (me) {
             expect_code(&r, "faulty rank: mdl_register_shard (file missing)", st, MDL_ERR_INVALID_ARG);
             if (st != MDL_OK)
@@ -659,12 +671,13 @@ static void case_calibration_file(int mode, const char *name, const char *tmpl, 
 
 static void calibration_cases(void)
 {
-    const char *names[3] = {
+    const char *names[4] = {
         "calibration/MDL_CALIBRATION=<file>, the same parameters on every rank -> register OK",
         "calibration/MDL_CALIBRATION=<file>, a_os differs on the last rank -> register MDL_ERR_INVALID_ARG on every rank",
         "calibration/MDL_CALIBRATION=<file>, missing on the last rank -> MDL_ERR_INVALID_ARG there, MDL_ERR_REMOTE elsewhere",
+        "calibration/MDL_CALIBRATION=<file>, noise_onesided differs on the last rank -> register MDL_ERR_INVALID_ARG on every rank",
     };
-    if (!selected(names[0]) && !selected(names[1]) && !selected(names[2]))
+    if (!selected(names[0]) && !selected(names[1]) && !selected(names[2]) && !selected(names[3]))
         return;
     /* A valid file: the "calibration" object of a loader (calibration off: default
        parameters, no measuring), the same on every rank. */
@@ -695,7 +708,7 @@ static void calibration_cases(void)
     }
     if (g_rank == 0)
         printf("      calibration file: %s\n", tmpl);
-    for (int mode = 0; mode < 3; mode++)
+    for (int mode = 0; mode < 4; mode++)
         case_calibration_file(mode, names[mode], tmpl, job);
     free(tmpl);
 }
