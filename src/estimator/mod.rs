@@ -58,9 +58,14 @@ const FIRST_PROBE_AFTER: u64 = 8;
 /// within the calibration's noise of each other (see `choose_auto`).
 const FIRST_PROBE_WHEN_UNSURE: u64 = 2;
 /// A step slower than its corrected prediction by more than this factor (log), or by
-/// `SURPRISE_NOISES` times the calibration's noise where that is more, is a surprise.
+/// `SURPRISE_NOISES` times the calibration's noise where that is more, but at most
+/// `SURPRISE_MAX`, is a surprise. The cap: however noisy the calibration, steps 2x
+/// slower than their prediction twice in a row are worth a look (the budget bounds
+/// what looks cost; the prediction follows the first step, so a 3x slower engine is 2.3x
+/// off its prediction at the second).
 const SURPRISE_MIN: f64 = 0.262_364_264_467_491; // ln 1.3
 const SURPRISE_NOISES: f64 = 3.0;
+const SURPRISE_MAX: f64 = std::f64::consts::LN_2;
 /// Surprises in a row after which the other engine is looked at again at once (one is
 /// a descheduled rank; two in a row, a machine that changed).
 const SURPRISES_BEFORE_LOOK: u32 = 2;
@@ -565,7 +570,7 @@ impl Estimator {
     /// slows one engine (a neighbour on the network, a busy core) need not slow the
     /// other alike, and the correction alone follows the engine in use only.
     fn notice_surprise(&mut self, e: usize, f: &StepFeatures, error: f64) {
-        let threshold = SURPRISE_MIN.max(SURPRISE_NOISES * self.settings.calibration_noise[e]);
+        let threshold = (SURPRISE_NOISES * self.settings.calibration_noise[e]).clamp(SURPRISE_MIN, SURPRISE_MAX);
         let bucket = *self.bucket(f);
         let off = error - self.correction(e, &bucket);
         let bucket = self.bucket(f);
@@ -945,6 +950,13 @@ mod tests {
         });
         assert!(moved.is_some_and(|steps| steps <= 10), "moved after {moved:?} steps");
         assert!(e.counters().surprise_probes >= 1);
+        // As noisy a calibration as a busy machine gives (measured at 4 ranks, load 10):
+        // 3x slower steps are still a surprise.
+        let mut noisy = Estimator::new(params, Settings { probe_interval: 64, hysteresis: 0.1, probe_budget: 0.04, calibration_noise: [1.488, 1.956] });
+        run(&mut noisy, &f, 500, |engine| if engine == Backend::Collective { 150e-6 } else { 100e-6 });
+        let surprises = noisy.counters().surprise_probes;
+        run(&mut noisy, &f, 20, |engine| if engine == Backend::Collective { 150e-6 } else { 300e-6 });
+        assert!(noisy.counters().surprise_probes > surprises, "a 3x slower engine in use is a surprise however noisy the calibration");
         // Steps within the noise are no surprise: no probe beyond the schedule.
         let mut calm = Estimator::new(params, Settings { probe_interval: 64, hysteresis: 0.1, probe_budget: 1e9, calibration_noise: [0.2; 2] });
         let mut slower = false;
