@@ -1,18 +1,19 @@
 #!/usr/bin/env python3
 """Scores AUTO over repeated grid runs (benches/grid/consistency.sh):
 
-    python benches/grid/consistency.py RESULTS_DIR
+    python benches/grid/consistency.py RESULTS_DIR [TITLE [FIGURE.png]]
 
 RESULTS_DIR holds <condition>-<k>/<mpi>/grid.csv. For every run: the share of points
 where AUTO's median step is within 10% of the faster forced engine's, and AUTO / oracle
 (sums of medians). Per condition: for every two runs, the share of points where AUTO's
 majority engine differed, and the same counted only where the engines are >= 1.2x
 apart (where the choice matters). Writes RESULTS_DIR/summary.md and, with matplotlib,
-docs/figures/auto_consistency.png."""
+a bar per run (FIGURE.png, by default docs/figures/auto_consistency.png)."""
 import csv
 import itertools
 import pathlib
 import re
+import statistics
 import sys
 from collections import defaultdict
 
@@ -87,7 +88,7 @@ def main():
         w = sorted(s[1] for s in scores)
         r = sorted(s[2] for s in scores)
         mean = lambda xs: sum(xs) / len(xs) if xs else float("nan")
-        lines.append(f"| {condition} | {len(scores)} | {w[0]:.1%}, {w[len(w) // 2]:.1%} | {r[len(r) // 2]:.3f}, {r[-1]:.3f} | "
+        lines.append(f"| {condition} | {len(scores)} | {w[0]:.1%}, {statistics.median(w):.1%} | {statistics.median(r):.3f}, {r[-1]:.3f} | "
                      f"{mean(pairs):.1%} ({max(pairs, default=float('nan')):.1%}) | {mean(decisive):.1%} ({max(decisive, default=float('nan')):.1%}) |")
     text = "\n".join(lines) + "\n"
     (results / "summary.md").write_text(text)
@@ -99,24 +100,30 @@ def main():
     except ImportError:
         print("(no matplotlib: no figure)")
         return
-    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.4))
-    colours = {"quiet": "tab:blue", "loaded": "tab:red"}
+    labels, within, ratios, colours = [], [], [], []
+    palette = {"quiet": "tab:blue", "loaded": "tab:red", "old": "tab:gray", "new": "tab:orange"}
     for condition, (scores, _, _) in summary.items():
-        ks = [s[0] for s in scores]
-        left.plot(ks, [100 * s[1] for s in scores], "o-", color=colours.get(condition), label=condition)
-        right.plot(ks, [s[2] for s in scores], "o-", color=colours.get(condition), label=condition)
+        for k, share, ratio in scores:
+            labels.append(f"{condition} {k}")
+            within.append(100 * share)
+            ratios.append(ratio)
+            colours.append(palette.get(condition, "tab:green"))
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6))
+    left.bar(labels, within, color=colours)
+    right.bar(labels, ratios, color=colours)
     left.axhline(97, color="tab:blue", ls=":", lw=1)
     left.axhline(95, color="tab:red", ls=":", lw=1)
     right.axhline(1.03, color="tab:blue", ls=":", lw=1)
     right.axhline(1.05, color="tab:red", ls=":", lw=1)
-    left.set(xlabel="run", ylabel="points with AUTO within 10% (%)", title="AUTO's step within 10% of the faster engine")
-    right.set(xlabel="run", ylabel="AUTO / oracle", title="AUTO's total over the faster engine's")
-    left.legend()
-    fig.suptitle("108 points a run: Open MPI 2 and 4 ranks, MPICH 2 ranks, shared memory and TCP; dotted: targets", fontsize=9)
+    left.set(ylabel="points with AUTO within 10% (%)", ylim=(50, 100), title="AUTO's step within 10% of the faster engine")
+    right.set(ylabel="AUTO / oracle", ylim=(0.8, 1.2), title="AUTO's total over the faster engine's")
+    for ax in (left, right):
+        ax.tick_params(axis="x", labelrotation=30, labelsize=8)
+    fig.suptitle(sys.argv[2] if len(sys.argv) > 2 else "dotted: the targets quiet (blue) and loaded (red)", fontsize=9)
     fig.tight_layout()
-    out = ROOT / "docs" / "figures" / "auto_consistency.png"
+    out = pathlib.Path(sys.argv[3]) if len(sys.argv) > 3 else ROOT / "docs" / "figures" / "auto_consistency.png"
     fig.savefig(out, dpi=110)
-    print(f"figure: {out.relative_to(ROOT)}")
+    print(f"figure: {out}")
 
 
 if __name__ == "__main__":

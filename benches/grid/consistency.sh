@@ -5,18 +5,21 @@
 # ranks, over shared memory and TCP: 108 points a run. Then consistency.py scores every
 # run, counts the points where two runs chose differently, and draws the figure.
 #
-#   benches/grid/consistency.sh [--runs N] [--results DIR] [--conditions "quiet loaded"]
+#   benches/grid/consistency.sh [--runs N] [--first K] [--results DIR] [--conditions "quiet loaded"]
 #
-# Defaults: 5 runs, results in benches/grid/results-consistency/<condition>-<k>/{openmpi,mpich}/.
-# Takes about 3 minutes a quiet run and 4 a loaded one on the 2-core machine.
+# Defaults: 5 runs numbered from 1 (--first: from K, to add runs to a directory), results in benches/grid/results-consistency/<condition>-<k>/{openmpi,mpich}/.
+# Takes about 3 minutes a quiet run and 17 a loaded one on the 2-core machine (Open MPI
+# over TCP at 4 ranks beside two busy processes: 4 minutes for its 18 points).
 set -u
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 RUNS=5
+FIRST=1
 RESULTS=$ROOT/benches/grid/results-consistency
 CONDITIONS="quiet loaded"
 while [ $# -gt 0 ]; do
     case $1 in
     --runs) RUNS=$2; shift ;;
+    --first) FIRST=$2; shift ;;
     --results) RESULTS=$2; shift ;;
     --conditions) CONDITIONS=$2; shift ;;
     -h | --help) sed -n '2,12p' "$0"; exit 0 ;;
@@ -36,7 +39,7 @@ trap stop_busy EXIT
 trap 'exit 130' INT TERM
 
 "$ROOT/scripts/build.sh" openmpi >/dev/null && "$ROOT/scripts/build.sh" mpich >/dev/null || { say "build failed"; exit 1; }
-for k in $(seq 1 "$RUNS"); do
+for k in $(seq "$FIRST" $((FIRST + RUNS - 1))); do
     for condition in $CONDITIONS; do
         dir=$RESULTS/$condition-$k
         mkdir -p "$dir"
