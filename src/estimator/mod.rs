@@ -237,6 +237,13 @@ pub struct Estimator {
     /// step's arrival times where the ranks read one clock (one machine), otherwise
     /// from collective steps alone.
     skew: f64,
+    /// Derived from the settings once (a series each, kept off the per-step path): the
+    /// log margin within which two predictions are too close to call, the two engines'
+    /// calibration noise together, and the factor by which a probe must beat the
+    /// preferred engine's prediction to be taken whole (see `observe`).
+    close_call: f64,
+    noise_together: f64,
+    decisively_faster: f64,
     /// What one-sided steps pay of it, where the ranks read one clock: exponential
     /// averages of their arrival spread and of the part of it they paid (see
     /// `learn_onesided_share`).
@@ -293,6 +300,10 @@ impl Estimator {
             skew: 0.0,
             onesided_spread: 0.0,
             onesided_waited: 0.0,
+            close_call: portable::ln(1.0 + settings.hysteresis),
+            noise_together: settings.calibration_noise[0] + settings.calibration_noise[1],
+            decisively_faster: (1.0 - settings.hysteresis)
+                .min(portable::exp(-(settings.calibration_noise[0] + settings.calibration_noise[1]))),
         }
     }
 
@@ -425,6 +436,7 @@ impl Estimator {
             return Backend::OneSided;
         }
         let (settings, skew) = (self.settings, self.priced_skew());
+        let (close_call, noise_together) = (self.close_call, self.noise_together);
         let (spent, earned) = (self.probe_excess_seconds, settings.probe_budget * self.measured_seconds);
         let overshoot = self.probe_overshoot();
         let bucket = self.bucket(f);
@@ -442,8 +454,7 @@ impl Estimator {
         // within the calibration's noise, the model alone cannot tell which is faster:
         // the other engine is measured early, as soon as the budget allows.
         let apart = if predicted(keep) > 0.0 { portable::ln(predicted(keep.other()) / predicted(keep)) } else { f64::INFINITY };
-        let noise = settings.calibration_noise[0] + settings.calibration_noise[1];
-        let unsure = never_measured && apart >= portable::ln(1.0 + settings.hysteresis) && apart < noise;
+        let unsure = never_measured && apart >= close_call && apart < noise_together;
         // The looks judge the other engine's exchange without the skew (the budget
         // bounds what a look costs): across machines the skew is learned from
         // collective steps alone, so a job that has come into step would otherwise
@@ -552,8 +563,7 @@ impl Estimator {
         // engines: on a machine that deschedules ranks for whole time slices, a probe
         // that happened to run between them was as much as 4x faster than the same
         // engine's median, and taken whole it made AUTO switch back and forth.
-        let noise = self.settings.calibration_noise[0] + self.settings.calibration_noise[1];
-        let decisively_faster = (1.0 - self.settings.hysteresis).min(portable::exp(-noise));
+        let decisively_faster = self.decisively_faster;
         let bucket = self.bucket(f);
         bucket.measured[e] += 1;
         bucket.residual[e] = corrected(bucket.residual[e], error - global);
