@@ -292,7 +292,8 @@ impl JobStats {
         format!(
             "{{\"ranks\": {}, \"backend\": \"{}\", \"steps\": {}, \"onesided\": {}, \"collective\": {}, \
              \"samples\": {}, \"bytes_local\": {}, \"bytes_remote\": {}, \"decisions\": {}, \"probes\": {}, \
-             \"switches\": {}, \"node_local\": {{\"bytes\": {}, \"samples\": {}}}, \"engine_free_steps\": {}}}",
+             \"switches\": {}, \"unsure_decisions\": {}, \"surprise_probes\": {}, \"node_local\": {{\"bytes\": {}, \"samples\": {}}}, \
+             \"engine_free_steps\": {}}}",
             self.ranks,
             self.backend.name(),
             stats.steps(),
@@ -304,6 +305,8 @@ impl JobStats {
             self.counters.decisions,
             self.counters.probes,
             self.counters.switches,
+            self.counters.unsure,
+            self.counters.surprise_probes,
             sums[5] as u64,
             sums[6] as u64,
             stats.engine_free_steps

@@ -1108,6 +1108,31 @@ mod tests {
         assert_eq!(calm.counters().surprise_probes, 0, "1.8x steps within 3 x 0.2 of noise");
     }
 
+    /// After a surprise the probes follow closely again, as in a new bucket: the machine
+    /// changed, and one look at the other engine is one step of evidence. Here the
+    /// engine in use turns 3x slower and the other 4x: AUTO tries the other (its
+    /// correction is stale), finds it slower and comes back, and the looks that follow
+    /// come on a new schedule, not the settled one's 64 steps apart.
+    #[test]
+    fn a_surprise_restarts_the_probe_schedule() {
+        let params = CostParams { a_os: 100e-6, g_os: 0.0, b_os: 0.0, c_os: 0.0, a_coll: 150e-6, s_coll: 0.0, b_coll: 0.0, c_coll: 0.0 };
+        let mut e = Estimator::new(params, Settings { probe_interval: 64, hysteresis: 0.1, probe_budget: 1e9, calibration_noise: [0.05; 2] });
+        let f = step(64.0, 65536.0);
+        run(&mut e, &f, 1000, |engine| if engine == Backend::Collective { 150e-6 } else { 100e-6 });
+        let probes_at: Vec<usize> = (0..100)
+            .filter(|_| {
+                let d = e.decide(&f, Backend::Auto);
+                e.observe(d.engine, &f, same(if d.engine == Backend::Collective { 600e-6 } else { 300e-6 }), d.probe_prediction());
+                d.probe
+            })
+            .collect();
+        assert!(e.counters().surprise_probes >= 1, "{probes_at:?}");
+        assert_eq!(e.decide(&f, Backend::Auto).engine, Backend::OneSided);
+        // Restarted: gaps of 8, 16, 32 after the surprise's look (at 2, 5, 21, 53 here);
+        // settled, the next look would come 64 steps after it.
+        assert!(probes_at.len() >= 4, "probes at {probes_at:?}");
+    }
+
     /// Engines predicted 1.3x apart: with a calibration this noisy (0.3 each, sum 0.6 >
     /// ln 1.3) the model cannot tell them apart, and the other engine is measured at
     /// the second step; with a quiet one (0.05 each), on the schedule (the eighth); too
@@ -1128,6 +1153,8 @@ mod tests {
         assert_eq!(first_probe(13e-6, 0.3), (Some(FIRST_PROBE_WHEN_UNSURE), FIRST_PROBE_WHEN_UNSURE));
         assert_eq!(first_probe(13e-6, 0.05), (Some(FIRST_PROBE_AFTER), 0));
         assert_eq!(first_probe(10.5e-6, 0.3), (Some(FIRST_PROBE_AFTER), 0), "too close to call");
+        // 1.6x apart (ln 0.47): beyond either engine's noise, within both together.
+        assert_eq!(first_probe(16e-6, 0.3), (Some(FIRST_PROBE_WHEN_UNSURE), FIRST_PROBE_WHEN_UNSURE));
     }
 
     #[test]

@@ -504,8 +504,10 @@ pub extern "C" fn mdl_stats_json(h: *const mdl_loader, buf: *mut c_char, len: us
 /// "onesided" and "collective" ("steps", "seconds_max" and "seconds_mean" over the
 /// ranks, "predicted_seconds" and "measured_slowest_seconds" of the slowest rank),
 /// "samples", "bytes_local" and "bytes_remote" summed over the ranks, "decisions",
-/// "probes", "switches", "node_local" ("bytes" and "samples" copied from the node's
-/// shards, summed over the ranks) and "engine_free_steps". Copied into buf as mdl_stats_json does (truncated to len
+/// "probes", "switches", "unsure_decisions" and "surprise_probes" (as in
+/// mdl_stats_json: the estimator's, the same on every rank), "node_local" ("bytes" and
+/// "samples" copied from the node's shards, summed over the ranks) and
+/// "engine_free_steps". Copied into buf as mdl_stats_json does (truncated to len
 /// and NUL-terminated; nothing is copied when buf is NULL or len is 0); *needed
 /// receives the full length (without the NUL). needed NULL is MDL_ERR_NULL_ARG on that
 /// rank, agreed by all. Refused with MDL_ERR_STATE on every rank during a sampler epoch.

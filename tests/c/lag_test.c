@@ -315,6 +315,12 @@ int main(int argc, char **argv)
              (unsigned long long)job_samples, (unsigned long long)sum);
     int same_text = same_text_on_all_ranks(job); /* every rank calls it */
     check(st == MDL_OK && needed == strlen(job) && job_samples == sum && sum > 0 && same_text, what);
+    /* The estimator's counters are agreed: the job's are this rank's. */
+    const char *counters[] = {"\"decisions\": ", "\"unsure_decisions\": ", "\"surprise_probes\": "};
+    for (size_t i = 0; i < sizeof counters / sizeof *counters; i++) {
+        snprintf(what, sizeof what, "mdl_stats_json_job: %s= mdl_stats_json's", counters[i]);
+        check(strstr(job, counters[i]) && json_u64(job, counters[i]) == json_u64(mine, counters[i]), what);
+    }
     st = mdl_stats_json_job(h, job, sizeof job, g_rank == g_size - 1 ? NULL : &needed);
     check(st == (g_rank == g_size - 1 ? MDL_ERR_NULL_ARG : MDL_ERR_REMOTE), "mdl_stats_json_job(needed NULL on the last rank): agreed error");
     mdl_epoch_begin(h, 7, 0, 4, 1, 0);
