@@ -1056,7 +1056,7 @@ mod tests {
     /// calibration wrong by up to 2x either way, with the noise such a machine gives
     /// (ln 1 each); 400 random cases of 30 or 300 steps, engines 0.1-10 ms and 0.5-2x
     /// apart. What AUTO's choices cost (the bursts left out): within 10% of the faster
-    /// engine in 308 cases. Lifting a bucket's correction after two surprising steps
+    /// engine in 312 cases. Lifting a bucket's correction after two surprising steps
     /// (not eight) made AUTO leave the faster engine after every burst: 251 cases.
     #[test]
     fn bursts_of_lost_time_slices_do_not_steer_auto() {
