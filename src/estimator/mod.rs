@@ -17,7 +17,8 @@
 //! probes did not see, a cost the model lacks) and a residual per bucket of steps
 //! alike (log2 of the remote samples of the busiest rank, log2 of its mean remote
 //! sample size), for regimes in which the model errs differently. Both are exponential
-//! moving averages of log(measured / predicted): each measurement moves the global
+//! moving averages of log(measured / predicted), a slower step weighted half as much as
+//! a faster one (noise only ever slows a step): each measurement moves the global
 //! scale, then its bucket's residual by what is left, each by at most `MAX_STEP_RATIO`
 //! before weighting, so an outlier (a descheduled rank, the first, slower steps on a
 //! fresh window) cannot flip a decision on its own, and a probe in one bucket informs
@@ -73,8 +74,14 @@ const SURPRISES_BEFORE_LOOK: u32 = 2;
 /// Surprises in a row after which the engine's correction in the bucket is lifted whole
 /// (see `notice_surprise`): a burst of lost time slices lasts a few steps.
 const SURPRISES_BEFORE_LIFT: u32 = 8;
-/// Weight of a new measurement in a bucket's scale.
+/// Weight of a new measurement in a scale: of one faster than the scale predicts, and
+/// half that of one slower. Noise (a rank descheduled, a burst of lost time slices)
+/// makes steps slower, never faster: weighted alike, the scales of the engine in use
+/// rose with every burst and the other engine, measured only by probes, looked
+/// faster than it was. In a model of a busy machine (`bursts_of_lost_time_slices...`)
+/// AUTO came within 10% of the faster engine in 345 of 400 cases, against 312.
 const CORRECTION_RATE: f64 = 0.2;
+const CORRECTION_RATE_UP: f64 = CORRECTION_RATE / 2.0;
 /// One measurement moves a scale by at most this factor (before weighting).
 const MAX_STEP_RATIO: f64 = 2.0;
 /// Global scales and residuals are each kept within [1/MAX_SCALE, MAX_SCALE].
@@ -692,11 +699,13 @@ impl Estimator {
     }
 }
 
-/// A log scale moved towards `target` by one measurement: by `CORRECTION_RATE` of the
-/// difference, the difference capped at `MAX_STEP_RATIO`, the result at `MAX_SCALE`.
+/// A log scale moved towards `target` by one measurement: by `CORRECTION_RATE` (down) or
+/// `CORRECTION_RATE_UP` (up) of the difference, the difference capped at
+/// `MAX_STEP_RATIO`, the result at `MAX_SCALE`.
 fn corrected(log_scale: f64, target: f64) -> f64 {
     let limit = portable::ln(MAX_STEP_RATIO);
-    let step = CORRECTION_RATE * (target - log_scale).clamp(-limit, limit);
+    let off = (target - log_scale).clamp(-limit, limit);
+    let step = off * if off > 0.0 { CORRECTION_RATE_UP } else { CORRECTION_RATE };
     (log_scale + step).clamp(-portable::ln(MAX_SCALE), portable::ln(MAX_SCALE))
 }
 
@@ -919,7 +928,7 @@ mod tests {
     /// steps that slow in a row are a surprise: the first probe comes at the third
     /// step, not on the schedule's eighth. A probe that measures the collective engine
     /// faster than the one-sided engine was predicted (12 us) is taken whole, and AUTO
-    /// moves to it; one that finds it slower (40 us, within 2x of the borrowed price)
+    /// moves to it; one that finds it slower (1.5x, within 2x of the borrowed price)
     /// replaces the borrowed correction with what it measured.
     #[test]
     fn an_engine_not_measured_borrows_the_correction_of_the_one_in_use() {
@@ -948,10 +957,9 @@ mod tests {
         assert_eq!(e.decide(&f, Backend::Auto).engine, Backend::Collective);
 
         let (mut e, probe) = until_the_first_probe();
-        let coll = e.predict(&f).1;
-        assert!(40e-6 > coll && 40e-6 < MAX_STEP_RATIO * coll);
-        e.observe(Backend::Collective, &f, same(40e-6), probe.probe_prediction());
-        assert!((e.predict(&f).1 / 40e-6 - 1.0).abs() < 1e-9, "within 2x of the borrowed price: what it measured");
+        let slower = 1.5 * e.predict(&f).1;
+        e.observe(Backend::Collective, &f, same(slower), probe.probe_prediction());
+        assert!((e.predict(&f).1 / slower - 1.0).abs() < 1e-9, "within 2x of the borrowed price: what it measured");
         assert_eq!(e.decide(&f, Backend::Auto).engine, Backend::OneSided);
     }
 
@@ -1056,8 +1064,9 @@ mod tests {
     /// calibration wrong by up to 2x either way, with the noise such a machine gives
     /// (ln 1 each); 400 random cases of 30 or 300 steps, engines 0.1-10 ms and 0.5-2x
     /// apart. What AUTO's choices cost (the bursts left out): within 10% of the faster
-    /// engine in 312 cases. Lifting a bucket's correction after two surprising steps
-    /// (not eight) made AUTO leave the faster engine after every burst: 251 cases.
+    /// engine in 345 cases; 312 with slower steps weighted as much as faster ones
+    /// (`CORRECTION_RATE_UP`); 251 with a bucket's correction lifted after two
+    /// surprising steps, not eight (AUTO left the faster engine after every burst).
     #[test]
     fn bursts_of_lost_time_slices_do_not_steer_auto() {
         let mut rng = crate::rng::SplitMix64::new(11);
@@ -1090,7 +1099,7 @@ mod tests {
             }
             within += (total <= 1.1 * oracle) as usize;
         }
-        assert!(within >= 300, "AUTO within 10% in {within} of 400 cases");
+        assert!(within >= 330, "AUTO within 10% in {within} of 400 cases");
     }
 
     /// With a noisy calibration (0.5 each, a factor 2.7 for both together) a probe 1.5x
