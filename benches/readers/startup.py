@@ -8,6 +8,10 @@ reader against HydraGNN's own AdiosDataset -> DistDataset (issue 41, item 3).
     mpirun -n 2 python -m mpi4py startup.py hydragnn PATH     # HydraGNN's AdiosDataset -> DistDataset
     mpirun -n 2 python -m mpi4py startup.py hydragnn-ddstore PATH   # AdiosDataset(ddstore=True)
     mpirun -n 2 python -m mpi4py startup.py check PATH        # both; first batches compared
+    mpirun -n 2 python -m mpi4py startup.py write-pickle DIR N   # HydraGNN's SimplePickleWriter
+    mpirun -n 2 python -m mpi4py startup.py mdl-pickle DIR    # mdloader.pyg_sources.from_pickle
+    mpirun -n 2 python -m mpi4py startup.py hydragnn-pickle DIR   # SimplePickleDataset -> DistDataset
+    mpirun -n 2 python -m mpi4py startup.py check-pickle DIR
 
 HydraGNN is imported from an unmodified checkout on PYTHONPATH (run.sh archives one),
 pyddstore from the virtual environment; nothing of HydraGNN is copied here.
@@ -32,6 +36,7 @@ check:     mdl and hydragnn in one job; torch_geometric's DataLoader (batch 64) 
            with the same DistributedSampler (shuffle off); the first 4 batches of every
            rank compared key by key (x, pos, edge_index, y, batch, ptr); HydraGNN's
            DDStore fences (epoch_begin/epoch_end) around each batch, as its train loop.
+write-columns, same, write-pickle, *-pickle: their functions below.
 
 Each rank prints the seconds from before the file is opened to the dataset ready, the CPU
 seconds (user + system) in that time, RSS before and peak RSS (ru_maxrss, torch, MPI and
@@ -161,12 +166,19 @@ def write_columns(path: str, n: int, chunk: int = 10000) -> None:
 
 
 def same(a: str, b: str) -> None:
-    """Every attribute and variable of two files equal (type, shape, values)."""
+    """Every attribute and variable of two files equal (type, shape, values; the keys'
+    order aside)."""
     import adios2
 
     with adios2.FileReader(a) as fa, adios2.FileReader(b) as fb:
         attrs, avars = fa.available_attributes(), fa.available_variables()
-        assert attrs == fb.available_attributes(), "attributes differ"
+        # AdiosWriter stores the first graph's Data.keys(), whose order varies from run to
+        # run (torch_geometric keeps them in a set); it changes only the order in which a
+        # reader sets a Data's attributes, not the graphs
+        keys = "trainset/keys"
+        assert sorted(fa.read_attribute_string(keys)) == sorted(fb.read_attribute_string(keys)), keys
+        assert ({k: v for k, v in attrs.items() if k != keys}
+                == {k: v for k, v in fb.available_attributes().items() if k != keys}), "attributes differ"
         assert sorted(avars) == sorted(fb.available_variables()), "variables differ"
         for name, info in avars.items():
             other = fb.available_variables()[name]
@@ -184,7 +196,43 @@ def hydragnn_path(path: str, comm):
     return DistDataset(trainset, "trainset", comm, local=True)
 
 
+def write_pickle(basedir: str, n: int, comm) -> None:
+    """The graphs of ``write`` with HydraGNN's SimplePickleWriter, each rank its nsplit part,
+    10,000 files a subdirectory (use_subdir), as HydraGNN's larger examples write them."""
+    import socket
+
+    import torch.distributed as dist
+    from hydragnn.utils.datasets.pickledataset import SimplePickleWriter
+
+    # its progress bar asks torch.distributed for the rank, as HydraGNN's scripts set it up
+    port = None
+    if comm.rank == 0:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{comm.bcast(port)}", rank=comm.rank,
+                            world_size=comm.size)
+    mine = part(n, comm.rank, comm.size)
+    SimplePickleWriter(molecules(mine.start, len(mine)), basedir, "trainset", use_subdir=True, comm=comm)
+
+
+def hydragnn_pickle(basedir: str, comm):
+    """HydraGNN's SimplePickleDataset -> DistDataset as examples/multidataset/train.py builds
+    it with --format pickle --ddstore: the dataset (preload off), then DistDataset reads
+    the rank's nsplit part graph by graph (one file each) into its list."""
+    from hydragnn.utils.datasets.distdataset import DistDataset
+    from hydragnn.utils.datasets.pickledataset import SimplePickleDataset
+
+    return DistDataset(SimplePickleDataset(basedir=basedir, label="trainset"), "trainset", comm)
+
+
 def build(what: str, path: str, comm):
+    if what == "mdl-pickle":
+        import mdloader.pyg_sources as sources
+
+        return sources.from_pickle(path, "trainset", comm)
+    if what == "hydragnn-pickle":
+        return hydragnn_pickle(path, comm)
     if what == "mdl":
         import mdloader.pyg_sources as sources
 
@@ -196,15 +244,15 @@ def build(what: str, path: str, comm):
     raise SystemExit(f"unknown variant {what}")
 
 
-def check(path: str, comm) -> None:
+def check(path: str, comm, pickle: bool = False) -> None:
     import torch
     from torch.utils.data.distributed import DistributedSampler
     from torch_geometric.loader import DataLoader
 
     import mdloader.pyg_sources as sources
 
-    ours = sources.from_adios(path, "trainset", comm)
-    theirs = hydragnn_path(path, comm)
+    ours = sources.from_pickle(path, "trainset", comm) if pickle else sources.from_adios(path, "trainset", comm)
+    theirs = hydragnn_pickle(path, comm) if pickle else hydragnn_path(path, comm)
     assert len(ours) == len(theirs), (len(ours), len(theirs))
     loaders = [DataLoader(d, batch_size=64, sampler=DistributedSampler(
         d, num_replicas=comm.size, rank=comm.rank, shuffle=False)) for d in (ours, theirs)]
@@ -221,7 +269,7 @@ def check(path: str, comm) -> None:
         compared += a.num_graphs
     counts = comm.gather(compared, root=0)
     if comm.rank == 0:
-        print(f"check graphs={len(ours)}: the first 4 batches (64) of every rank equal, "
+        print(f"check{'-pickle' if pickle else ''} graphs={len(ours)}: the first 4 batches (64) of every rank equal, "
               f"x pos edge_index y batch ptr ({sum(counts)} graphs compared)", flush=True)
     ours.close()
 
@@ -247,8 +295,15 @@ def main() -> None:
             print(f"wrote {path}: {int(float(sys.argv[3]))} graphs in {time.perf_counter() - start:.1f} s",
                   flush=True)
         return
-    if what == "check":
-        check(path, comm)
+    if what in ("check", "check-pickle"):
+        check(path, comm, what == "check-pickle")
+        return
+    if what == "write-pickle":
+        start = time.perf_counter()
+        write_pickle(path, int(float(sys.argv[3])), comm)
+        if comm.rank == 0:
+            print(f"wrote {path} (pickle): {int(float(sys.argv[3]))} graphs in {time.perf_counter() - start:.1f} s",
+                  flush=True)
         return
     # imported before the clock starts, as in a training script
     import torch  # noqa: F401
