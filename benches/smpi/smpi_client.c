@@ -4,13 +4,14 @@
  * batch sizes, a sampler epoch, a seek, mdl_finalize. Built with smpicc and run under
  * smpirun by benches/smpi/run.sh (README.md there); it also runs under a real mpirun.
  *
- *   smpi_client <samples per rank> <sample bytes> <steps per point> <batch>...
+ *   [EPOCH_BATCH=<b>] [EPOCH_BACKEND=onesided|collective] smpi_client <samples per rank> <sample bytes> <steps per point> <batch>...
  *
  * Times are MPI_Wtime (simulated under SMPI), the slowest rank's. CSV on rank 0's
  * stdout, one kind per line:
  *   init,P,seconds               register,P,seconds
  *   step,P,backend,batch,bytes,median_ms,onesided_steps,collective_steps
- *   epoch,P,batch,steps,seconds  verified,P,bytes  (the last line: nothing failed)
+ *   epoch,P,batch,steps,seconds,onesided_steps,collective_steps
+ *   seek,P,step,samples          verified,P,bytes  (the last line: nothing failed)
  * Any wrong byte or failed call aborts the job with a message on stderr.
  */
 #include "mdloader.h"
@@ -130,14 +131,23 @@ int main(int argc, char **argv)
         free(out);
     }
 
-    /* A sampler epoch (AUTO), checked against mdl_epoch_ids, then a seek back to its
+    /* A sampler epoch (AUTO unless EPOCH_BACKEND), checked against mdl_epoch_ids, then a seek back to its
        middle step, which must give that step again. */
-    uint64_t batch = strtoull(argv[4], NULL, 10);
+    /* EPOCH_BATCH (environment) sets its batch size; default the first batch size. */
+    const char *epoch_batch = getenv("EPOCH_BATCH");
+    uint64_t batch = strtoull(epoch_batch && *epoch_batch ? epoch_batch : argv[4], NULL, 10);
     uint64_t *expect = malloc(batch * sizeof *expect);
     const uint64_t *ids, *offs;
     const void *data;
     size_t n, want;
-    CHECK(mdl_set_backend(h, MDL_BACKEND_AUTO));
+    /* EPOCH_BACKEND=onesided|collective forces the epoch's engine; default AUTO. */
+    const char *epoch_backend = getenv("EPOCH_BACKEND");
+    mdl_backend eb = MDL_BACKEND_AUTO;
+    for (size_t k = 0; epoch_backend && k < sizeof BACKENDS / sizeof *BACKENDS; k++)
+        if (!strcmp(epoch_backend, BACKENDS[k].name))
+            eb = BACKENDS[k].b;
+    CHECK(mdl_set_backend(h, eb));
+    uint64_t one0 = stat(h, "onesided"), coll0 = stat(h, "collective");
     CHECK(mdl_epoch_begin(h, DATA_SEED, 1, batch, 1, 0));
     MPI_Barrier(MPI_COMM_WORLD);
     t = MPI_Wtime();
@@ -156,7 +166,9 @@ int main(int argc, char **argv)
     }
     double epoch = slowest(MPI_Wtime() - t);
     if (rank == 0)
-        printf("epoch,%d,%llu,%llu,%.6g\n", ranks, (unsigned long long)batch, (unsigned long long)step, epoch);
+        printf("epoch,%d,%llu,%llu,%.6g,%llu,%llu\n", ranks, (unsigned long long)batch, (unsigned long long)step, epoch,
+               (unsigned long long)(stat(h, "onesided") - one0), (unsigned long long)(stat(h, "collective") - coll0));
+    fflush(stdout);
     uint64_t middle = step / 2;
     CHECK(mdl_epoch_seek(h, middle));
     CHECK(mdl_next_batch(h, &ids, &data, &offs, &n));
@@ -167,6 +179,9 @@ int main(int argc, char **argv)
     }
     verify_batch(ids, n, data, offs, size);
     verified += n * size;
+    if (rank == 0)
+        printf("seek,%d,%llu,%zu\n", ranks, (unsigned long long)middle, n);
+    fflush(stdout);
 
     CHECK(mdl_finalize(&h));
     unsigned long long all = 0, mine = verified;
