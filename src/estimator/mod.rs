@@ -286,6 +286,7 @@ fn bucket_of(f: &StepFeatures) -> (usize, usize) {
 
 impl Estimator {
     pub fn new(params: CostParams, settings: Settings) -> Estimator {
+        let noise_together = settings.calibration_noise[0] + settings.calibration_noise[1];
         Estimator {
             params,
             settings,
@@ -301,9 +302,8 @@ impl Estimator {
             onesided_spread: 0.0,
             onesided_waited: 0.0,
             close_call: portable::ln(1.0 + settings.hysteresis),
-            noise_together: settings.calibration_noise[0] + settings.calibration_noise[1],
-            decisively_faster: (1.0 - settings.hysteresis)
-                .min(portable::exp(-(settings.calibration_noise[0] + settings.calibration_noise[1]))),
+            noise_together,
+            decisively_faster: (1.0 - settings.hysteresis).min(portable::exp(-noise_together)),
         }
     }
 
