@@ -282,28 +282,22 @@ def main() -> None:
     if what == "same":
         same(path, sys.argv[3])
         return
-    if what == "write-columns":
+    # The writers: each timed, one line from rank 0.
+    writers = {
+        "write-columns": (" (columns)", lambda n: write_columns(path, n)),
+        "write": ("", lambda n: write(path, n, comm)),
+        "write-pickle": (" (pickle)", lambda n: write_pickle(path, n, comm)),
+    }
+    if what in writers:
+        kind, write_graphs = writers[what]
+        graphs = int(float(sys.argv[3]))
         start = time.perf_counter()
-        write_columns(path, int(float(sys.argv[3])))
-        print(f"wrote {path} (columns): {int(float(sys.argv[3]))} graphs in {time.perf_counter() - start:.1f} s",
-              flush=True)
-        return
-    if what == "write":
-        start = time.perf_counter()
-        write(path, int(float(sys.argv[3])), comm)
+        write_graphs(graphs)
         if comm.rank == 0:
-            print(f"wrote {path}: {int(float(sys.argv[3]))} graphs in {time.perf_counter() - start:.1f} s",
-                  flush=True)
+            print(f"wrote {path}{kind}: {graphs} graphs in {time.perf_counter() - start:.1f} s", flush=True)
         return
     if what in ("check", "check-pickle"):
         check(path, comm, what == "check-pickle")
-        return
-    if what == "write-pickle":
-        start = time.perf_counter()
-        write_pickle(path, int(float(sys.argv[3])), comm)
-        if comm.rank == 0:
-            print(f"wrote {path} (pickle): {int(float(sys.argv[3]))} graphs in {time.perf_counter() - start:.1f} s",
-                  flush=True)
         return
     # imported before the clock starts, as in a training script
     import torch  # noqa: F401
