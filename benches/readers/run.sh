@@ -13,7 +13,8 @@
 # hydragnn-pickle),
 # each in its own job, alternated; prints every rank's line and the medians
 # (report.py). READERS_DELETE=1 deletes each file after its size. Each job under timeout
-# (READERS_TIMEOUT, 1800 s) and an address-space limit of 9 GB a rank.
+# (READERS_TIMEOUT, 1800 s) and an address-space limit a rank (READERS_VMEM_KB, 9 GB;
+# HydraGNN's path at 10^6 needs about 12).
 # Needs: target/<mpi>/release/libmdloader.so, adios2 + torch_geometric + pyddstore +
 # HydraGNN's imports (torch_scatter ...) in the venv, and a HydraGNN checkout: HYDRAGNN_SRC,
 # default an archive of the fetched mirror at d251f816 in target/readers/.
@@ -60,7 +61,7 @@ for n in $SIZES; do
         for how in $VARIANTS; do
             out=$DIR/$MPI-$how-$n-$run.log
             path=$bp; case $how in *pickle) path=$pkl ;; esac
-            ( ulimit -v 9000000; timeout "${READERS_TIMEOUT:-1800}" "${RUN[@]}" -n 2 "$PY" -m mpi4py \
+            ( ulimit -v "${READERS_VMEM_KB:-9000000}"; timeout "${READERS_TIMEOUT:-1800}" "${RUN[@]}" -n 2 "$PY" -m mpi4py \
                 "$HERE/startup.py" "$how" "$path" ) >"$out" 2>&1
             status=$?
             grep -E "^RESULT" "$out" | sed "s/^RESULT/$MPI run=$run/" | tee -a "$LOG"

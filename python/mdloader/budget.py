@@ -49,6 +49,13 @@ def pack(counts: Any, ids: Any, budget: int, max_graphs: Optional[int] = None, m
     ids = np.asarray(ids, dtype=np.int64).reshape(-1)
     if counts.size != ids.size:
         raise ValueError(f"{counts.size} node counts for {ids.size} ids")
+    _check_counts(counts, ids, budget)
+    starts, ends, _ = _bounds(counts, budget, max_graphs, min_total)
+    return [ids[start:end] for start, end in zip(starts.tolist(), ends.tolist())]
+
+
+def _check_counts(counts: np.ndarray, ids: np.ndarray, budget: int) -> None:
+    """ValueError naming the first of ``ids`` whose count is unknown or above the budget."""
     if counts.size and counts.min() < 0:
         first = int(np.argmax(counts < 0))
         raise ValueError(f"graph {int(ids[first])}'s node count is not known ({int(counts[first])})")
@@ -56,9 +63,15 @@ def pack(counts: Any, ids: Any, budget: int, max_graphs: Optional[int] = None, m
         first = int(np.argmax(counts > budget))
         raise ValueError(f"graph {int(ids[first])} has {int(counts[first])} nodes, above the budget of {budget} "
                          f"nodes a batch ({int((counts > budget).sum())} graphs are)")
+
+
+def _bounds(counts: np.ndarray, budget: int, max_graphs: Optional[int], min_total: int = 0) -> tuple:
+    """(starts, ends, running) of :func:`pack`'s batches as positions in ``counts``
+    (checked already), and the running node count (``running[k]``: nodes before position
+    k), so that a batch's cost is ``running[end] - running[start]`` without a sum."""
     running = np.zeros(counts.size + 1, dtype=np.int64)
     np.cumsum(counts, out=running[1:])
-    batches = []
+    starts, ends = [], []
     start = 0
     while start < counts.size:
         # the last graph whose running sum stays within the budget from the batch's start
@@ -66,9 +79,10 @@ def pack(counts: Any, ids: Any, budget: int, max_graphs: Optional[int] = None, m
         if max_graphs is not None:
             end = min(end, start + max_graphs)
         if running[end] - running[start] >= min_total:
-            batches.append(ids[start:end])
+            starts.append(start)
+            ends.append(end)
         start = end
-    return batches
+    return np.array(starts, dtype=np.int64), np.array(ends, dtype=np.int64), running
 
 
 class NodeBudgetBatchSampler:
@@ -114,14 +128,18 @@ class NodeBudgetBatchSampler:
         n = self.node_counts.size
         rng = np.random.default_rng([self.seed, epoch])
         order = rng.permutation(n) if self.shuffle else np.arange(n)
-        batches = pack(self.node_counts[order], order, self.budget, self.max_graphs)
+        ordered = self.node_counts[order]
+        _check_counts(ordered, order, self.budget)
+        starts, ends, running = _bounds(ordered, self.budget, self.max_graphs)
         ranks = self.num_replicas
-        if len(batches) < ranks:
-            raise ValueError(f"{len(batches)} batches of at most {self.budget} nodes for {ranks} ranks: fewer "
+        if len(starts) < ranks:
+            raise ValueError(f"{len(starts)} batches of at most {self.budget} nodes for {ranks} ranks: fewer "
                              "batches than ranks (a smaller budget, or fewer ranks)")
-        whole = len(batches) - len(batches) % ranks if self.drop_last else -(-len(batches) // ranks) * ranks
-        batches = [batches[k % len(batches)] for k in range(whole)]
-        cost = np.fromiter((self.node_counts[b].sum() for b in batches), np.int64, len(batches))
+        whole = len(starts) - len(starts) % ranks if self.drop_last else -(-len(starts) // ranks) * ranks
+        taken = np.arange(whole) % len(starts)  # padded with the first batches, or cut
+        starts, ends = starts[taken], ends[taken]
+        cost = running[ends] - running[starts]
+        batches = [order[start:end] for start, end in zip(starts.tolist(), ends.tolist())]
         by_cost = np.argsort(cost, kind="stable")
         steps = by_cost.reshape(-1, ranks)
         if self.shuffle:
