@@ -19,6 +19,7 @@ truncated, a variable missing, ranks seeing different files) raises
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any, Optional
 
 import numpy as np
@@ -42,7 +43,8 @@ _CAN_INFER = {"num_nodes", "x", "pos", "batch", "adj", "adj_t", "edge_index", "f
 
 
 def from_adios(path: Any, label: str, comm: Any = None, *, ddstore_width: Optional[int] = None,
-               keys: Optional[list] = None, var_config: Optional[dict] = None, chunk: int = 65536) -> pyg.DistDataset:
+               keys: Optional[list] = None, var_config: Optional[dict] = None, chunk: int = 65536,
+               subset_istart: Optional[int] = None, subset_iend: Optional[int] = None) -> pyg.DistDataset:
     """Collective. A :class:`mdloader.pyg.DistDataset` of the graphs ``label`` of
     HydraGNN's ADIOS2 dataset ``path``; each rank reads its part (of its replica group's
     copy with ``ddstore_width``), ``chunk`` graphs at a time. ``keys``: only these
@@ -58,7 +60,12 @@ def from_adios(path: Any, label: str, comm: Any = None, *, ddstore_width: Option
     files' graphs one after the other in the list's order (their keys, dtypes and shapes
     must agree: ``keys=`` picks common ones), each graph tagged with its own file's
     ``dataset_name`` (a file without one: untagged, and then every file must be
-    without); no file's attributes become the dataset's (``AdiosMultiDataset`` has none)."""
+    without); no file's attributes become the dataset's (``AdiosMultiDataset`` has none).
+
+    ``subset_istart``, ``subset_iend``: the dataset is graphs ``subset_istart`` to
+    ``subset_iend - 1`` only (over the files' graphs one after the other), graph i being
+    file graph ``subset_istart + i``, as HydraGNN's ``AdiosDataset(...,
+    subset_istart=, subset_iend=)``; only those graphs are read."""
     paths = [path] if isinstance(path, (str, bytes)) or hasattr(path, "__fspath__") else list(path)
     what = f"from_adios({path!r}, {label!r})"
 
@@ -72,12 +79,13 @@ def from_adios(path: Any, label: str, comm: Any = None, *, ddstore_width: Option
         try:
             agree_problems(comm, problem, what)
             agree_fingerprint(comm, tuple(_fingerprint(part, what, comm) for part in parts), what)
+            ids = _part_of_subset(loader, comm, what, sum(part.ndata for part in parts),
+                                  lambda total: _adios_subset(subset_istart, subset_iend, total))
             encoded, extra, problem = None, {}, ""
             try:
                 names = [part.attribute("dataset_name") for part in parts]
                 _same_layout(parts, names)
                 extra = _adios_attributes(parts[0]) if len(parts) == 1 else {}
-                ids = loader.replica_part(sum(part.ndata for part in parts))
                 pieces, first = [], 0
                 for part, name in zip(parts, names):
                     # This rank's graphs that lie in this file, as the file's own ids.
@@ -146,13 +154,15 @@ def _concatenated(pieces: list, paths: list) -> "_Encoded":
 
 
 def from_pickle(basedir: str, label: str, comm: Any = None, *, ddstore_width: Optional[int] = None,
-                var_config: Optional[dict] = None, chunk: int = 4096) -> pyg.DistDataset:
+                var_config: Optional[dict] = None, chunk: int = 4096, subset: Any = None) -> pyg.DistDataset:
     """Collective. A :class:`mdloader.pyg.DistDataset` of the graphs ``label`` of
     HydraGNN's pickle dataset in ``basedir``; each rank unpickles its part's files,
     ``chunk`` graphs at a time, encoding each chunk before the next is read. The
     metadata's attributes (``pna_deg``, ...) and ``minmax_*`` become the dataset's.
     ``var_config``: HydraGNN's updates applied to every graph, as its
-    ``SimplePickleDataset(..., var_config=...)`` applies them."""
+    ``SimplePickleDataset(..., var_config=...)`` applies them. ``subset``: the ids of
+    the graphs the dataset holds, in its order (graph i is file sample ``subset[i]``),
+    as HydraGNN's ``SimplePickleDataset(..., subset=...)``; only those files are read."""
     what = f"from_pickle({basedir!r}, {label!r})"
 
     def read(loader: Loader, comm: Any, update: Any) -> tuple:
@@ -165,9 +175,9 @@ def from_pickle(basedir: str, label: str, comm: Any = None, *, ddstore_width: Op
         agree_fingerprint(comm, _fingerprint(part, what, comm), what)
         extra = {"minmax_node_feature": part.minmax_node_feature, "minmax_graph_feature": part.minmax_graph_feature,
                  **part.attrs}
+        ids = _part_of_subset(loader, comm, what, part.ndata, lambda total: _pickle_subset(subset, total))
         encoded, problem = None, ""
         try:
-            ids = loader.replica_part(part.ndata)
             encoded = _encode_graphs(part.chunks(ids, chunk), ids, extra.get("dataset_name"), update)
         except Exception as err:  # noqa: BLE001 - agreed
             problem = _why(err)
@@ -175,6 +185,64 @@ def from_pickle(basedir: str, label: str, comm: Any = None, *, ddstore_width: Op
         return encoded, extra
 
     return _dataset(label, comm, ddstore_width, var_config, what, read)
+
+
+def _adios_subset(istart: Any, iend: Any, total: int) -> Any:
+    """The graphs of ``AdiosDataset(subset_istart=, subset_iend=)`` as a range (all of
+    them without either); ValueError where the bounds are not a range of the file's."""
+    if istart is None and iend is None:
+        return range(total)
+    for name, value in (("subset_istart", istart), ("subset_iend", iend)):
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+            raise ValueError(f"{name} must be an integer (with the other one), not {value!r}")
+    if not 0 <= istart < iend <= total:
+        raise ValueError(f"subset_istart = {istart}, subset_iend = {iend}: not a range of the {total} graphs "
+                         "holding one at least")
+    return range(int(istart), int(iend))
+
+
+def _pickle_subset(subset: Any, total: int) -> Any:
+    """The graphs of ``SimplePickleDataset(subset=)`` as an int64 array (a range of all
+    without one); ValueError where one is not an id of the dataset's."""
+    if subset is None:
+        return range(total)
+    ids = np.asarray(subset)
+    if ids.ndim != 1 or not (ids.size == 0 or np.issubdtype(ids.dtype, np.integer)):
+        raise ValueError(f"subset must be a list of graph ids (integers), not {type(subset).__name__} of "
+                         f"{ids.dtype} with shape {ids.shape}")
+    ids = ids.astype(np.int64)
+    if ids.size == 0:
+        raise ValueError("the subset holds no graph")
+    if (ids.min() < 0 or ids.max() >= total):
+        bad = int(ids[(ids < 0) | (ids >= total)][0])
+        raise ValueError(f"subset holds {bad}, not an id of the {total} graphs")
+    return ids
+
+
+def _part_of_subset(loader: Loader, comm: Any, what: str, total: int, make: Any) -> Any:
+    """Collective (two allgathers): this rank's part of the dataset's graphs as ids of
+    the files' (``make(total)``: all of them, or the user's subset), once every rank
+    found its subset good and the same as every other rank's; ValueError with the same
+    text on every rank otherwise."""
+    subset, problem = None, ""
+    try:
+        subset = make(total)
+    except ValueError as err:
+        problem = str(err)
+    bad = [(rank, why) for rank, why in enumerate(comm.allgather(problem)) if why]
+    if bad:
+        raise ValueError(f"{what}: " + "; ".join(f"rank {rank}: {why}" for rank, why in bad[:4]))
+    if isinstance(subset, range):
+        digest = ("range", subset.start, subset.stop)
+    else:
+        digest = ("ids", len(subset), hashlib.sha1(subset.tobytes()).hexdigest())
+    everyone = comm.allgather(digest)
+    differ = [rank for rank, theirs in enumerate(everyone) if theirs != everyone[0]]
+    if differ:
+        raise ValueError(f"{what}: the subset differs across ranks: rank 0's {everyone[0][:2]}, rank {differ[0]}'s "
+                         f"{everyone[differ[0]][:2]} (every rank must pass the same graphs)")
+    mine = loader.replica_part(len(subset))
+    return subset[mine.start:mine.stop]
 
 
 def _fingerprint(part: Any, what: str, comm: Any) -> tuple:
@@ -289,7 +357,7 @@ def _encode_graphs(chunks: Any, ids: range, dataset_name: Any, update: Any) -> _
         if facts is None:
             facts, data_class = mine, type(graphs[0])
         elif sorted(mine) != sorted(facts) or type(graphs[0]) is not data_class:
-            raise ValueError(f"graphs {ids[0] + len(nodes)}..: their attributes or class differ from the first "
+            raise ValueError(f"graphs {ids[sum(map(len, nodes))]}..: their attributes or class differ from the first "
                              f"graphs' ({sorted(mine)} vs {sorted(facts)})")
         for key, value in inc.items():
             if value is not None and incremented.setdefault(key, value) != value:
@@ -297,7 +365,7 @@ def _encode_graphs(chunks: Any, ids: range, dataset_name: Any, update: Any) -> _
         cat_dims = {key: cat for key, _, cat in facts}
         schema_here, data, offsets = encode(records, cat_dims)
         if schema is not None and schema_here != schema:
-            raise ValueError(f"graphs {ids[0] + len(nodes)}..: schema {schema_here} differs from {schema}")
+            raise ValueError(f"graphs {ids[sum(map(len, nodes))]}..: schema {schema_here} differs from {schema}")
         schema = schema_here
         pieces.append(data)
         sizes.append(np.diff(offsets))

@@ -373,3 +373,78 @@ def test_adios_several_files_one_truncated(comm, shared):
 
     on_rank0(comm, write)
     raises_everywhere(comm, lambda: from_adios(paths, "trainset", comm), "cut2.bp", "truncated", "rank 0")
+
+
+@needs_adios
+@pytest.mark.parametrize("chunk", [4, 65536])
+def test_adios_subset_is_hydragnns_subset(comm, shared, chunk):
+    """AdiosDataset(subset_istart=, subset_iend=): graph i is file graph istart + i, over
+    several files one after the other too; only those graphs are the dataset."""
+    from mdloader.pyg_sources import from_adios
+
+    sets = [molecules(9, seed=7), molecules(3, seed=8), molecules(14, seed=9)]
+    paths = [os.path.join(shared, f"sub{j}.bp") for j in range(3)]
+    on_rank0(comm, lambda: [write_adios(where, {"trainset": graphs}) for where, graphs in zip(paths, sets)])
+    want = [adios_graph(where, "trainset", i) for where, graphs in zip(paths, sets) for i in range(len(graphs))]
+    for where, first, last, expected in ((paths, 7, 20, want), (paths[2], 5, 6, want[9 + 3:]), (paths[0], 0, 9, want)):
+        dataset = from_adios(where, "trainset", comm, chunk=chunk, subset_istart=first, subset_iend=last)
+        try:
+            assert len(dataset) == last - first
+            for i, got in enumerate(every_graph(dataset)):
+                assert_same_graph(got, expected[first + i], f"{where} subset graph {i}")
+            assert dataset.get_node_counts().tolist() == [g.num_nodes for g in expected[first:last]]
+        finally:
+            dataset.close()
+
+
+def test_pickle_subset_is_hydragnns_subset(comm, shared):
+    """SimplePickleDataset(subset=[...]): graph i is file sample subset[i], in the
+    subset's order, repeats included."""
+    from mdloader.pyg_sources import from_pickle
+
+    graphs = molecules(19, seed=4)
+    on_rank0(comm, lambda: write_pickle(shared, "trainset", graphs, {}))
+    subset = [17, 0, 5, 5, 12, 3, 18]
+    dataset = from_pickle(shared, "trainset", comm, chunk=2, subset=np.array(subset))
+    try:
+        assert len(dataset) == len(subset)
+        for i, got in enumerate(every_graph(dataset)):
+            assert_same_graph(got, pickle_graph(shared, "trainset", subset[i]), f"subset graph {i}")
+    finally:
+        dataset.close()
+
+
+def raises_value_error_everywhere(comm, build, *words):
+    with pytest.raises(ValueError) as caught:
+        build()
+    text = str(caught.value)
+    for word in words:
+        assert word in text, text
+    assert len(set(comm.allgather(text))) == 1, "the ranks raised different errors"
+
+
+@needs_adios
+def test_bad_subsets_fail_on_every_rank(comm, shared):
+    """A subset that is not one of the dataset's graphs, or differs on one rank: the same
+    ValueError on every rank, and the next dataset builds (nothing left half-agreed)."""
+    from mdloader.pyg_sources import from_adios, from_pickle
+
+    graphs = molecules(11, seed=5)
+    path = os.path.join(shared, "bad.bp")
+    on_rank0(comm, lambda: (write_adios(path, {"trainset": graphs}), write_pickle(shared, "trainset", graphs, {})))
+    last = comm.size - 1
+    for kwargs, words in (({"subset_istart": 4, "subset_iend": 3}, ("not a range of the 11 graphs",)),
+                          ({"subset_istart": 4, "subset_iend": 4}, ("holding one at least",)),
+                          ({"subset_istart": 0, "subset_iend": 12}, ("not a range of the 11 graphs",)),
+                          ({"subset_istart": 2}, ("subset_iend must be an integer",)),
+                          ({"subset_istart": 0, "subset_iend": 5 + (comm.rank == last)}, ("differs across ranks",)),
+                          ({"subset_istart": 0, "subset_iend": 5 if comm.rank else "5"}, ("rank 0:",))):
+        raises_value_error_everywhere(comm, lambda: from_adios(path, "trainset", comm, **kwargs), *words)
+    for subset, words in (([0, 11], ("subset holds 11",)), ([], ("holds no graph",)), ([[1, 2]], ("list of graph ids",)), ([0.5], ("integers",)),
+                          ([1, 2, 3 + (comm.rank == last)], ("differs across ranks",))):
+        raises_value_error_everywhere(comm, lambda: from_pickle(shared, "trainset", comm, subset=subset), *words)
+    dataset = from_adios(path, "trainset", comm, subset_istart=1, subset_iend=11)
+    try:
+        assert len(dataset) == 10
+    finally:
+        dataset.close()
