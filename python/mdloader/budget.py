@@ -106,7 +106,7 @@ class NodeBudgetBatchSampler:
         check_budget(budget, max_graphs)
         if not 0 <= rank < num_replicas:
             raise ValueError(f"rank {rank} is not within num_replicas = {num_replicas}")
-        self.node_counts = np.asarray(node_counts, dtype=np.int64).reshape(-1)
+        self.node_counts = _compact(np.asarray(node_counts).reshape(-1))
         self.budget, self.max_graphs = int(budget), max_graphs
         self.num_replicas, self.rank = int(num_replicas), int(rank)
         self.seed, self.shuffle, self.drop_last = int(seed), bool(shuffle), bool(drop_last)
@@ -122,12 +122,16 @@ class NodeBudgetBatchSampler:
 
     def epoch_plan(self, epoch: int) -> list:
         """Every rank's batches of ``epoch``: a list of steps, each a list of
-        ``num_replicas`` batches (int64 arrays), the one of rank r at index r."""
+        ``num_replicas`` batches (arrays of ids), the one of rank r at index r."""
         if self._plan is not None and self._plan[0] == epoch:
             return self._plan[1]
+        self._plan = None  # the last epoch's plan is not held while this one is made
         n = self.node_counts.size
         rng = np.random.default_rng([self.seed, epoch])
-        order = rng.permutation(n) if self.shuffle else np.arange(n)
+        # int32 ids where they fit: the plan's tables are the per-graph memory of every
+        # rank (at 10^8 graphs 4.5 GB with int64; the same draws and plan either way).
+        ids = np.arange(n, dtype=np.int32 if n < 2**31 else np.int64)
+        order = rng.permutation(ids) if self.shuffle else ids
         ordered = self.node_counts[order]
         _check_counts(ordered, order, self.budget)
         starts, ends, running = _bounds(ordered, self.budget, self.max_graphs)
@@ -163,6 +167,16 @@ class NodeBudgetBatchSampler:
         """(steps, ranks) node counts of ``epoch``'s batches (default: the current)."""
         plan = self.epoch_plan(self.epoch if epoch is None else epoch)
         return np.array([[self.node_counts[b].sum() for b in step] for step in plan], dtype=np.int64)
+
+
+def _compact(counts: np.ndarray) -> np.ndarray:
+    """Node counts as int32 where every one fits (int64 otherwise); a count that is not
+    an integer is a TypeError."""
+    if counts.size and not np.issubdtype(counts.dtype, np.integer):
+        raise TypeError(f"node counts must be integers, not {counts.dtype}")
+    if counts.size == 0 or (counts.min() >= -2**31 and counts.max() < 2**31):
+        return counts.astype(np.int32, copy=False)
+    return counts.astype(np.int64, copy=False)
 
 
 def agreed_budget_sampler(comm: Any, node_counts: Callable[[], Any], budget: Any, *, max_graphs: Any = None,
