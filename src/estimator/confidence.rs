@@ -130,6 +130,15 @@ impl Confidence {
         self.noise[e] = median(spreads).max(fit_miss(rows, times, coefficients));
         self.spread.set_coefficients(engine, &jackknife_spread(rows, times, coefficients, fit));
     }
+
+    /// An engine whose default parameters were scaled to too few batches to fit them:
+    /// its level is measured, its shape is not, so its noise is at least the
+    /// uncalibrated one and no parameter has a spread.
+    pub fn set_scaled_engine(&mut self, engine: Backend, spreads: &[f64], rows: &[Vec<f64>], times: &[f64], coefficients: &[f64]) {
+        let e = (engine == Backend::Collective) as usize;
+        self.noise[e] = median(spreads).max(fit_miss(rows, times, coefficients)).max(UNCALIBRATED_NOISE);
+        self.spread.set_coefficients(engine, &[f64::INFINITY; 4]);
+    }
 }
 
 #[cfg(test)]
