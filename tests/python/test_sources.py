@@ -378,23 +378,55 @@ def test_adios_several_files_one_truncated(comm, shared):
 @needs_adios
 @pytest.mark.parametrize("chunk", [4, 65536])
 def test_adios_subset_is_hydragnns_subset(comm, shared, chunk):
-    """AdiosDataset(subset_istart=, subset_iend=): graph i is file graph istart + i, over
-    several files one after the other too; only those graphs are the dataset."""
+    """AdiosDataset(subset_istart=, subset_iend=): graph i is file graph istart + i; only
+    those graphs are the dataset. Several files: AdiosMultiDataset(paths, label, comm,
+    subset_istart=, subset_iend=) gives each file's AdiosDataset the subset, so the
+    dataset is that range of every file, one file after the other (it was the range of
+    the files' graphs end to end: graphs 7..19 of 9 + 3 + 14 where HydraGNN has 3 x 2)."""
     from mdloader.pyg_sources import from_adios
 
     sets = [molecules(9, seed=7), molecules(3, seed=8), molecules(14, seed=9)]
     paths = [os.path.join(shared, f"sub{j}.bp") for j in range(3)]
     on_rank0(comm, lambda: [write_adios(where, {"trainset": graphs}) for where, graphs in zip(paths, sets)])
-    want = [adios_graph(where, "trainset", i) for where, graphs in zip(paths, sets) for i in range(len(graphs))]
-    for where, first, last, expected in ((paths, 7, 20, want), (paths[2], 5, 6, want[9 + 3:]), (paths[0], 0, 9, want)):
+    per_file = [[adios_graph(where, "trainset", i) for i in range(len(graphs))] for where, graphs in zip(paths, sets)]
+    for where, first, last, expected in ((paths, 1, 3, [g for graphs in per_file for g in graphs[1:3]]),
+                                         (paths[::2], 2, 9, per_file[0][2:9] + per_file[2][2:9]),
+                                         (paths[2], 5, 6, per_file[2][5:6]), (paths[0], 0, 9, per_file[0])):
         dataset = from_adios(where, "trainset", comm, chunk=chunk, subset_istart=first, subset_iend=last)
         try:
-            assert len(dataset) == last - first
+            assert len(dataset) == len(expected)
             for i, got in enumerate(every_graph(dataset)):
-                assert_same_graph(got, expected[first + i], f"{where} subset graph {i}")
-            assert dataset.get_node_counts().tolist() == [g.num_nodes for g in expected[first:last]]
+                assert_same_graph(got, expected[i], f"{where} subset graph {i}")
+            assert dataset.get_node_counts().tolist() == [g.num_nodes for g in expected]
         finally:
             dataset.close()
+    # A range past one of the files is not AdiosMultiDataset's (its get would fail there).
+    raises_value_error_everywhere(comm, lambda: from_adios(paths, "trainset", comm, subset_istart=0, subset_iend=4),
+                                  "the smallest of the 3 files has 3")
+
+
+@needs_adios
+def test_bad_chunk_or_no_keys_fail_on_every_rank(comm, shared):
+    """chunk <= 0 read no graph (unwritten records; an AttributeError, the loader left
+    unclosed) and keys=[] selected nothing: a ValueError on every rank instead, also
+    where only one rank's chunk is bad, and the next dataset builds."""
+    from mdloader.pyg_sources import from_adios, from_pickle
+
+    graphs = molecules(10, seed=3)
+    path = os.path.join(shared, "chunks.bp")
+    on_rank0(comm, lambda: (write_adios(path, {"trainset": graphs}), write_pickle(shared, "trainset", graphs, {})))
+    last = comm.size - 1
+    for chunk in (-1, 0, 2.5, -1 if comm.rank == last else 4):
+        raises_value_error_everywhere(comm, lambda: from_adios(path, "trainset", comm, chunk=chunk),
+                                      "chunk must be a positive integer")
+        raises_value_error_everywhere(comm, lambda: from_pickle(shared, "trainset", comm, chunk=chunk),
+                                      "chunk must be a positive integer")
+    raises_value_error_everywhere(comm, lambda: from_adios(path, "trainset", comm, keys=[]), "keys=[] selects no")
+    dataset = from_adios(path, "trainset", comm, chunk=3)
+    try:
+        assert len(dataset) == 10
+    finally:
+        dataset.close()
 
 
 def test_pickle_subset_is_hydragnns_subset(comm, shared):
