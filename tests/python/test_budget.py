@@ -139,6 +139,28 @@ def test_max_graphs_alone_or_with_batch_size_is_refused(comm):
         ds.close()
 
 
+def test_node_budget_on_some_ranks_only_raises_on_every_rank(comm):
+    """node_budget= on some ranks only: the others' loader makes no collective call in
+    its constructor, so the budget's agreement met their first iter (an allreduce):
+    mismatched collectives, a hang. Now a ValueError on every rank, on the budget side
+    in the constructor and on the other in iter; a budget with a batch_size on one rank
+    only is the agreement's TypeError on every rank. Then the dataset still serves."""
+    if comm.size < 2:
+        pytest.skip("needs 2 ranks")
+    ds = DistDataset(graphs(30, seed=2), "trainset", comm)
+    last = comm.size - 1
+    try:
+        with pytest.raises(ValueError, match="in another collective call") as caught:
+            loader = DataLoader(ds, node_budget=30) if comm.rank == last else DataLoader(ds, batch_size=4)
+            next(iter(loader))
+        assert ("node_budget=30 on rank" in str(caught.value)) == (comm.rank == last)
+        with pytest.raises(TypeError, match=f"on rank {last}: node_budget= makes the batches"):
+            DataLoader(ds, node_budget=30, batch_size=4 if comm.rank == last else 1)
+        assert len(list(DataLoader(ds, batch_size=4))) == ds.loader.epoch_steps(4, False)
+    finally:
+        ds.close()
+
+
 def hydragnn_cost_aware_sampler():
     """HydraGNN's DistributedCostAwareBatchSampler, from the checkout at HYDRAGNN_SRC."""
     source = pathlib.Path(os.environ.get("HYDRAGNN_SRC", "")) / "hydragnn" / "preprocess" / "batch_sampler.py"
