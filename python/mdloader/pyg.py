@@ -780,9 +780,14 @@ class DataLoader:
         """This epoch's batches of the user's sampler, their number agreed
         (:func:`mdloader.batches.agreed_batches`); a resumed step past them raises
         ValueError on every rank."""
+        # A node-budget plan is every rank's from (seed, epoch): its epoch agreed, as the
+        # library's sampler agrees its own (a rank-differing set_epoch took batches of
+        # two plans: graphs twice and graphs missed, without an error).
+        budget_epoch = self.batch_sampler.epoch if self.node_budget is not None else None
         batches = agreed_batches(self.dataset.loader.comm, self._take_users_batches, "mdloader.pyg.DataLoader",
                                  "use torch's DistributedSampler (it gives every rank as many samples), or "
-                                 "drop_last=True where the ranks' samples differ by less than a batch")
+                                 "drop_last=True where the ranks' samples differ by less than a batch",
+                                 same=budget_epoch, same_what="node-budget sampler's epoch (set_epoch)")
         if start > len(batches):
             raise ValueError(f"mdloader.pyg.DataLoader: the state loaded resumes at batch {start}, past this epoch's "
                              f"{len(batches)} batches")

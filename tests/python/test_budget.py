@@ -261,3 +261,23 @@ def test_node_budget_over_local_groups(comm):
         assert set().union(*ds.ddstore_comm.allgather(seen)) == set(range(len(every)))
     finally:
         ds.close()
+
+
+def test_node_budget_epoch_differing_across_ranks_raises_on_every_rank(comm):
+    """set_epoch(e) with e differing across ranks: the library's own sampler refuses it
+    (MDL_ERR_INVALID_ARG on every rank); a node-budget loader took each rank's batches
+    of a different epoch's plan (40 graphs: 31 distinct, some twice, 9 never) without an
+    error. Now a ValueError on every rank, and the next epoch with agreed epochs runs."""
+    if comm.size < 2:
+        pytest.skip("needs 2 ranks")
+    ds = DistDataset(graphs(40, seed=6), "trainset", comm)
+    try:
+        loader = DataLoader(ds, node_budget=30, shuffle=True, seed=1)
+        loader.set_epoch(comm.rank)
+        with pytest.raises(ValueError, match="epoch \\(set_epoch\\) differs across ranks"):
+            list(loader)
+        loader.set_epoch(1)
+        taken = [int(i) for batch in loader for i in batch.idx.tolist()]
+        assert len(set(sum(comm.allgather(taken), []))) == 40
+    finally:
+        ds.close()
