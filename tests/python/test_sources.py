@@ -161,6 +161,26 @@ def test_adios_truncated(comm, shared):
 
 
 @needs_adios
+@pytest.mark.parametrize("victim, size", [("mmd.0", "half"), ("mmd.0", "minus1"), ("md.idx", "zero")])
+def test_adios_truncated_metadata(comm, shared, victim, size):
+    """A .bp whose meta-metadata (mmd.0) is cut within a record, or whose md.idx is empty
+    (an interrupted copy): ADIOS2 2.12's reader died of a segmentation fault on every
+    rank. A SourceError on every rank instead, before ADIOS2 opens it."""
+    from mdloader.pyg_sources import from_adios
+
+    path = os.path.join(shared, "cutmeta.bp")
+
+    def write_and_cut():
+        write_adios(path, {"trainset": molecules(20)})
+        where = os.path.join(path, victim)
+        whole = os.path.getsize(where)
+        os.truncate(where, {"half": whole // 2, "minus1": whole - 1, "zero": 0}[size])
+
+    on_rank0(comm, write_and_cut)
+    raises_everywhere(comm, lambda: from_adios(path, "trainset", comm), victim, "rank 0", f"rank {comm.size - 1}")
+
+
+@needs_adios
 def test_adios_missing_variable(comm, shared):
     from mdloader.pyg_sources import from_adios
 
