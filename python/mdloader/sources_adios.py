@@ -205,4 +205,11 @@ class AdiosPart:
         return self.file.read(name, start, count)
 
     def close(self) -> None:
-        self.file.close()
+        """Close the reader. ADIOS2 2.12's close fails where a data file is gone (it opens
+        the data files it never read: RuntimeError): a reader has nothing to flush, and
+        its failure would replace the error agreed across ranks (and skip the loader's
+        collective close on this rank only), so it is not raised."""
+        try:
+            self.file.close()
+        except Exception:  # noqa: BLE001 - see above
+            pass

@@ -181,6 +181,29 @@ def test_adios_truncated_metadata(comm, shared, victim, size):
 
 
 @needs_adios
+def test_adios_data_file_missing(comm, shared):
+    """A .bp without its data.0: ADIOS2's close then raised RuntimeError in from_adios'
+    cleanup, replacing the agreed SourceError (and skipping the loader's close). The
+    SourceError naming data.0 on every rank, and the next dataset builds."""
+    from mdloader.pyg_sources import from_adios
+
+    path, good = os.path.join(shared, "nodata.bp"), os.path.join(shared, "good.bp")
+
+    def write():
+        write_adios(path, {"trainset": molecules(20)})
+        os.remove(os.path.join(path, "data.0"))
+        write_adios(good, {"trainset": molecules(20)})
+
+    on_rank0(comm, write)
+    raises_everywhere(comm, lambda: from_adios(path, "trainset", comm), "data.0", "rank 0")
+    dataset = from_adios(good, "trainset", comm)
+    try:
+        assert len(dataset) == 20
+    finally:
+        dataset.close()
+
+
+@needs_adios
 def test_adios_missing_variable(comm, shared):
     from mdloader.pyg_sources import from_adios
 
