@@ -155,7 +155,7 @@ class AdiosPart:
         return np.asarray(self.file.read_attribute(name))
 
     def fingerprint(self) -> tuple:
-        """What must be the same on every rank: the files' bytes and newest mtime, the
+        """What must be the same on every rank: the files' bytes and metadata digest, the
         number of graphs, the keys with their dtypes and global shapes."""
         return (fingerprint_of(self.path), self.ndata,
                 tuple((k, self.dtype[k].str, self.shape[k], self.vdim[k]) for k in self.keys))

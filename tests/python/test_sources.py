@@ -228,6 +228,32 @@ def test_adios_ranks_see_different_files(comm, tmp_path):
     raises_everywhere(comm, lambda: from_adios(path, "trainset", comm), "the ranks see different files", same=False)
 
 
+@needs_adios
+def test_node_local_copies_with_new_mtimes_are_one_dataset(comm, shared, tmp_path):
+    """Each rank its own copy of the same files, staged with a plain copy (``cp -r``: new
+    mtimes): the same dataset, accepted (the fingerprint held the newest mtime, and every
+    rank raised "the ranks see different files" on identical bytes)."""
+    import shutil
+    import time
+
+    from mdloader.pyg_sources import from_adios, from_pickle
+
+    graphs = molecules(12, seed=2)
+    source, pickles = os.path.join(shared, "staged.bp"), os.path.join(shared, "staged")
+    on_rank0(comm, lambda: (write_adios(source, {"trainset": graphs}), write_pickle(pickles, "trainset", graphs)))
+    time.sleep(0.02 * comm.rank)  # the copies' mtimes differ
+    mine, my_pickles = str(tmp_path / "mine.bp"), str(tmp_path / "pickles")
+    shutil.copytree(source, mine, copy_function=shutil.copyfile)
+    shutil.copytree(pickles, my_pickles, copy_function=shutil.copyfile)
+    comm.Barrier()
+    for dataset in (from_adios(mine, "trainset", comm), from_pickle(my_pickles, "trainset", comm)):
+        try:
+            assert len(dataset) == 12
+            assert_same_graph(dataset[11], adios_graph(source, "trainset", 11), "graph 11")
+        finally:
+            dataset.close()
+
+
 def test_pickle_bad_files(comm, shared, tmp_path):
     from mdloader.pyg_sources import from_pickle
 
