@@ -233,7 +233,6 @@ def test_node_local_copies_with_new_mtimes_are_one_dataset(comm, shared, tmp_pat
     """Each rank its own copy of the same files, staged with a plain copy (``cp -r``: new
     mtimes): the same dataset, accepted (the fingerprint held the newest mtime, and every
     rank raised "the ranks see different files" on identical bytes)."""
-    import shutil
     import time
 
     from mdloader.pyg_sources import from_adios, from_pickle
