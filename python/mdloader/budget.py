@@ -24,7 +24,8 @@ from typing import Any, Callable, Iterator, Optional
 
 import numpy as np
 
-__all__ = ["pack", "NodeBudgetBatchSampler", "check_budget", "agreed_budget_sampler"]
+__all__ = ["pack", "NodeBudgetBatchSampler", "check_budget", "agreed_budget_sampler", "AGREEMENT_TAG",
+           "other_ranks_agreeing"]
 
 
 def check_budget(budget: Any, max_graphs: Any = None, what: str = "node_budget") -> None:
@@ -179,24 +180,48 @@ def _compact(counts: np.ndarray) -> np.ndarray:
     return counts.astype(np.int64, copy=False)
 
 
+#: The first item of what :func:`agreed_budget_sampler` allgathers. A rank that builds
+#: a loader without a budget makes no collective call there; its next one (the
+#: loader's first ``iter``: :func:`other_ranks_agreeing`) allgathers with a tag of its
+#: own, so that where the budget was given on some ranks only, both sides see the
+#: other's tag and raise, instead of mismatched collectives (a hang).
+AGREEMENT_TAG = "mdloader.budget.agreed_budget_sampler"
+
+
+def other_ranks_agreeing(everyone: list, tag: str) -> list:
+    """The ranks whose item of an allgather is not tagged ``tag`` (in another call)."""
+    return [rank for rank, item in enumerate(everyone) if not (isinstance(item, tuple) and item and item[0] == tag)]
+
+
 def agreed_budget_sampler(comm: Any, node_counts: Callable[[], Any], budget: Any, *, max_graphs: Any = None,
                           seed: Any = 0, shuffle: bool = True, drop_last: bool = False,
-                          caller: str = "NodeBudgetBatchSampler") -> NodeBudgetBatchSampler:
+                          caller: str = "NodeBudgetBatchSampler", conflict: str = "") -> NodeBudgetBatchSampler:
     """Collective (two allgathers and ``node_counts()``, itself collective): this rank's
     :class:`NodeBudgetBatchSampler` over the ranks of ``comm``, once every rank found its
     arguments good and the same as every other rank's. Otherwise, and where the plan
     cannot be made (a graph above the budget, fewer batches than ranks), TypeError /
     ValueError on every rank, naming the rank at fault or the values that differ;
-    ``caller`` names the user's call."""
+    ``caller`` names the user's call, ``conflict`` (a TypeError's text) an argument of
+    the caller's that this rank found at odds with a budget. Where a rank is in another
+    call (it was given no budget), ValueError on the ranks here and there
+    (:data:`AGREEMENT_TAG`)."""
     problem, kind = "", "ValueError"
     try:
+        if conflict:
+            raise TypeError(conflict)
         check_budget(budget, max_graphs)
         if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)):
             raise TypeError(f"seed must be an integer, not {seed!r}")
     except (TypeError, ValueError) as err:
         problem, kind = str(err), type(err).__name__
     mine = (_plain(budget), _plain(max_graphs), _plain(seed), bool(shuffle), bool(drop_last))
-    everyone = comm.allgather((problem, kind, mine))
+    everyone = comm.allgather((AGREEMENT_TAG, problem, kind, mine))
+    elsewhere = other_ranks_agreeing(everyone, AGREEMENT_TAG)
+    if elsewhere:
+        raise ValueError(f"{caller}: node_budget={budget!r} on rank {comm.Get_rank()}, but rank(s) {elsewhere} are "
+                         "in another collective call (given no node_budget): pass the same node-budget arguments "
+                         "on every rank")
+    everyone = [item[1:] for item in everyone]
     for rank, (why, kind_name, _) in enumerate(everyone):
         if why:
             raise (TypeError if kind_name == "TypeError" else ValueError)(f"{caller}: on rank {rank}: {why}")

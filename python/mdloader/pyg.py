@@ -51,7 +51,7 @@ from . import pyg_fast, pyg_hydragnn
 from .args import NO_SUCH_ID
 from .background import in_background
 from .batches import agreed_batches
-from .budget import agreed_budget_sampler
+from .budget import agreed_budget_sampler, other_ranks_agreeing
 from .errors import EpochTakenOver, MDLError, Status
 from .loader import Loader
 from .open_epoch import HoldsOpenEpoch
@@ -555,16 +555,18 @@ class DataLoader:
         if node_budget is None and max_graphs is not None:
             raise TypeError("mdloader.pyg.DataLoader: max_graphs caps the graphs of a node-budget batch: pass "
                             "node_budget= too")
+        conflict = ""
         if node_budget is not None and (sampler is not None or batch_sampler is not None or batch_size != 1):
-            raise TypeError("mdloader.pyg.DataLoader: node_budget= makes the batches (mdloader.budget): pass no "
-                            "batch_size, sampler or batch_sampler with it")
+            # Raised by the agreement, on every rank (the others are in its collective).
+            conflict = ("node_budget= makes the batches (mdloader.budget): pass no batch_size, sampler or "
+                        "batch_sampler with it")
         self.dataset = dataset
         self.node_budget, self.max_graphs = node_budget, max_graphs
         if node_budget is not None:
             # Collective: the arguments agreed, then every graph's node count gathered.
             batch_sampler = agreed_budget_sampler(
                 dataset.loader.comm, dataset.get_node_counts, node_budget, max_graphs=max_graphs, seed=seed,
-                shuffle=shuffle, drop_last=drop_last, caller="mdloader.pyg.DataLoader")
+                shuffle=shuffle, drop_last=drop_last, caller="mdloader.pyg.DataLoader", conflict=conflict)
         # torch's worker arguments (HydraGNN passes them): accepted, the library's threads
         # do the work (mdloader.pyg_fast.loader_arguments).
         self.num_workers, self.persistent_workers, self.pin_memory = pyg_fast.loader_arguments(
@@ -700,9 +702,16 @@ class DataLoader:
         where one rank lowered it to 0 for its thread level, every rank must."""
         if self._collate_ahead_agreed:
             return
-        from mpi4py import MPI
-
-        everyone = self.dataset.loader.comm.allreduce(self.collate_ahead, op=MPI.MIN)
+        # An allgather, tagged as the node-budget agreement's is: a rank given a
+        # node_budget (where this one was not) is in that agreement, and both sides raise.
+        tag = "mdloader.pyg.DataLoader iter"
+        gathered = self.dataset.loader.comm.allgather((tag, self.collate_ahead))
+        elsewhere = other_ranks_agreeing(gathered, tag)
+        if elsewhere:
+            raise ValueError(f"mdloader.pyg.DataLoader: rank(s) {elsewhere} are in another collective call (building "
+                             f"a DataLoader with node_budget=) while rank {self.dataset.loader.comm.Get_rank()} "
+                             "iterates one without: pass the same node-budget arguments on every rank")
+        everyone = min(item[1] for item in gathered)
         if everyone < self.collate_ahead:
             warnings.warn(f"mdloader.pyg.DataLoader: collate_ahead={everyone} (another rank's MPI was initialised "
                           "without MPI_THREAD_MULTIPLE; every rank must take the same batches)", RuntimeWarning,
@@ -771,9 +780,14 @@ class DataLoader:
         """This epoch's batches of the user's sampler, their number agreed
         (:func:`mdloader.batches.agreed_batches`); a resumed step past them raises
         ValueError on every rank."""
+        # A node-budget plan is every rank's from (seed, epoch): its epoch agreed, as the
+        # library's sampler agrees its own (a rank-differing set_epoch took batches of
+        # two plans: graphs twice and graphs missed, without an error).
+        budget_epoch = self.batch_sampler.epoch if self.node_budget is not None else None
         batches = agreed_batches(self.dataset.loader.comm, self._take_users_batches, "mdloader.pyg.DataLoader",
                                  "use torch's DistributedSampler (it gives every rank as many samples), or "
-                                 "drop_last=True where the ranks' samples differ by less than a batch")
+                                 "drop_last=True where the ranks' samples differ by less than a batch",
+                                 same=budget_epoch, same_what="node-budget sampler's epoch (set_epoch)")
         if start > len(batches):
             raise ValueError(f"mdloader.pyg.DataLoader: the state loaded resumes at batch {start}, past this epoch's "
                              f"{len(batches)} batches")

@@ -63,15 +63,20 @@ def from_adios(path: Any, label: str, comm: Any = None, *, ddstore_width: Option
     without); no file's attributes become the dataset's (``AdiosMultiDataset`` has none).
 
     ``subset_istart``, ``subset_iend``: the dataset is graphs ``subset_istart`` to
-    ``subset_iend - 1`` only (over the files' graphs one after the other), graph i being
-    file graph ``subset_istart + i``, as HydraGNN's ``AdiosDataset(...,
-    subset_istart=, subset_iend=)``; only those graphs are read."""
+    ``subset_iend - 1`` only, graph i being file graph ``subset_istart + i``, as
+    HydraGNN's ``AdiosDataset(..., subset_istart=, subset_iend=)``; with several files
+    that range of every file, one file after the other, as ``AdiosMultiDataset(paths,
+    label, comm, subset_istart=, subset_iend=)`` passes them to each file's
+    ``AdiosDataset``; only those graphs are read."""
     paths = [path] if isinstance(path, (str, bytes)) or hasattr(path, "__fspath__") else list(path)
     what = f"from_adios({path!r}, {label!r})"
 
     def read(loader: Loader, comm: Any, update: Any) -> tuple:
         parts, problem = [], ""
         try:
+            _check_chunk(chunk)
+            if keys is not None and not list(keys):
+                raise ValueError("keys=[] selects no attribute: pass None (every key) or the keys to read")
             for one in paths:
                 parts.append(AdiosPart(one, label, keys))
         except Exception as err:  # noqa: BLE001 - agreed: every rank raises it
@@ -79,18 +84,25 @@ def from_adios(path: Any, label: str, comm: Any = None, *, ddstore_width: Option
         try:
             agree_problems(comm, problem, what)
             agree_fingerprint(comm, tuple(_fingerprint(part, what, comm) for part in parts), what)
-            ids = _part_of_subset(loader, comm, what, sum(part.ndata for part in parts),
-                                  lambda total: _adios_subset(subset_istart, subset_iend, total))
+            # Each file's graphs in the dataset (AdiosMultiDataset gives every file's
+            # AdiosDataset the same subset), a range of the file's ids; ``ids``: this
+            # rank's part of them, one file after the other.
+            ndata = [part.ndata for part in parts]
+            subset = _agreed_subset(comm, what, min(ndata, default=0),
+                                    lambda total: _adios_subset(subset_istart, subset_iend, total, len(parts)))
+            windows = [range(n) if subset_istart is None and subset_iend is None else subset for n in ndata]
+            ids = loader.replica_part(sum(len(window) for window in windows))
             encoded, extra, problem = None, {}, ""
             try:
                 names = [part.attribute("dataset_name") for part in parts]
                 _same_layout(parts, names)
                 extra = _adios_attributes(parts[0]) if len(parts) == 1 else {}
                 pieces, first = [], 0
-                for part, name in zip(parts, names):
+                for part, name, window in zip(parts, names, windows):
                     # This rank's graphs that lie in this file, as the file's own ids.
-                    mine = range(min(max(ids.start - first, 0), part.ndata), min(max(ids.stop - first, 0), part.ndata))
-                    first += part.ndata
+                    n = len(window)
+                    mine = window[min(max(ids.start - first, 0), n):min(max(ids.stop - first, 0), n)]
+                    first += n
                     if update is None:
                         pieces.append(_encode_adios(part, mine, name, chunk))
                     else:
@@ -168,6 +180,7 @@ def from_pickle(basedir: str, label: str, comm: Any = None, *, ddstore_width: Op
     def read(loader: Loader, comm: Any, update: Any) -> tuple:
         part, problem = None, ""
         try:
+            _check_chunk(chunk)
             part = PicklePart(basedir, label)
         except Exception as err:  # noqa: BLE001 - agreed
             problem = _why(err)
@@ -187,17 +200,26 @@ def from_pickle(basedir: str, label: str, comm: Any = None, *, ddstore_width: Op
     return _dataset(label, comm, ddstore_width, var_config, what, read)
 
 
-def _adios_subset(istart: Any, iend: Any, total: int) -> Any:
+def _check_chunk(chunk: Any) -> None:
+    """ValueError unless ``chunk`` (graphs read at a time) is a positive integer (a
+    negative one read no graph at all and left the records unwritten)."""
+    if isinstance(chunk, (bool, np.bool_)) or not isinstance(chunk, (int, np.integer)) or chunk <= 0:
+        raise ValueError(f"chunk must be a positive integer (graphs read at a time), not {chunk!r}")
+
+
+def _adios_subset(istart: Any, iend: Any, total: int, files: int = 1) -> Any:
     """The graphs of ``AdiosDataset(subset_istart=, subset_iend=)`` as a range (all of
-    them without either); ValueError where the bounds are not a range of the file's."""
+    them without either); ValueError where the bounds are not a range of the file's
+    (``total``: its graphs; with several ``files``, the fewest any of them has)."""
     if istart is None and iend is None:
         return range(total)
     for name, value in (("subset_istart", istart), ("subset_iend", iend)):
         if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
             raise ValueError(f"{name} must be an integer (with the other one), not {value!r}")
     if not 0 <= istart < iend <= total:
-        raise ValueError(f"subset_istart = {istart}, subset_iend = {iend}: not a range of the {total} graphs "
-                         "holding one at least")
+        of = f"the {total} graphs" if files == 1 else \
+            f"every file's graphs (the smallest of the {files} files has {total}: the range is taken in each)"
+        raise ValueError(f"subset_istart = {istart}, subset_iend = {iend}: not a range of {of} holding one at least")
     return range(int(istart), int(iend))
 
 
@@ -224,6 +246,14 @@ def _part_of_subset(loader: Loader, comm: Any, what: str, total: int, make: Any)
     the files' (``make(total)``: all of them, or the user's subset), once every rank
     found its subset good and the same as every other rank's; ValueError with the same
     text on every rank otherwise."""
+    subset = _agreed_subset(comm, what, total, make)
+    mine = loader.replica_part(len(subset))
+    return subset[mine.start:mine.stop]
+
+
+def _agreed_subset(comm: Any, what: str, total: int, make: Any) -> Any:
+    """Collective (two allgathers): ``make(total)``, once every rank found its subset
+    good and the same as every other rank's (see :func:`_part_of_subset`)."""
     subset, problem = None, ""
     try:
         subset = make(total)
@@ -241,8 +271,7 @@ def _part_of_subset(loader: Loader, comm: Any, what: str, total: int, make: Any)
     if differ:
         raise ValueError(f"{what}: the subset differs across ranks: rank 0's {everyone[0][:2]}, rank {differ[0]}'s "
                          f"{everyone[differ[0]][:2]} (every rank must pass the same graphs)")
-    mine = loader.replica_part(len(subset))
-    return subset[mine.start:mine.stop]
+    return subset
 
 
 def _fingerprint(part: Any, what: str, comm: Any) -> tuple:

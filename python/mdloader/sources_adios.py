@@ -35,6 +35,34 @@ HYDRAGNN_DATASET_NAMES = ("ani1x", "qm7x", "mptrj", "alexandria", "transition1x"
                           "omol25", "qcml", "odac23", "nabla2dft", "oc2025", "opoly2026")
 
 
+def check_metadata_files(path: str) -> None:
+    """ValueError where a ``.bp`` directory's metadata files are cut short in a way that
+    ADIOS2 2.12's reader does not survive: it dies of a segmentation fault (every rank,
+    in ``adios2.FileReader``; tested) on an empty ``md.idx`` and on an ``mmd.0`` cut
+    within a record. ``mmd.0`` (BP5's meta-metadata) is a sequence of records, each a
+    little-endian uint64 id length and info length followed by those bytes: the records
+    must end exactly at the end of the file."""
+    if not os.path.isdir(path):
+        return
+    index = os.path.join(path, "md.idx")
+    if os.path.isfile(index) and os.path.getsize(index) == 0:
+        raise ValueError(f"{index} is empty: a truncated or unfinished ADIOS2 dataset")
+    meta = os.path.join(path, "mmd.0")
+    if not os.path.isfile(meta):
+        return
+    with open(meta, "rb") as f:
+        data = f.read()
+    at = 0
+    while at < len(data):
+        if at + 16 > len(data):
+            break
+        id_length, info_length = np.frombuffer(data, dtype="<u8", count=2, offset=at).tolist()
+        at += 16 + id_length + info_length
+    if at != len(data):
+        raise ValueError(f"{meta}: its records end at byte {at}, the file at {len(data)}: truncated or damaged "
+                         "(ADIOS2 would die of a segmentation fault reading it)")
+
+
 class AdiosPart:
     """An ADIOS2 ``.bp`` dataset's metadata for ``label``, opened on this rank alone
     (ADIOS2's serial reader: each rank reads its own part, no collective I/O).
@@ -46,6 +74,7 @@ class AdiosPart:
 
         self.path, self.label = path, label
         self._numpy_type = adios2.type_adios_to_numpy
+        check_metadata_files(path)
         self.file = adios2.FileReader(path)
         try:
             self._read_metadata(adios2, keys)
@@ -126,7 +155,7 @@ class AdiosPart:
         return np.asarray(self.file.read_attribute(name))
 
     def fingerprint(self) -> tuple:
-        """What must be the same on every rank: the files' bytes and newest mtime, the
+        """What must be the same on every rank: the files' bytes and metadata digest, the
         number of graphs, the keys with their dtypes and global shapes."""
         return (fingerprint_of(self.path), self.ndata,
                 tuple((k, self.dtype[k].str, self.shape[k], self.vdim[k]) for k in self.keys))
@@ -176,4 +205,11 @@ class AdiosPart:
         return self.file.read(name, start, count)
 
     def close(self) -> None:
-        self.file.close()
+        """Close the reader. ADIOS2 2.12's close fails where a data file is gone (it opens
+        the data files it never read: RuntimeError): a reader has nothing to flush, and
+        its failure would replace the error agreed across ranks (and skip the loader's
+        collective close on this rank only), so it is not raised."""
+        try:
+            self.file.close()
+        except Exception:  # noqa: BLE001 - see above
+            pass

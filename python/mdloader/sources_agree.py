@@ -8,6 +8,7 @@ call. Every step that may fail on some ranks only therefore ends in
 
 from __future__ import annotations
 
+import hashlib
 import os
 from typing import Any
 
@@ -30,19 +31,40 @@ def agree_problems(comm: Any, problem: str, what: str) -> None:
         raise SourceError(f"{what}: {where}{more}")
 
 
+#: Files up to this size are fingerprinted by their contents, larger ones by their mtime.
+DIGEST_LIMIT = 64 << 20
+
+
 def fingerprint_of(path: str) -> tuple:
-    """(bytes, newest mtime in ns) of a file, or of every file under a directory (an
-    ADIOS2 ``.bp`` dataset is a directory): what differs when two ranks see different
-    copies, or one copy changing under them."""
+    """What differs when two ranks see different copies of a dataset, or one copy
+    changing under them: of a file, its size and its contents' digest; of a directory
+    (an ADIOS2 ``.bp`` dataset), every file's bytes summed and the digest of its
+    metadata files (``md.*``, ``mmd.*``: they describe every block written, so a
+    rewrite changes them). Not mtimes: node-local copies of one dataset (staged with
+    ``cp -r``, which gives new mtimes) are the same dataset. A file above
+    :data:`DIGEST_LIMIT` bytes is fingerprinted by its mtime instead."""
     if not os.path.isdir(path):
-        st = os.stat(path)
-        return st.st_size, st.st_mtime_ns
-    size, newest = 0, 0
-    for root, _, files in os.walk(path):
-        for name in files:
-            st = os.stat(os.path.join(root, name))
-            size, newest = size + st.st_size, max(newest, st.st_mtime_ns)
-    return size, newest
+        return os.path.getsize(path), _digest(path)
+    size, digests = 0, []
+    for root, dirs, files in os.walk(path):
+        dirs.sort()
+        for name in sorted(files):
+            where = os.path.join(root, name)
+            size += os.stat(where).st_size
+            if name.startswith(("md.", "mmd.")):
+                digests.append((os.path.relpath(where, path), _digest(where)))
+    return size, tuple(digests)
+
+
+def _digest(path: str) -> str:
+    st = os.stat(path)
+    if st.st_size > DIGEST_LIMIT:
+        return f"mtime {st.st_mtime_ns}"
+    digest = hashlib.sha1()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def agree_fingerprint(comm: Any, mine: Any, what: str) -> None:

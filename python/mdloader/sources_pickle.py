@@ -43,7 +43,7 @@ class PicklePart:
         self.attrs = attrs or {}
 
     def fingerprint(self) -> tuple:
-        """What must be the same on every rank: the metadata file's bytes and mtime and
+        """What must be the same on every rank: the metadata file's bytes and digest and
         what it says (each rank opens only its own samples' files)."""
         return fingerprint_of(self.meta), self.ndata, bool(self.use_subdir), self.nmax_persubdir
 

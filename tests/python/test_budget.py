@@ -139,6 +139,28 @@ def test_max_graphs_alone_or_with_batch_size_is_refused(comm):
         ds.close()
 
 
+def test_node_budget_on_some_ranks_only_raises_on_every_rank(comm):
+    """node_budget= on some ranks only: the others' loader makes no collective call in
+    its constructor, so the budget's agreement met their first iter (an allreduce):
+    mismatched collectives, a hang. Now a ValueError on every rank, on the budget side
+    in the constructor and on the other in iter; a budget with a batch_size on one rank
+    only is the agreement's TypeError on every rank. Then the dataset still serves."""
+    if comm.size < 2:
+        pytest.skip("needs 2 ranks")
+    ds = DistDataset(graphs(30, seed=2), "trainset", comm)
+    last = comm.size - 1
+    try:
+        with pytest.raises(ValueError, match="in another collective call") as caught:
+            loader = DataLoader(ds, node_budget=30) if comm.rank == last else DataLoader(ds, batch_size=4)
+            next(iter(loader))
+        assert ("node_budget=30 on rank" in str(caught.value)) == (comm.rank == last)
+        with pytest.raises(TypeError, match=f"on rank {last}: node_budget= makes the batches"):
+            DataLoader(ds, node_budget=30, batch_size=4 if comm.rank == last else 1)
+        assert len(list(DataLoader(ds, batch_size=4))) == ds.loader.epoch_steps(4, False)
+    finally:
+        ds.close()
+
+
 def hydragnn_cost_aware_sampler():
     """HydraGNN's DistributedCostAwareBatchSampler, from the checkout at HYDRAGNN_SRC."""
     source = pathlib.Path(os.environ.get("HYDRAGNN_SRC", "")) / "hydragnn" / "preprocess" / "batch_sampler.py"
@@ -237,5 +259,25 @@ def test_node_budget_over_local_groups(comm):
             assert_same_batch(batch, Batch.from_data_list([every[i] for i in ids]))
             seen.update(ids)
         assert set().union(*ds.ddstore_comm.allgather(seen)) == set(range(len(every)))
+    finally:
+        ds.close()
+
+
+def test_node_budget_epoch_differing_across_ranks_raises_on_every_rank(comm):
+    """set_epoch(e) with e differing across ranks: the library's own sampler refuses it
+    (MDL_ERR_INVALID_ARG on every rank); a node-budget loader took each rank's batches
+    of a different epoch's plan (40 graphs: 31 distinct, some twice, 9 never) without an
+    error. Now a ValueError on every rank, and the next epoch with agreed epochs runs."""
+    if comm.size < 2:
+        pytest.skip("needs 2 ranks")
+    ds = DistDataset(graphs(40, seed=6), "trainset", comm)
+    try:
+        loader = DataLoader(ds, node_budget=30, shuffle=True, seed=1)
+        loader.set_epoch(comm.rank)
+        with pytest.raises(ValueError, match="epoch \\(set_epoch\\) differs across ranks"):
+            list(loader)
+        loader.set_epoch(1)
+        taken = [int(i) for batch in loader for i in batch.idx.tolist()]
+        assert len(set(sum(comm.allgather(taken), []))) == 40
     finally:
         ds.close()

@@ -161,6 +161,49 @@ def test_adios_truncated(comm, shared):
 
 
 @needs_adios
+@pytest.mark.parametrize("victim, size", [("mmd.0", "half"), ("mmd.0", "minus1"), ("md.idx", "zero")])
+def test_adios_truncated_metadata(comm, shared, victim, size):
+    """A .bp whose meta-metadata (mmd.0) is cut within a record, or whose md.idx is empty
+    (an interrupted copy): ADIOS2 2.12's reader died of a segmentation fault on every
+    rank. A SourceError on every rank instead, before ADIOS2 opens it."""
+    from mdloader.pyg_sources import from_adios
+
+    path = os.path.join(shared, "cutmeta.bp")
+
+    def write_and_cut():
+        write_adios(path, {"trainset": molecules(20)})
+        where = os.path.join(path, victim)
+        whole = os.path.getsize(where)
+        os.truncate(where, {"half": whole // 2, "minus1": whole - 1, "zero": 0}[size])
+
+    on_rank0(comm, write_and_cut)
+    raises_everywhere(comm, lambda: from_adios(path, "trainset", comm), victim, "rank 0", f"rank {comm.size - 1}")
+
+
+@needs_adios
+def test_adios_data_file_missing(comm, shared):
+    """A .bp without its data.0: ADIOS2's close then raised RuntimeError in from_adios'
+    cleanup, replacing the agreed SourceError (and skipping the loader's close). The
+    SourceError naming data.0 on every rank, and the next dataset builds."""
+    from mdloader.pyg_sources import from_adios
+
+    path, good = os.path.join(shared, "nodata.bp"), os.path.join(shared, "good.bp")
+
+    def write():
+        write_adios(path, {"trainset": molecules(20)})
+        os.remove(os.path.join(path, "data.0"))
+        write_adios(good, {"trainset": molecules(20)})
+
+    on_rank0(comm, write)
+    raises_everywhere(comm, lambda: from_adios(path, "trainset", comm), "data.0", "rank 0")
+    dataset = from_adios(good, "trainset", comm)
+    try:
+        assert len(dataset) == 20
+    finally:
+        dataset.close()
+
+
+@needs_adios
 def test_adios_missing_variable(comm, shared):
     from mdloader.pyg_sources import from_adios
 
@@ -183,6 +226,31 @@ def test_adios_ranks_see_different_files(comm, tmp_path):
     write_adios(path, {"trainset": molecules(10 + comm.rank)}, writers=1)
     comm.Barrier()
     raises_everywhere(comm, lambda: from_adios(path, "trainset", comm), "the ranks see different files", same=False)
+
+
+@needs_adios
+def test_node_local_copies_with_new_mtimes_are_one_dataset(comm, shared, tmp_path):
+    """Each rank its own copy of the same files, staged with a plain copy (``cp -r``: new
+    mtimes): the same dataset, accepted (the fingerprint held the newest mtime, and every
+    rank raised "the ranks see different files" on identical bytes)."""
+    import time
+
+    from mdloader.pyg_sources import from_adios, from_pickle
+
+    graphs = molecules(12, seed=2)
+    source, pickles = os.path.join(shared, "staged.bp"), os.path.join(shared, "staged")
+    on_rank0(comm, lambda: (write_adios(source, {"trainset": graphs}), write_pickle(pickles, "trainset", graphs)))
+    time.sleep(0.02 * comm.rank)  # the copies' mtimes differ
+    mine, my_pickles = str(tmp_path / "mine.bp"), str(tmp_path / "pickles")
+    shutil.copytree(source, mine, copy_function=shutil.copyfile)
+    shutil.copytree(pickles, my_pickles, copy_function=shutil.copyfile)
+    comm.Barrier()
+    for dataset in (from_adios(mine, "trainset", comm), from_pickle(my_pickles, "trainset", comm)):
+        try:
+            assert len(dataset) == 12
+            assert_same_graph(dataset[11], adios_graph(source, "trainset", 11), "graph 11")
+        finally:
+            dataset.close()
 
 
 def test_pickle_bad_files(comm, shared, tmp_path):
@@ -378,23 +446,55 @@ def test_adios_several_files_one_truncated(comm, shared):
 @needs_adios
 @pytest.mark.parametrize("chunk", [4, 65536])
 def test_adios_subset_is_hydragnns_subset(comm, shared, chunk):
-    """AdiosDataset(subset_istart=, subset_iend=): graph i is file graph istart + i, over
-    several files one after the other too; only those graphs are the dataset."""
+    """AdiosDataset(subset_istart=, subset_iend=): graph i is file graph istart + i; only
+    those graphs are the dataset. Several files: AdiosMultiDataset(paths, label, comm,
+    subset_istart=, subset_iend=) gives each file's AdiosDataset the subset, so the
+    dataset is that range of every file, one file after the other (it was the range of
+    the files' graphs end to end: graphs 7..19 of 9 + 3 + 14 where HydraGNN has 3 x 2)."""
     from mdloader.pyg_sources import from_adios
 
     sets = [molecules(9, seed=7), molecules(3, seed=8), molecules(14, seed=9)]
     paths = [os.path.join(shared, f"sub{j}.bp") for j in range(3)]
     on_rank0(comm, lambda: [write_adios(where, {"trainset": graphs}) for where, graphs in zip(paths, sets)])
-    want = [adios_graph(where, "trainset", i) for where, graphs in zip(paths, sets) for i in range(len(graphs))]
-    for where, first, last, expected in ((paths, 7, 20, want), (paths[2], 5, 6, want[9 + 3:]), (paths[0], 0, 9, want)):
+    per_file = [[adios_graph(where, "trainset", i) for i in range(len(graphs))] for where, graphs in zip(paths, sets)]
+    for where, first, last, expected in ((paths, 1, 3, [g for graphs in per_file for g in graphs[1:3]]),
+                                         (paths[::2], 2, 9, per_file[0][2:9] + per_file[2][2:9]),
+                                         (paths[2], 5, 6, per_file[2][5:6]), (paths[0], 0, 9, per_file[0])):
         dataset = from_adios(where, "trainset", comm, chunk=chunk, subset_istart=first, subset_iend=last)
         try:
-            assert len(dataset) == last - first
+            assert len(dataset) == len(expected)
             for i, got in enumerate(every_graph(dataset)):
-                assert_same_graph(got, expected[first + i], f"{where} subset graph {i}")
-            assert dataset.get_node_counts().tolist() == [g.num_nodes for g in expected[first:last]]
+                assert_same_graph(got, expected[i], f"{where} subset graph {i}")
+            assert dataset.get_node_counts().tolist() == [g.num_nodes for g in expected]
         finally:
             dataset.close()
+    # A range past one of the files is not AdiosMultiDataset's (its get would fail there).
+    raises_value_error_everywhere(comm, lambda: from_adios(paths, "trainset", comm, subset_istart=0, subset_iend=4),
+                                  "the smallest of the 3 files has 3")
+
+
+@needs_adios
+def test_bad_chunk_or_no_keys_fail_on_every_rank(comm, shared):
+    """chunk <= 0 read no graph (unwritten records; an AttributeError, the loader left
+    unclosed) and keys=[] selected nothing: a ValueError on every rank instead, also
+    where only one rank's chunk is bad, and the next dataset builds."""
+    from mdloader.pyg_sources import from_adios, from_pickle
+
+    graphs = molecules(10, seed=3)
+    path = os.path.join(shared, "chunks.bp")
+    on_rank0(comm, lambda: (write_adios(path, {"trainset": graphs}), write_pickle(shared, "trainset", graphs, {})))
+    last = comm.size - 1
+    for chunk in (-1, 0, 2.5, -1 if comm.rank == last else 4):
+        raises_value_error_everywhere(comm, lambda: from_adios(path, "trainset", comm, chunk=chunk),
+                                      "chunk must be a positive integer")
+        raises_value_error_everywhere(comm, lambda: from_pickle(shared, "trainset", comm, chunk=chunk),
+                                      "chunk must be a positive integer")
+    raises_value_error_everywhere(comm, lambda: from_adios(path, "trainset", comm, keys=[]), "keys=[] selects no")
+    dataset = from_adios(path, "trainset", comm, chunk=3)
+    try:
+        assert len(dataset) == 10
+    finally:
+        dataset.close()
 
 
 def test_pickle_subset_is_hydragnns_subset(comm, shared):
