@@ -44,7 +44,8 @@ _CAN_INFER = {"num_nodes", "x", "pos", "batch", "adj", "adj_t", "edge_index", "f
 
 def from_adios(path: Any, label: str, comm: Any = None, *, ddstore_width: Optional[int] = None,
                keys: Optional[list] = None, var_config: Optional[dict] = None, chunk: int = 65536,
-               subset_istart: Optional[int] = None, subset_iend: Optional[int] = None) -> pyg.DistDataset:
+               subset_istart: Optional[int] = None, subset_iend: Optional[int] = None,
+               tag_files: bool = False) -> pyg.DistDataset:
     """Collective. A :class:`mdloader.pyg.DistDataset` of the graphs ``label`` of
     HydraGNN's ADIOS2 dataset ``path``; each rank reads its part (of its replica group's
     copy with ``ddstore_width``), ``chunk`` graphs at a time. ``keys``: only these
@@ -58,9 +59,13 @@ def from_adios(path: Any, label: str, comm: Any = None, *, ddstore_width: Option
 
     ``path`` a list of files: HydraGNN's ``AdiosMultiDataset(paths, label, comm)``, the
     files' graphs one after the other in the list's order (their keys, dtypes and shapes
-    must agree: ``keys=`` picks common ones), each graph tagged with its own file's
-    ``dataset_name`` (a file without one: untagged, and then every file must be
-    without); no file's attributes become the dataset's (``AdiosMultiDataset`` has none).
+    must agree: ``keys=`` picks common ones), untagged as ``AdiosMultiDataset`` returns
+    them (HydraGNN's multi-branch models then send them all to branch 0); no file's
+    attributes become the dataset's (``AdiosMultiDataset`` has none). ``tag_files=True``
+    tags each graph with its own file's ``dataset_name`` instead, as each file's
+    ``AdiosDataset`` would (a file without one: untagged, and then every file must be
+    without; a name outside HydraGNN's table tags -1, which a multi-branch model has no
+    branch for).
 
     ``subset_istart``, ``subset_iend``: the dataset is graphs ``subset_istart`` to
     ``subset_iend - 1`` only, graph i being file graph ``subset_istart + i``, as
@@ -94,7 +99,8 @@ def from_adios(path: Any, label: str, comm: Any = None, *, ddstore_width: Option
             ids = loader.replica_part(sum(len(window) for window in windows))
             encoded, extra, problem = None, {}, ""
             try:
-                names = [part.attribute("dataset_name") for part in parts]
+                tagged = len(parts) == 1 or bool(tag_files)
+                names = [part.attribute("dataset_name") if tagged else None for part in parts]
                 _same_layout(parts, names)
                 extra = _adios_attributes(parts[0]) if len(parts) == 1 else {}
                 pieces, first = [], 0

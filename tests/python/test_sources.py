@@ -368,7 +368,8 @@ def test_adios_uint8_keys_come_back_as_uint8(comm, shared, chunk):
 @pytest.mark.parametrize("chunk", [4, 65536])
 def test_adios_several_files_are_hydragnns_multidataset(comm, shared, chunk):
     """A list of files: HydraGNN's AdiosMultiDataset(paths, label, comm), graphs in the
-    list's order (a rank's part spans files), each tagged with its own file's name."""
+    list's order (a rank's part spans files), untagged as it returns them; with
+    tag_files=True each tagged with its own file's name, as that file's AdiosDataset."""
     from mdloader.pyg_sources import from_adios
 
     sets = [molecules(9, seed=7), molecules(3, seed=8), molecules(14, seed=9)]
@@ -379,16 +380,22 @@ def test_adios_several_files_are_hydragnns_multidataset(comm, shared, chunk):
             write_adios(where, {"trainset": graphs}, {"dataset_name": ("qm7x", "mptrj", "somewhere")[j]})
 
     on_rank0(comm, write)
-    dataset = from_adios(paths, "trainset", comm, chunk=chunk)
-    try:
-        want = [adios_graph(where, "trainset", i) for where, graphs in zip(paths, sets) for i in range(len(graphs))]
-        assert len(dataset) == len(want) == 26
-        for i, got in enumerate(every_graph(dataset)):
-            assert_same_graph(got, want[i], f"graph {i}")
-        assert [int(g.dataset_name) for g in want] == [1] * 9 + [2] * 3 + [-1] * 14
-        assert dataset.get_node_counts().tolist() == [g.num_nodes for graphs in sets for g in graphs]
-    finally:
-        dataset.close()
+    tagged = [adios_graph(where, "trainset", i) for where, graphs in zip(paths, sets) for i in range(len(graphs))]
+    assert [int(g.dataset_name) for g in tagged] == [1] * 9 + [2] * 3 + [-1] * 14
+    untagged = []
+    for graph in tagged:
+        graph = graph.clone()
+        del graph.dataset_name
+        untagged.append(graph)
+    for tag_files, want in ((False, untagged), (True, tagged)):
+        dataset = from_adios(paths, "trainset", comm, chunk=chunk, tag_files=tag_files)
+        try:
+            assert len(dataset) == len(want) == 26
+            for i, got in enumerate(every_graph(dataset)):
+                assert_same_graph(got, want[i], f"graph {i}, tag_files={tag_files}")
+            assert dataset.get_node_counts().tolist() == [g.num_nodes for graphs in sets for g in graphs]
+        finally:
+            dataset.close()
 
 
 @needs_adios
@@ -405,7 +412,14 @@ def test_adios_several_files_that_differ(comm, shared):
     on_rank0(comm, write)
     raises_everywhere(comm, lambda: from_adios(paths[:2], "trainset", comm), "noedges.bp's graphs differ from",
                       "full.bp's")
-    raises_everywhere(comm, lambda: from_adios([paths[0], paths[2]], "trainset", comm), "named.bp's graphs differ")
+    raises_everywhere(comm, lambda: from_adios([paths[0], paths[2]], "trainset", comm, tag_files=True),
+                      "named.bp's graphs differ")
+    # Untagged (AdiosMultiDataset's way) a file's name is not read: they go together.
+    dataset = from_adios([paths[0], paths[2]], "trainset", comm)
+    try:
+        assert len(dataset) == 12 and "dataset_name" not in dataset[7].keys()
+    finally:
+        dataset.close()
     # keys= picks the keys the files share: then they go together.
     dataset = from_adios(paths[:2], "trainset", comm, keys=["x", "pos", "y"])
     try:
