@@ -58,15 +58,20 @@ def agree_arguments(comm: Any, label: str, ddstore_width: Any, local: Any, var_c
                              "of ddstore_width ranks holds one full copy")
     except (TypeError, ValueError) as err:
         problem, kind = str(err), type(err)
-    mine = (width, local, var_config is not None, ddstore_store_per_sample)
+    # var_config by what DistDataset reads of it (the repr of those values: lists of
+    # names and numbers in a config every rank loaded alike).
+    config = None if problem or var_config is None else repr([var_config[key] for key in VAR_CONFIG_KEYS])
+    mine = (width, local, config, ddstore_store_per_sample)
     everyone = comm.allgather((problem, kind.__name__, mine))
     for rank, (why, kind_name, _) in enumerate(everyone):
         if why:
             raise (TypeError if kind_name == "TypeError" else ValueError)(f"{label}: on rank {rank}: {why}")
+    first = everyone[0][2]
     for rank, (_, _, theirs) in enumerate(everyone):
-        if theirs != mine:
-            raise ValueError(f"{label}: the arguments differ across ranks (ddstore_width, local, var_config given, "
-                             f"ddstore_store_per_sample): rank {comm.Get_rank()}'s {mine}, rank {rank}'s {theirs}")
+        if theirs != first:
+            raise ValueError(f"{label}: the arguments differ across ranks (ddstore_width, local, var_config's "
+                             f"{', '.join(VAR_CONFIG_KEYS)}, ddstore_store_per_sample): rank 0's {first}, "
+                             f"rank {rank}'s {theirs}")
     return width
 
 

@@ -143,8 +143,14 @@ def test_bad_arguments_on_one_rank_fail_on_every_rank(comm, bad, error, message)
 def test_arguments_that_differ_across_ranks_fail_on_every_rank(comm):
     if comm.size < 2:
         pytest.skip("needs 2 ranks")
-    with pytest.raises(ValueError, match=r"t: the arguments differ across ranks \(ddstore_width, local"):
+    with pytest.raises(ValueError, match=r"t: the arguments differ across ranks \(ddstore_width, local") as caught:
         DistDataset(graphs(5), "t", comm, ddstore_width=comm.size if comm.rank else 1, local=True)
+    assert len(set(comm.allgather(str(caught.value)))) == 1, "the same message on every rank"
+    # var_config's values, not only whether one is given: an output index that differs
+    # on the last rank would make its graphs' y another target's.
+    config = dict(VAR_CONFIG, output_index=[1] if comm.rank == comm.size - 1 else [0])
+    with pytest.raises(ValueError, match=r"t: the arguments differ across ranks .*var_config's input_node_features"):
+        DistDataset(graphs(5), "t", comm, var_config=config)
 
 
 VAR_CONFIG = {"input_node_features": [0, 2], "type": ["graph"], "output_index": [0], "graph_feature_dims": [19],
