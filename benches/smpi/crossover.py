@@ -33,8 +33,10 @@ settings = []  # per file, the set of smpirun options and MDL_* variables
 platform = ""
 commits = set()
 paths = sorted({p for n in names.split(",") for p in glob.glob(os.path.join(here, "results", n + "*.csv"))})
+# The two engines of a point may come from two runs (the largest batches run one
+# engine a run): pooled over the files before the ratio is taken.
+got = defaultdict(dict)  # (size, batch, P, throttled) -> {engine: ms}
 for path in paths:
-    got = defaultdict(dict)
     # MDL_MAX_GETS_IN_FLIGHT below the batch slows the one-sided engine: drawn apart.
     throttled = os.path.basename(path).startswith("throttled")
     mine = set()
@@ -54,11 +56,11 @@ for path in paths:
                 elif key == "env":
                     mine |= {t for t in line.split(" ")[1:] if t}
             elif row[0] == "step" and row[2] in ("onesided", "collective"):
-                got[(int(row[4]), int(row[3]), int(row[1]))][row[2]] = float(row[5])
+                got[(int(row[4]), int(row[3]), int(row[1]), throttled)][row[2]] = float(row[5])
     settings.append(mine)
-    for (size, batch, p), e in got.items():
-        if len(e) == 2:
-            sim[(size, batch, throttled)][p] = e["collective"] / e["onesided"]
+for (size, batch, p, throttled), e in got.items():
+    if len(e) == 2:
+        sim[(size, batch, throttled)][p] = e["collective"] / e["onesided"]
 
 modelled = []  # per model file: (size, batch) -> {P: ratio}
 for path in models:

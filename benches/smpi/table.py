@@ -4,7 +4,7 @@
     benches/smpi/table.py <name,...>
 
 Reads benches/smpi/results/<name>*.csv; prints step time (ms, slowest rank, median)
-per P and batch for each engine and AUTO, with the steps AUTO gave each engine, then
+per P, sample size and batch for each engine and AUTO ("-": not run), with the steps AUTO gave each engine, then
 mdl_init and mdl_register_shard per P, and each run's verified bytes.
 """
 import csv
@@ -22,18 +22,18 @@ for path in paths:
             if not row or row[0].startswith("#"):
                 continue
             if row[0] == "step":
-                steps[(int(row[1]), int(row[3]))][row[2]] = (float(row[5]), int(row[6]), int(row[7]))
+                steps[(int(row[1]), int(row[4]), int(row[3]))][row[2]] = (float(row[5]), int(row[6]), int(row[7]))
             elif row[0] in ("init", "register"):
                 phases[int(row[1])][row[0]] = float(row[2])
             elif row[0] == "verified":
                 verified[int(row[1])] = int(row[2])
 
-print("| P | batch | one-sided | collective | AUTO | AUTO's steps (one-sided/collective) |")
-print("|---:|---:|---:|---:|---:|---|")
-for (p, b), e in sorted(steps.items()):
+print("| P | sample (B) | batch | one-sided | collective | AUTO | AUTO's steps (one-sided/collective) |")
+print("|---:|---:|---:|---:|---:|---:|---|")
+for (p, size, b), e in sorted(steps.items()):
     cell = lambda k: f"{e[k][0]:.3g}" if k in e else "-"  # noqa: E731
     picks = f"{e['auto'][1]}/{e['auto'][2]}" if "auto" in e else "-"
-    print(f"| {p} | {b} | {cell('onesided')} | {cell('collective')} | {cell('auto')} | {picks} |")
+    print(f"| {p} | {size} | {b} | {cell('onesided')} | {cell('collective')} | {cell('auto')} | {picks} |")
 print()
 print("| P | mdl_init (ms) | mdl_register_shard (ms) | bytes verified |")
 print("|---:|---:|---:|---:|")
