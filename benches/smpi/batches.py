@@ -30,8 +30,10 @@ names, out, models = sys.argv[1], sys.argv[2], sys.argv[3:]
 steps = defaultdict(dict)  # (size, P, backend) -> {batch: ms}
 settings, commits, platform = [], set(), ""
 paths = sorted({p for n in names.split(",") for p in glob.glob(os.path.join(here, "results", n + "*.csv"))})
+throttled = defaultdict(dict)  # the same, from runs with MDL_MAX_GETS_IN_FLIGHT below the batch
 for path in paths:
     mine = set()
+    into = throttled if "throttled" in os.path.basename(path) else steps
     with open(path) as f:
         for row in csv.reader(f):
             if not row:
@@ -48,7 +50,7 @@ for path in paths:
                 elif key == "env":
                     mine |= {t for t in line.split(" ")[1:] if t}
             elif row[0] == "step":
-                steps[(int(row[4]), int(row[1]), row[2])][int(row[3])] = float(row[5])
+                into[(int(row[4]), int(row[1]), row[2])][int(row[3])] = float(row[5])
     settings.append(mine)
 
 model = defaultdict(dict)  # (size, P, engine) -> {batch: ms}
@@ -70,6 +72,10 @@ for ax, (size, p) in zip(axes[0], panels):
         if points:
             style = dict(marker="o", ms=8, mfc="none", lw=0.8) if backend == "auto" else dict(marker=".")
             ax.plot(*zip(*points), color=color, label=f"{backend} (SMPI)", **style)
+        marks = sorted(throttled[(size, p, backend)].items())
+        if marks:
+            ax.plot(*zip(*marks), marker="x", ms=9, ls="none", color=color,
+                    label=f"{backend} (SMPI, gets in flight throttled: an upper bound)")
         line = [(b, v) for b, v in sorted(model[(size, p, backend)].items()) if 16 <= b <= 1024]
         if line:
             ax.plot(*zip(*line), color=color, ls="--", lw=1, label=f"{backend} (scale model)")

@@ -38,7 +38,7 @@ paths = sorted({p for n in names.split(",") for p in glob.glob(os.path.join(here
 got = defaultdict(dict)  # (size, batch, P, throttled) -> {engine: ms}
 for path in paths:
     # MDL_MAX_GETS_IN_FLIGHT below the batch slows the one-sided engine: drawn apart.
-    throttled = os.path.basename(path).startswith("throttled")
+    throttled = "throttled" in os.path.basename(path)
     mine = set()
     with open(path) as f:
         for row in csv.reader(f):
@@ -59,6 +59,11 @@ for path in paths:
                 got[(int(row[4]), int(row[3]), int(row[1]), throttled)][row[2]] = float(row[5])
     settings.append(mine)
 for (size, batch, p, throttled), e in got.items():
+    if throttled and "collective" not in e and "onesided" in e:
+        # The throttle does not touch the collective engine: its step from an ordinary run.
+        e = dict(e, collective=got.get((size, batch, p, False), {}).get("collective"))
+        if e["collective"] is None:
+            continue
     if len(e) == 2:
         sim[(size, batch, throttled)][p] = e["collective"] / e["onesided"]
 
