@@ -50,7 +50,9 @@ for path in paths:
                 elif key == "env":
                     mine |= {t for t in line.split(" ")[1:] if t}
             elif row[0] == "step":
-                into[(int(row[4]), int(row[1]), row[2])][int(row[3])] = float(row[5])
+                key, b, v = (int(row[4]), int(row[1]), row[2]), int(row[3]), float(row[5])
+                # Several throttles of one point: the least throttled (fastest) is the tightest bound.
+                into[key][b] = min(v, into[key].get(b, v))
     settings.append(mine)
 
 model = defaultdict(dict)  # (size, P, engine) -> {batch: ms}
@@ -64,7 +66,15 @@ for path in models:
 
 # A panel per (sample size, P) with more than one batch: the larger P have batch 16 alone.
 panels = sorted({(s, p) for s, p, _ in steps if len({b for (s2, p2, _), e in steps.items() if (s2, p2) == (s, p) for b in e}) > 1})
-fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 4.6), squeeze=False)
+# One row per sample size, one column per P.
+sizes = sorted({s for s, _ in panels})
+ranks = sorted({p for _, p in panels})
+fig, grid = plt.subplots(len(sizes), len(ranks), figsize=(4.4 * len(ranks), 3.6 * len(sizes) + 1.2), squeeze=False)
+for i, size in enumerate(sizes):
+    for j, p in enumerate(ranks):
+        if (size, p) not in panels:
+            grid[i][j].set_visible(False)
+axes = [[grid[sizes.index(s)][ranks.index(p)] for s, p in panels]]
 colors = {"onesided": "tab:blue", "collective": "tab:red", "auto": "tab:green"}
 for ax, (size, p) in zip(axes[0], panels):
     for backend, color in colors.items():
@@ -93,7 +103,7 @@ title = [
     ("some runs (see each file's header): " + " ".join(sorted(some)) + "; " if some else "")
     + "library at " + ", ".join(sorted(commits)),
 ]
-fig.suptitle("\n".join(textwrap.fill(line, 230) for line in title), fontsize=6)
-fig.tight_layout(rect=(0, 0, 1, 0.86))
+fig.suptitle("\n".join(textwrap.fill(line, 200) for line in title), fontsize=6)
+fig.tight_layout(rect=(0, 0, 1, 1 - 0.9 / (3.6 * len(sizes) + 1.2)))
 fig.savefig(out, dpi=110)
 print("wrote", out)
