@@ -30,9 +30,9 @@
 //! step bound by bandwidth takes `B_r / W`, not `2 B_r / W`. Until 2026-12-06 the model
 //! charged `c_os = 1 / W` and so priced such steps at twice their cost: under SimGrid's
 //! SMPI on a Dragonfly of full-duplex 25 GB/s links (4 ranks a node, 6.25 GB/s each),
-//! uniform 16 KB batches of 256-1024 at 16-64 ranks took 1.07-1.13 times what this
-//! model now predicts, and 0.53-0.58 times what it predicted with `c_os = 1 / W`
-//! (docs/scale-simulation.md, "Where the simulation and the scale model disagree"). The
+//! uniform 16 KB batches (256 and 1024 at 16 ranks, 256 at 64) took 1.07-1.13 times
+//! what this model now predicts, and 0.53-0.58 times what it predicted with
+//! `c_os = 1 / W` (docs/scale-simulation.md, "Beside the scale model"). The
 //! library's own estimator fits `c_os` from calibration (a hot target it reads), which
 //! this does not touch. The collective engine's terms already charge the link once.
 //!
