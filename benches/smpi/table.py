@@ -27,7 +27,11 @@ for path in paths:
             if not row or row[0].startswith("#"):
                 continue
             if row[0] == "step":
-                steps[(int(row[1]), int(row[4]), int(row[3]))][row[2]] = (float(row[5]), int(row[6]), int(row[7]), mark)
+                key, new = (int(row[1]), int(row[4]), int(row[3])), (float(row[5]), int(row[6]), int(row[7]), mark)
+                old = steps[key].get(row[2])
+                # Several throttles of one point: the least throttled (fastest) is the tightest bound.
+                if not (old and mark and old[3] and old[0] < new[0]):
+                    steps[key][row[2]] = new
             elif row[0] in ("init", "register"):
                 phases[int(row[1])][row[0]] = float(row[2])
             elif row[0] == "verified":
