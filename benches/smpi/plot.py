@@ -62,6 +62,8 @@ for ax, batch in zip(axes, batches):
         if modelled:
             ax.plot(*zip(*modelled), color=color, ls="--", lw=1, label=f"{backend} (scale model)")
     ax.set(xscale="log", yscale="log", xlabel="ranks P", ylabel="step time, slowest rank (ms)", title=f"batch {batch} per rank")
+    ax.set_xticks([16, 64, 256, 1024], ["16", "64", "256", "1024"])
+    ax.set_xticks([], minor=True)
     ax.grid(True, which="both", alpha=0.3)
 axes[0].legend(fontsize=7)
 ax = axes[-1]
@@ -70,11 +72,13 @@ for kind, color in (("init", "tab:purple"), ("register", "tab:orange")):
     if points:
         ax.plot(*zip(*points), marker="o", color=color, label=f"mdl_{'init' if kind == 'init' else 'register_shard'}")
 ax.set(xscale="log", yscale="log", xlabel="ranks P", ylabel="simulated seconds, slowest rank", title="init and registration")
+ax.set_xticks([16, 64, 256, 1024], ["16", "64", "256", "1024"])
+ax.set_xticks([], minor=True)
 ax.grid(True, which="both", alpha=0.3)
 ax.legend(fontsize=7)
 title = [
     "Simulated (SimGrid SMPI), not measured: " + headers.get("platform", ""),
-    headers.get("smpirun", ""),
+    "the first run's line (each file's header has its own): " + headers.get("smpirun", ""),
     headers.get("env", "") + "; " + headers.get("library", ""),
 ]
 fig.suptitle("\n".join(textwrap.fill(line, 200) for line in title), fontsize=7)

@@ -5,7 +5,8 @@
 # platform, runs, and leaves benches/smpi/results/<name>.csv: a header of '#' lines (commit,
 # platform, every smpirun setting and MDL_* variable) then the client's CSV.
 # Environment: MDL_* variables pass through (MDL_WAIT, MDL_NODE_LOCAL, ...);
-# EPOCH_BATCH and EPOCH_BACKEND set the client's sampler epoch's batch (default
+# ENGINES limits the engines stepped (smpi_client.c); EPOCH_BATCH (0: no epoch) and
+# EPOCH_BACKEND set the client's sampler epoch's batch (default
 # the first batch) and engine (default AUTO);
 # SMPI_EXTRA adds smpirun options; RESULT names the output (default p<ranks>);
 # SMPI_LIB below.
@@ -49,7 +50,7 @@ settings=(
     echo "# simgrid $(smpirun -version 2>/dev/null | head -n1 || true)"
     echo "# $platform"
     echo "# smpirun -np $P ${settings[*]} smpi_client $PER_RANK $SIZE $STEPS $BATCHES"
-    echo "# env $(env | grep '^MDL_\|^EPOCH_' | sort | tr '\n' ' ')"
+    echo "# env $(env | grep '^MDL_\|^EPOCH_\|^ENGINES=' | sort | tr '\n' ' ')"
     echo "# started $(date -u +%FT%TZ)"
 } >"$out"
 start=$(date +%s)

@@ -4,7 +4,14 @@
  * batch sizes, a sampler epoch, a seek, mdl_finalize. Built with smpicc and run under
  * smpirun by benches/smpi/run.sh (README.md there); it also runs under a real mpirun.
  *
- *   [EPOCH_BATCH=<b>] [EPOCH_BACKEND=onesided|collective] smpi_client <samples per rank> <sample bytes> <steps per point> <batch>...
+ *   [EPOCH_BATCH=<b>] [EPOCH_BACKEND=onesided|collective] [ENGINES=onesided,collective,auto]
+ *       smpi_client <samples per rank> <sample bytes> <steps per point> <batch>...
+ *
+ * ENGINES (default all three) limits the engines stepped at every batch: under SMPI a
+ * one-sided step of batch B at P ranks keeps P x B gets in flight and costs wall time
+ * about as their square (README.md, "Cost"), so the largest points run the collective
+ * engine alone. EPOCH_BATCH=0 skips the epoch and the seek (10-15 minutes of wall time
+ * at 1024 ranks for what correct_epoch_p1024 already shows).
  *
  * Times are MPI_Wtime (simulated under SMPI), the slowest rank's. CSV on rank 0's
  * stdout, one kind per line:
@@ -65,6 +72,23 @@ static void verify_batch(const uint64_t *ids, size_t n, const uint8_t *data, con
         }
 }
 
+/* ENGINES: a comma-separated list of engine names; unset or empty means all. */
+static int engine_wanted(const char *name)
+{
+    const char *list = getenv("ENGINES");
+    if (!list || !*list)
+        return 1;
+    size_t len = strlen(name);
+    for (const char *p = list; *p;) {
+        const char *end = strchr(p, ',');
+        size_t n = end ? (size_t)(end - p) : strlen(p);
+        if (n == len && !strncmp(p, name, n))
+            return 1;
+        p += n + (end != NULL);
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
@@ -108,6 +132,8 @@ int main(int argc, char **argv)
         uint64_t *ids = malloc(batch * sizeof *ids), *out_offsets = malloc((batch + 1) * sizeof *out_offsets);
         uint8_t *out = aligned_alloc(4096, (batch * size + 4095) / 4096 * 4096);
         for (size_t k = 0; k < sizeof BACKENDS / sizeof *BACKENDS; k++) {
+            if (!engine_wanted(BACKENDS[k].name))
+                continue;
             CHECK(mdl_set_backend(h, BACKENDS[k].b));
             uint64_t one0 = stat(h, "onesided"), coll0 = stat(h, "collective");
             for (int s = 0; s < steps; s++) {
@@ -136,6 +162,8 @@ int main(int argc, char **argv)
     /* EPOCH_BATCH (environment) sets its batch size; default the first batch size. */
     const char *epoch_batch = getenv("EPOCH_BATCH");
     uint64_t batch = strtoull(epoch_batch && *epoch_batch ? epoch_batch : argv[4], NULL, 10);
+    if (batch == 0)
+        goto finalize;
     uint64_t *expect = malloc(batch * sizeof *expect);
     const uint64_t *ids, *offs;
     const void *data;
@@ -182,13 +210,14 @@ int main(int argc, char **argv)
     if (rank == 0)
         printf("seek,%d,%llu,%zu\n", ranks, (unsigned long long)middle, n);
     fflush(stdout);
+    free(expect);
 
+finalize:
     CHECK(mdl_finalize(&h));
     unsigned long long all = 0, mine = verified;
     MPI_Reduce(&mine, &all, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
     if (rank == 0)
         printf("verified,%d,%llu\n", ranks, all);
-    free(expect);
     free(times);
     free(offsets);
     MPI_Finalize();
