@@ -13,7 +13,6 @@ the tables say why. The title carries the platform, the smpirun settings and the
 library's commit from the runs' headers.
 """
 import csv
-import glob
 import os
 import sys
 import textwrap
@@ -23,36 +22,25 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from runs import read_run, result_paths  # noqa: E402
 
 here = os.path.dirname(os.path.abspath(__file__))
 names, out, models = sys.argv[1], sys.argv[2], sys.argv[3:]
 
 steps = defaultdict(dict)  # (size, P, backend) -> {batch: ms}
 settings, commits, platform = [], set(), ""
-paths = sorted({p for n in names.split(",") for p in glob.glob(os.path.join(here, "results", n + "*.csv"))})
 throttled = defaultdict(dict)  # the same, from runs with MDL_MAX_GETS_IN_FLIGHT below the batch
-for path in paths:
-    mine = set()
+for path in result_paths(names):
     into = throttled if "throttled" in os.path.basename(path) else steps
-    with open(path) as f:
-        for row in csv.reader(f):
-            if not row:
-                continue
-            if row[0].startswith("#"):
-                line = ",".join(row)[2:]
-                key = line.split(" ")[0].rstrip(":")
-                if key == "library":
-                    commits.add(line.split(" ")[4].rstrip(","))
-                elif key == "platform" and not platform:
-                    platform = line.split(" (")[0] + line[line.index(")") + 1:]
-                elif key == "smpirun":
-                    mine |= {t for t in line.split(" smpi_client")[0].split(" ")[3:] if t}
-                elif key == "env":
-                    mine |= {t for t in line.split(" ")[1:] if t}
-            elif row[0] == "step":
-                key, b, v = (int(row[4]), int(row[1]), row[2]), int(row[3]), float(row[5])
-                # Several throttles of one point: the least throttled (fastest) is the tightest bound.
-                into[key][b] = min(v, into[key].get(b, v))
+    mine, commit, line, rows = read_run(path)
+    commits |= {commit} if commit else set()
+    if line and not platform:
+        platform = line.split(" (")[0] + line[line.index(")") + 1:]
+    for row in rows:
+        if row[0] == "step":
+            key, b, v = (int(row[4]), int(row[1]), row[2]), int(row[3]), float(row[5])
+            # Several throttles of one point: the least throttled (fastest) is the tightest bound.
+            into[key][b] = min(v, into[key].get(b, v))
     settings.append(mine)
 
 model = defaultdict(dict)  # (size, P, engine) -> {batch: ms}

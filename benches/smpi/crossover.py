@@ -14,7 +14,6 @@ platform's figures).
 The title carries the platform, the smpirun settings and the library's commit.
 """
 import csv
-import glob
 import os
 import sys
 import textwrap
@@ -24,6 +23,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from runs import read_run, result_paths  # noqa: E402
 
 here = os.path.dirname(os.path.abspath(__file__))
 names, out, models = sys.argv[1], sys.argv[2], sys.argv[3:]
@@ -32,33 +32,20 @@ sim = defaultdict(dict)  # (size, batch, throttled) -> {P: collective / onesided
 settings = []  # per file, the set of smpirun options and MDL_* variables
 platform = ""
 commits = set()
-paths = sorted({p for n in names.split(",") for p in glob.glob(os.path.join(here, "results", n + "*.csv"))})
 # The two engines of a point may come from two runs (the largest batches run one
 # engine a run): pooled over the files before the ratio is taken.
 got = defaultdict(dict)  # (size, batch, P, throttled) -> {engine: ms}
-for path in paths:
+for path in result_paths(names):
     # MDL_MAX_GETS_IN_FLIGHT below the batch slows the one-sided engine: drawn apart.
     throttled = "throttled" in os.path.basename(path)
-    mine = set()
-    with open(path) as f:
-        for row in csv.reader(f):
-            if not row:
-                continue
-            if row[0].startswith("#"):
-                line = ",".join(row)[2:]
-                key = line.split(" ")[0].rstrip(":")
-                if key == "library":
-                    commits.add(line.split(" ")[4].rstrip(","))
-                elif key == "platform" and not platform:
-                    platform = line
-                elif key == "smpirun":
-                    mine |= {t for t in line.split(" smpi_client")[0].split(" ")[3:] if t}
-                elif key == "env":
-                    mine |= {t for t in line.split(" ")[1:] if t}
-            elif row[0] == "step" and row[2] in ("onesided", "collective"):
-                key, v = (int(row[4]), int(row[3]), int(row[1]), throttled), float(row[5])
-                # Several throttles of one point: the least throttled (fastest) is the tightest bound.
-                got[key][row[2]] = min(v, got[key].get(row[2], v))
+    mine, commit, line, rows = read_run(path)
+    commits |= {commit} if commit else set()
+    platform = platform or line or ""
+    for row in rows:
+        if row[0] == "step" and row[2] in ("onesided", "collective"):
+            key, v = (int(row[4]), int(row[3]), int(row[1]), throttled), float(row[5])
+            # Several throttles of one point: the least throttled (fastest) is the tightest bound.
+            got[key][row[2]] = min(v, got[key].get(row[2], v))
     settings.append(mine)
 for (size, batch, p, throttled), e in got.items():
     if throttled and "collective" not in e and "onesided" in e:
