@@ -95,7 +95,7 @@ def from_adios(path: Any, label: str, comm: Any = None, *, ddstore_width: Option
             ndata = [part.ndata for part in parts]
             subset = _agreed_subset(comm, what, min(ndata, default=0),
                                     lambda total: _adios_subset(subset_istart, subset_iend, total, len(parts)))
-            windows = [range(n) if subset_istart is None and subset_iend is None else subset for n in ndata]
+            windows = [range(n) if subset is None else subset for n in ndata]
             ids = loader.replica_part(sum(len(window) for window in windows))
             encoded, extra, problem = None, {}, ""
             try:
@@ -214,11 +214,12 @@ def _check_chunk(chunk: Any) -> None:
 
 
 def _adios_subset(istart: Any, iend: Any, total: int, files: int = 1) -> Any:
-    """The graphs of ``AdiosDataset(subset_istart=, subset_iend=)`` as a range (all of
-    them without either); ValueError where the bounds are not a range of the file's
-    (``total``: its graphs; with several ``files``, the fewest any of them has)."""
+    """The graphs of ``AdiosDataset(subset_istart=, subset_iend=)`` as a range of each
+    file's ids (None without either: every graph); ValueError where the bounds are not a
+    range of the file's (``total``: its graphs; with several ``files``, the fewest any of
+    them has)."""
     if istart is None and iend is None:
-        return range(total)
+        return None
     for name, value in (("subset_istart", istart), ("subset_iend", iend)):
         if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
             raise ValueError(f"{name} must be an integer (with the other one), not {value!r}")
@@ -258,8 +259,8 @@ def _part_of_subset(loader: Loader, comm: Any, what: str, total: int, make: Any)
 
 
 def _agreed_subset(comm: Any, what: str, total: int, make: Any) -> Any:
-    """Collective (two allgathers): ``make(total)``, once every rank found its subset
-    good and the same as every other rank's (see :func:`_part_of_subset`)."""
+    """Collective (two allgathers): ``make(total)`` (None: no subset), once every rank
+    found its subset good and the same as every other rank's (see :func:`_part_of_subset`)."""
     subset, problem = None, ""
     try:
         subset = make(total)
@@ -268,7 +269,9 @@ def _agreed_subset(comm: Any, what: str, total: int, make: Any) -> Any:
     bad = [(rank, why) for rank, why in enumerate(comm.allgather(problem)) if why]
     if bad:
         raise ValueError(f"{what}: " + "; ".join(f"rank {rank}: {why}" for rank, why in bad[:4]))
-    if isinstance(subset, range):
+    if subset is None:
+        digest = ("all",)
+    elif isinstance(subset, range):
         digest = ("range", subset.start, subset.stop)
     else:
         digest = ("ids", len(subset), hashlib.sha1(subset.tobytes()).hexdigest())
