@@ -144,7 +144,9 @@ extern "C" {
  * `MDL_CALIBRATION=on|off|<file>`, `MDL_CALIBRATION_SECONDS` (0..60; 0 skips it),
  * `MDL_PROBE_INTERVAL`, `MDL_HYSTERESIS` ([0, 1)), `MDL_PROBE_BUDGET` ([0, 1], what
  * AUTO's probes may cost over all steps' time), `MDL_MATRIX_MAX_RANKS` (0..64),
- * `MDL_WARMUP_GETS` (0..65536), `MDL_TIMEOUT` (seconds a collective may wait before
+ * `MDL_WARMUP_GETS` (0..65536), `MDL_WARMUP_MAP_BYTES` (bytes of the shards of this
+ * rank's MPI node that registration maps by reading a byte of every 64 KB, with the
+ * node-local path off; default 2^30, 0 skips it), `MDL_TIMEOUT` (seconds a collective may wait before
  * MDL_ERR_TIMEOUT, 0 = never, the default; set, every wait is a test loop),
  * `MDL_WATCHDOG` (seconds one wait for the other ranks may last before the job is
  * ended with MPI_Abort and a line naming the call, default 1800, 0 = never),

@@ -78,6 +78,11 @@ pub struct Config {
     /// Open MPI's first few hundred gets on a window are several times slower
     /// (default 512; 0 skips the warm-up).
     pub warm_up_gets: u64,
+    /// `MDL_WARMUP_MAP_BYTES`: of the shards of this rank's MPI node that its gets
+    /// read (the node-local path off), how many bytes registration reads one byte of
+    /// every 64 KB of, so that MPI's shared-memory mapping of them is in place before
+    /// the first step (default 1 GiB; 0 skips it).
+    pub warm_up_map_bytes: u64,
     /// `MDL_WAIT=auto|spin|yield`.
     pub wait: Wait,
     /// `MDL_MAX_GETS_IN_FLIGHT`: the most one-sided gets outstanding at once; a step
@@ -165,6 +170,7 @@ impl Default for Config {
             probe_budget: 0.04,
             matrix_max_ranks: 32,
             warm_up_gets: 512,
+            warm_up_map_bytes: 1 << 30,
             wait: Wait::Auto,
             max_gets_in_flight: 4096,
             timeout_seconds: 0.0,
@@ -315,6 +321,7 @@ impl Config {
                 |n| *n <= WARMUP_GETS_LIMIT,
                 &format!("a number of gets in 0..={WARMUP_GETS_LIMIT}"),
             )?,
+            warm_up_map_bytes: env_or("MDL_WARMUP_MAP_BYTES", default.warm_up_map_bytes, |_| true, "a number of bytes")?,
             max_gets_in_flight: env_or(
                 "MDL_MAX_GETS_IN_FLIGHT",
                 default.max_gets_in_flight,
@@ -362,6 +369,7 @@ impl Config {
             Setting::float("MDL_PROBE_BUDGET", self.probe_budget),
             Setting::identical("MDL_MATRIX_MAX_RANKS", self.matrix_max_ranks as u64),
             Setting::identical("MDL_WARMUP_GETS", self.warm_up_gets),
+            Setting::identical("MDL_WARMUP_MAP_BYTES", self.warm_up_map_bytes),
             Setting::float("MDL_TIMEOUT", self.timeout_seconds),
             Setting::float("MDL_WATCHDOG", self.watchdog_seconds),
             Setting::identical("MDL_AGREEMENT_LAG", self.agreement_lag),

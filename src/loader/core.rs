@@ -205,6 +205,7 @@ impl Core {
         StoreSettings {
             limits: self.limits(),
             warm_up_gets: self.config.warm_up_gets,
+            warm_up_map_bytes: self.config.warm_up_map_bytes,
             shared_index: self.config.shared_index,
             node_local: self.config.node_local,
             node_key: self.config.node_key,

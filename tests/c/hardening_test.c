@@ -491,6 +491,7 @@ static void settings_cases(void)
     case_setting_differs("MDL_CALIBRATION_SECONDS", "0.4", "0.2");
     case_setting_differs("MDL_MAX_MESSAGE_BYTES", "65536", "4096");
     case_setting_differs("MDL_WARMUP_GETS", "512", "0");
+    case_setting_differs("MDL_WARMUP_MAP_BYTES", "1073741824", "0");
     case_setting_differs("MDL_MAX_GETS_IN_FLIGHT", "4096", "1000");
     case_setting_differs("MDL_BACKEND", "onesided", "collective");
     case_setting_differs("MDL_TIMEOUT", "0", "30");
@@ -504,6 +505,7 @@ static void settings_cases(void)
     case_setting_invalid("MDL_MAX_GETS_IN_FLIGHT", "0");
     case_setting_invalid("MDL_MAX_GETS_IN_FLIGHT", "2000000");
     case_setting_invalid("MDL_WARMUP_GETS", "65537");
+    case_setting_invalid("MDL_WARMUP_MAP_BYTES", "-1");
     case_setting_invalid("MDL_CALIBRATION_SECONDS", "61");
     case_setting_invalid("MDL_HYSTERESIS", "1");
     case_setting_invalid("MDL_PROBE_BUDGET", "1.5");
