@@ -63,6 +63,9 @@
  * rtt_us (after them, so that older files keep their columns): the round trip between
  * ranks 0 and 1 before the point, empty at one rank; see round_trip_us() for what it
  * can and cannot say.
+ * mean_onesided, mean_collective, mean_auto (last): the mean step in microseconds, what
+ * the steps cost together; on a busy machine a point's steps are bimodal (between the
+ * scheduler's slices or a slice later) and its median sits in either mode by chance.
  *
  * Usage: mpirun -n P grid_bench --mpi openmpi --transport shm [--batches 1,4,16,64,256,1024]
  *        [--sizes 256,2048,16384] [--samples-per-rank 4000] [--samples-per-rank-large 1000]
@@ -543,6 +546,8 @@ static long check_step(ctx *c, int v)
 
 typedef struct result {
     double med;   /* microseconds; NAN if not run */
+    double mean;  /* microseconds: what the steps cost together (a busy machine's steps are
+                     bimodal, and a median sits in either mode) */
     int n, warm;
     long bad;
 } result;
@@ -565,7 +570,7 @@ static result measure_dd(ctx *c, double pred)
     const int v = V_DD;
     mdl_loader *h = NULL;
     const opts *o = c->o;
-    result r = {NAN, 0, 0, 0};
+    result r = {NAN, NAN, 0, 0, 0};
     if (v == V_DD && pred > o->skip_over)
         return r; /* not run: a single DDStore-style step is predicted too long */
     int W = o->warmup;
@@ -698,6 +703,10 @@ static void measure_group(ctx *c, mdl_loader *au, double pred, result *res, lsta
     for (int g = 0; g < NG; g++) {
         for (int k = 0; k < N; k++)
             col[k] = c->tg[k * NG + g];
+        double sum = 0;
+        for (int k = 0; k < N; k++)
+            sum += col[k];
+        res[GROUP[g]].mean = sum / N * 1e6;
         res[GROUP[g]].med = median(col, N) * 1e6;
         res[GROUP[g]].n = N;
         res[GROUP[g]].warm = W;
@@ -881,7 +890,7 @@ int main(int argc, char **argv)
                          "n_ddstore,n_floor_rma,n_floor_a2a,auto_probes,auto_switches,pred_onesided,"
                          "pred_collective,mean_sample_bytes,samples_per_rank,wait,bad,t_node,n_node,"
                          "node_local_fraction,model_terms,model_params,rtt_us,auto_unsure,auto_surprise_probes,"
-                         "noise_onesided,noise_collective\n");
+                         "noise_onesided,noise_collective,mean_onesided,mean_collective,mean_auto\n");
         fflush(csv);
         fprintf(stderr, "grid_bench: %s/%s, %d ranks (%ld cores), wait=%s, auto loader %s, budget %.2f s, limit %.1f s\n",
                 o.mpi, o.transport, P, cores, g_yield ? "yield" : "block", o.auto_loader, o.budget, o.limit);
@@ -1008,8 +1017,9 @@ int main(int argc, char **argv)
                 else
                     fprintf(csv, ",%.2f", rtt_us);
                 /* What the estimator made of the calibration's noise (docs/estimator.md). */
-                fprintf(csv, ",%.0f,%.0f,%.4f,%.4f\n", ar.after.unsure - ar.before.unsure,
+                fprintf(csv, ",%.0f,%.0f,%.4f,%.4f", ar.after.unsure - ar.before.unsure,
                         ar.after.surprise_probes - ar.before.surprise_probes, ar.after.noise[0], ar.after.noise[1]);
+                fprintf(csv, ",%.2f,%.2f,%.2f\n", res[V_OS].mean, res[V_COLL].mean, res[V_AUTO].mean);
                 fflush(csv);
                 fprintf(stderr,
                         "  %s/%s np=%d B=%4llu m=%5llu: os %.1f coll %.1f auto %.1f (os %.0f/coll %.0f) node %.1f "

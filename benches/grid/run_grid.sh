@@ -227,7 +227,7 @@ fi
 : >"$RUNS/.keep"
 tmp_header=$RUNS/header.csv
 # The header line, written once here: the same as grid_bench --header prints (keep them equal).
-echo "mpi,transport,ranks,batch,sample,t_onesided,t_collective,t_auto,auto_onesided_steps,auto_collective_steps,t_ddstore,t_floor_rma,t_floor_a2a,n_onesided,n_collective,n_auto,n_ddstore,n_floor_rma,n_floor_a2a,auto_probes,auto_switches,pred_onesided,pred_collective,mean_sample_bytes,samples_per_rank,wait,bad,t_node,n_node,node_local_fraction,model_terms,model_params,rtt_us,auto_unsure,auto_surprise_probes,noise_onesided,noise_collective" >"$tmp_header"
+echo "mpi,transport,ranks,batch,sample,t_onesided,t_collective,t_auto,auto_onesided_steps,auto_collective_steps,t_ddstore,t_floor_rma,t_floor_a2a,n_onesided,n_collective,n_auto,n_ddstore,n_floor_rma,n_floor_a2a,auto_probes,auto_switches,pred_onesided,pred_collective,mean_sample_bytes,samples_per_rank,wait,bad,t_node,n_node,node_local_fraction,model_terms,model_params,rtt_us,auto_unsure,auto_surprise_probes,noise_onesided,noise_collective,mean_onesided,mean_collective,mean_auto" >"$tmp_header"
 cp "$tmp_header" "$CSV"
 {
     echo "# Grid runs ($(date -u +%Y-%m-%dT%H:%M:%SZ), $(git -C "$ROOT" rev-parse --short HEAD), $CORES cores, quick=$QUICK)"
