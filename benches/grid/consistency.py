@@ -5,7 +5,9 @@
 
 RESULTS_DIR holds <condition>-<k>/<mpi>/grid.csv. For every run: the share of points
 where AUTO's median step is within 10% of the faster forced engine's, and AUTO / oracle
-(sums of medians). Per condition: for every two runs, the share of points where AUTO's
+(sums of medians), and the same by the mean step where the runs have it (grid_bench's
+last columns: a busy machine's steps are bimodal, and a median sits in either mode by
+chance). Per condition: for every two runs, the share of points where AUTO's
 majority engine differed, and the same counted only where the engines are >= 1.2x
 apart (where the choice matters). Writes RESULTS_DIR/summary.md and, with matplotlib,
 a bar per run (FIGURE.png, by default docs/figures/auto_consistency.png)."""
@@ -29,20 +31,29 @@ def read_run(run_dir):
             key = (r["mpi"], r["transport"], int(r["ranks"]), int(r["batch"]), int(r["sample"]))
             onesided, collective, auto = float(r["t_onesided"]), float(r["t_collective"]), float(r["t_auto"])
             chose_collective = int(r["auto_collective_steps"]) > int(r["auto_onesided_steps"])
-            points[key] = (onesided, collective, auto, chose_collective)
+            means = tuple(float(r[k]) for k in ("mean_onesided", "mean_collective", "mean_auto")) if r.get("mean_auto") else None
+            points[key] = (onesided, collective, auto, chose_collective, means)
     return points
 
 
 def score(points):
-    within = sum(auto <= 1.1 * min(os, coll) for os, coll, auto, _ in points.values())
+    within = sum(auto <= 1.1 * min(os, coll) for os, coll, auto, *_ in points.values())
     auto_sum = sum(p[2] for p in points.values())
     oracle_sum = sum(min(p[0], p[1]) for p in points.values())
     return within, len(points), auto_sum / oracle_sum if oracle_sum else float("nan")
 
 
+def score_by_mean(points):
+    """`score` by the mean steps, None where some point has none."""
+    means = [p[4] for p in points.values()]
+    if not means or None in means:
+        return None
+    return score({k: m for k, m in enumerate(means)})
+
+
 def per_part(points):
     parts = defaultdict(lambda: [0, 0])
-    for (mpi, transport, ranks, _, _), (os, coll, auto, _) in points.items():
+    for (mpi, transport, ranks, _, _), (os, coll, auto, *_) in points.items():
         parts[(mpi, transport, ranks)][0] += auto <= 1.1 * min(os, coll)
         parts[(mpi, transport, ranks)][1] += 1
     return parts
@@ -70,7 +81,8 @@ def main():
             if points:
                 runs[m.group(1)][int(m.group(2))] = points
     lines = ["# AUTO run after run", "", f"From `{results.relative_to(ROOT) if results.is_relative_to(ROOT) else results}`.", "",
-             "| condition | run | points | AUTO within 10% | AUTO / oracle | per part (within 10%) |", "|---|---:|---:|---:|---:|---|"]
+             "| condition | run | points | AUTO within 10% | AUTO / oracle | by the mean step: within 10%, AUTO / oracle | per part (within 10%) |",
+             "|---|---:|---:|---:|---:|---|---|"]
     summary = {}
     for condition, by_run in runs.items():
         scores = []
@@ -78,7 +90,9 @@ def main():
             within, n, ratio = score(points)
             scores.append((k, within / n, ratio))
             parts = ", ".join(f"{mpi} {t} {r}: {w}/{n_}" for (mpi, t, r), (w, n_) in sorted(per_part(points).items()))
-            lines.append(f"| {condition} | {k} | {n} | {within}/{n} = {within / n:.1%} | {ratio:.3f} | {parts} |")
+            by_mean = score_by_mean(points)
+            mean_cell = f"{by_mean[0]}/{by_mean[1]} = {by_mean[0] / by_mean[1]:.1%}, {by_mean[2]:.3f}" if by_mean else "-"
+            lines.append(f"| {condition} | {k} | {n} | {within}/{n} = {within / n:.1%} | {ratio:.3f} | {mean_cell} | {parts} |")
         all_pairs = disagreement(list(by_run.values()), False)
         decisive = disagreement(list(by_run.values()), True)
         summary[condition] = (scores, all_pairs, decisive)
