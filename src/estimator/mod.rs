@@ -1240,6 +1240,53 @@ mod tests {
         assert!(probes >= 100, "{probes} probes: the budget still lets them run");
     }
 
+    /// Steps of `f` run with AUTO, the one-sided engine taking 10 us but its first
+    /// measurements `first` times that, the collective engine 15 us; the steps run on the
+    /// collective (slower) engine.
+    fn on_the_slower_engine(params: CostParams, noise: f64, first: &[f64], steps: usize) -> usize {
+        let f = step(16.0, 32768.0);
+        let settings = Settings { probe_interval: 64, hysteresis: 0.1, probe_budget: 0.04, calibration_noise: [noise; 2] };
+        let mut e = Estimator::new(params, settings);
+        let mut onesided_steps = 0;
+        let mut slower = 0;
+        for _ in 0..steps {
+            let d = e.decide(&f, Backend::Auto);
+            let t = if d.engine == Backend::Collective {
+                slower += 1;
+                15e-6
+            } else {
+                onesided_steps += 1;
+                10e-6 * first.get(onesided_steps - 1).copied().unwrap_or(1.0)
+            };
+            e.observe(d.engine, &f, same(t), d.probe_prediction());
+        }
+        slower
+    }
+
+    /// One slow first measurement (a fresh window, a descheduled rank: 5-10x) of the
+    /// faster engine, in use or probed, must not price it out for good: beyond
+    /// `PROBE_MAX_RATIO` it is not probed again. (A change that took an engine's first
+    /// measurements whole, 44237b9, ran 4,999 of 5,000 steps on the 1.5x slower engine
+    /// here; found by a hostile review and reverted.)
+    #[test]
+    fn one_slow_first_measurement_does_not_price_the_faster_engine_out() {
+        let model = |a_os: f64, a_coll: f64| CostParams { a_os, g_os: 0.0, b_os: 0.0, c_os: 0.0, a_coll, s_coll: 0.0, b_coll: 0.0, c_coll: 0.0 };
+        for noise in [0.0, 0.1, 0.3] {
+            for first in [&[5.0][..], &[10.0], &[10.0, 3.0, 2.0]] {
+                let slower = on_the_slower_engine(model(10e-6, 12e-6), noise, first, 5000);
+                assert!(slower < 250, "noise {noise}, one-sided's first steps {first:?}x: {slower} of 5000 steps on the slower engine");
+            }
+        }
+        // The model names the collective engine; the one-sided engine's first measurement,
+        // a probe, lands on a descheduled slice.
+        for noise in [0.0, 0.1] {
+            for outlier in [1.0, 3.0, 5.0, 10.0] {
+                let slower = on_the_slower_engine(model(12e-6, 10e-6), noise, &[outlier], 5000);
+                assert!(slower < 2500, "noise {noise}, a first probe {outlier}x: {slower} of 5000 steps on the slower engine");
+            }
+        }
+    }
+
     #[test]
     fn hysteresis_keeps_the_engine_when_costs_are_equal() {
         let mut e = Estimator::new(CostParams::default(), Settings { probe_interval: 0, hysteresis: 0.1, probe_budget: 0.05, ..settings() });

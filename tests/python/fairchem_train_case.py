@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import gc
 import sys
 import time
 from pathlib import Path
@@ -134,6 +135,11 @@ def main() -> int:
                   f"worst rank)", flush=True)
     close()
     torch.distributed.destroy_process_group()
+    # Every rank past gloo's teardown before any reaches MPI_Finalize: a rank waiting in
+    # MPI_Finalize's fence keeps its TCPStore client open, and rank 0, whose store
+    # server then waited for it at exit, hung (1 run in 4-5 with the 2026-12-07 torch).
+    gc.collect()
+    comm.Barrier()
     if comm.rank == 0:
         print(f"learned: loss {losses[0]:.4f} -> {losses[-1]:.4f}", flush=True)
     if args.check and not args.no_model and not losses[-1] < 0.8 * losses[0]:
