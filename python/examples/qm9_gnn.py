@@ -19,14 +19,12 @@ time), the time the loop waited for data and, with mdloader, the library's fetch
 import argparse
 import json
 import os
-import socket
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
-import torch.distributed as dist
 from mpi4py import MPI
 from torch import nn
 from torch.utils.data import BatchSampler, DataLoader, DistributedSampler
@@ -34,6 +32,7 @@ from torch.utils.data import BatchSampler, DataLoader, DistributedSampler
 import mdloader
 import mdloader.torch as mdt
 from mdloader import qm9
+from mdloader.ddp import end_gloo, init_gloo
 from mdloader.qm9_graph import collate_records
 
 HARTREE_EV = 27.211386
@@ -103,21 +102,6 @@ def my_rows(lo: int, hi: int, rank: int, size: int) -> tuple[int, int]:
     return lo + n * rank // size, lo + n * (rank + 1) // size
 
 
-def init_ddp(comm) -> None:
-    """gloo under mpirun: rank and world size from MPI; rank 0 picks a free port on
-    MASTER_ADDR (default loopback: one node; on several, an address of rank 0's node
-    that the others reach, and GLOO_SOCKET_IFNAME its interface) and MPI tells the
-    others."""
-    addr = os.environ.get("MASTER_ADDR", "127.0.0.1")
-    port = None
-    if comm.rank == 0:
-        with socket.socket() as s:
-            s.bind((addr, 0))
-            port = s.getsockname()[1]
-    port = comm.bcast(port)
-    dist.init_process_group("gloo", init_method=f"tcp://{addr}:{port}", rank=comm.rank, world_size=comm.size)
-
-
 def fetch_seconds(ld: mdloader.Loader) -> float:
     """The library's time fetching so far: its engines' steps and, with MDL_NODE_LOCAL=on,
     its copies out of the node's shared memory (which also count the rank's own samples:
@@ -156,7 +140,7 @@ def main() -> int:
     if args.sharing:
         torch.multiprocessing.set_sharing_strategy(args.sharing)
     torch.manual_seed(args.seed)
-    init_ddp(comm)
+    init_gloo(comm)
     n_total = qm9.read_index(args.pack).n_records
     n_train = args.train or n_total - args.val
     if n_train + args.val > n_total:
@@ -273,7 +257,7 @@ def main() -> int:
     del train, val  # worker processes end before the loaders close
     train_ld.close()
     val_ld.close()
-    dist.destroy_process_group()
+    end_gloo(comm)
     return report(summary, args.check, rank)
 
 

@@ -24,7 +24,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.distributed as dist
 from mpi4py import MPI
 from torch.utils.data.distributed import DistributedSampler
 from torch_geometric.data import Data
@@ -33,7 +32,7 @@ from torch_geometric.nn.models import SchNet
 
 import mdloader.pyg as mdpyg
 from mdloader import qm9
-from qm9_gnn import init_ddp, my_rows, report  # the same launch, slicing and report as the plain-torch GNN
+from qm9_gnn import my_rows, report  # the same slicing and report as the plain-torch GNN
 
 HARTREE_EV = 27.211386
 
@@ -96,7 +95,7 @@ def main() -> int:
     rank, size = comm.rank, comm.size
     torch.set_num_threads(1)  # ranks share the cores
     torch.manual_seed(args.seed)
-    init_ddp(comm)
+    init_gloo(comm)
     if args.train + args.val > qm9.read_index(args.pack).n_records:
         raise SystemExit("--train + --val is more than the pack holds")
 
@@ -191,7 +190,7 @@ def main() -> int:
                "batch_size": args.batch_size, "train": args.train, "val": args.val, "epochs": epochs}
     trainset.close()
     valset.close()
-    dist.destroy_process_group()
+    end_gloo(comm)
     return report(summary, args.check, rank)
 
 

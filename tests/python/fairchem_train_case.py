@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import gc
 import sys
 import time
 from pathlib import Path
@@ -27,7 +26,7 @@ from mpi4py import MPI
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from mdloader.ddp import init_gloo  # noqa: E402
+from mdloader.ddp import end_gloo, init_gloo  # noqa: E402
 
 BACKBONE = {
     # tests/core/units/mlip_unit/backbone/K2L2.yaml of fairchem, direct forces
@@ -134,12 +133,7 @@ def main() -> int:
                   f"waited {worst_wait:.3f} s for data in {slowest:.2f} s ({int(summed[1]) // comm.size} steps, "
                   f"worst rank)", flush=True)
     close()
-    torch.distributed.destroy_process_group()
-    # Every rank past gloo's teardown before any reaches MPI_Finalize: a rank waiting in
-    # MPI_Finalize's fence keeps its TCPStore client open, and rank 0, whose store
-    # server then waited for it at exit, hung (1 run in 4-5 with the 2026-12-07 torch).
-    gc.collect()
-    comm.Barrier()
+    end_gloo(comm)
     if comm.rank == 0:
         print(f"learned: loss {losses[0]:.4f} -> {losses[-1]:.4f}", flush=True)
     if args.check and not args.no_model and not losses[-1] < 0.8 * losses[0]:
