@@ -129,6 +129,9 @@ pub struct Store {
     node: Option<NodeShards>,
     /// Which ranks read each other's shards directly.
     pub topology: Topology,
+    /// Whether some rank reads ranks of its MPI node with gets (agreed; true where
+    /// not known): the shards [`map_node_shards`] maps.
+    gets_within_nodes: bool,
     pub index: Arc<GlobalIndex>,
     /// Whether the index and the shards are in node-shared memory.
     pub placement: SharedPlacement,
@@ -154,13 +157,13 @@ impl Store {
             Some(packing) => packed_index(comm, shard, &per_rank, packing, shared.index, settings.limits.max_message)?,
         };
         let uniform = packing.is_none();
-        let (window, node, topology, shards_refused) = if !shared.shards {
-            (private_window(comm, shard.data)?, None, Topology::default(), false)
+        let (window, node, topology, shards_refused, gets_within_nodes) = if !shared.shards {
+            (private_window(comm, shard.data)?, None, Topology::default(), false, true)
         } else if settings.node_local {
             let placed = node_shard::place(comm, shard.data, settings.node_key)?;
-            (placed.window, placed.node, placed.topology, placed.refused)
+            (placed.window, placed.node, placed.topology, placed.refused, placed.gets_within_nodes)
         } else {
-            (Window::allocate(comm, shard.data)?, None, Topology::default(), false)
+            (Window::allocate(comm, shard.data)?, None, Topology::default(), false, true)
         };
         // Where MPI refused a node-shared window (agreed, and said once), calibration's
         // scratch store, which takes this placement, does not ask again (nor warn
@@ -168,12 +171,14 @@ impl Store {
         // (samples of one length), shards that could not.
         let index_refused = index_refused || (uniform && shards_refused);
         let placement = SharedPlacement { index: shared.index && !index_refused, ..shared };
-        let store = Store { window, node, topology, index: Arc::new(index), placement };
+        let store = Store { window, node, topology, gets_within_nodes, index: Arc::new(index), placement };
         let warmed = map_node_shards(comm, &store, shard.data.len() as u64, settings)
             .and_then(|()| warm_up(&store, comm.rank(), settings.limits, settings.warm_up_gets));
         // Every rank stays inside MPI until all have warmed up (over transports where a
         // get needs its target's progress, no rank waits for one that has left), and a
-        // failure anywhere fails registration everywhere, freeing the window.
+        // failure anywhere fails registration everywhere, freeing the window: a get
+        // that fails on one rank (gets are one-sided: no rank waits for another's) is
+        // agreed here, once.
         match agree_on_checks(comm, warmed) {
             Ok(()) => Ok(store),
             Err(err) => {
@@ -270,16 +275,29 @@ const MAP_STRIDE: u64 = 64 << 10;
 /// steps (the demo's 4 ranks: 1,730 faults a rank in 2,000 steps, collective steps
 /// none), and the estimator, which measured them so, priced the engine by a transient.
 /// Where gets cross a network, a node's ranks still share MPI's node: a message per
-/// 64 KB, 1/65536 of the bytes.
+/// 64 KB, 1/65536 of the bytes. Skipped on every rank alike where the node-local path
+/// found no such shards (it copies whole MPI nodes, or every MPI node holds one rank).
 fn map_node_shards(comm: &Comm, store: &Store, my_bytes: u64, settings: &StoreSettings) -> Result<()> {
-    if settings.warm_up_map_bytes == 0 {
+    if settings.warm_up_map_bytes == 0 || !store.gets_within_nodes {
         return Ok(());
     }
-    let node = comm.split_shared()?;
+    // A rank whose split failed takes no part in its node's gathers: agreed before
+    // them, so that no rank waits there for it. A node communicator that some rank
+    // lacks cannot be freed (collective): it is left to the end of the job.
+    let node = comm.split_shared();
+    if let Err(err) = agree_on_checks(comm, outcome_of(&node)) {
+        std::mem::forget(node);
+        return Err(err);
+    }
+    let node = node.expect("agreed that every rank has its node");
+    // Every rank takes part in both gathers and the free whatever fails in them, and
+    // no rank reads until all have their node's shards.
     let ranks = node.allgather(comm.rank() as u64);
     let bytes = node.allgather(my_bytes);
-    node.free()?;
-    let (ranks, bytes) = (ranks?, bytes?);
+    let freed = node.free();
+    let gathered = (|| Ok((ranks?, bytes?, freed?)))();
+    agree_on_checks(comm, outcome_of(&gathered))?;
+    let (ranks, bytes, ()) = gathered.expect("agreed that every rank gathered its node");
     let me = comm.rank();
     let mut left = settings.warm_up_map_bytes;
     let peers = ranks.iter().zip(&bytes).map(|(&rank, &len)| (rank as usize, len));

@@ -56,6 +56,9 @@ pub struct Placed {
     /// MPI refused the node-shared window (on some rank; agreed): the plain window
     /// instead.
     pub refused: bool,
+    /// Whether some rank reads ranks of its MPI node with gets (agreed): where
+    /// `MDL_NODE_KEY` splits an MPI node, or MPI refused to share memory.
+    pub gets_within_nodes: bool,
 }
 
 /// Collective over `comm`: copy `data` into node-shared memory where MPI allows it
@@ -63,27 +66,31 @@ pub struct Placed {
 pub fn place(comm: &Comm, data: &[u8], node_key: u32) -> Result<Placed> {
     let hardware = comm.split_shared()?;
     let node = hardware.split_by(node_key);
+    let hardware_size = hardware.size();
     hardware.free()?;
     let node = node?;
-    let largest = comm.allreduce_max(&[node.size() as u64])?[0];
-    let placed = if largest > 1 { place_shared(comm, &node, data, node_key) } else { plain(comm, data) };
+    // The largest node, and the most ranks of an MPI node left out of a node by the key.
+    let most = comm.allreduce_max(&[node.size() as u64, (hardware_size - node.size()) as u64])?;
+    let (largest, key_splits) = (most[0], most[1] > 0);
+    let placed = if largest > 1 { place_shared(comm, &node, data, node_key, key_splits) } else { plain(comm, data, key_splits) };
     let freed = node.free();
     let placed = placed?;
     freed?;
     Ok(placed)
 }
 
-fn plain(comm: &Comm, data: &[u8]) -> Result<Placed> {
-    Ok(Placed { window: Window::allocate(comm, data)?, node: None, topology: Topology::default(), refused: false })
+fn plain(comm: &Comm, data: &[u8], gets_within_nodes: bool) -> Result<Placed> {
+    let window = Window::allocate(comm, data)?;
+    Ok(Placed { window, node: None, topology: Topology::default(), refused: false, gets_within_nodes })
 }
 
-fn place_shared(comm: &Comm, node: &Comm, data: &[u8], node_key: u32) -> Result<Placed> {
+fn place_shared(comm: &Comm, node: &Comm, data: &[u8], node_key: u32, key_splits: bool) -> Result<Placed> {
     // Emulated nodes of one machine would otherwise create their windows at once.
     let shared = comm.one_part_per_node_at_a_time(u64::from(node_key), || Window::allocate_shared(node, data))?;
     if let Some(fallback) = agree_on_fallback(comm, outcome_of(&shared))? {
         fallback.log("the shards cannot be shared within nodes: on every rank node-local samples go through the engines");
         super::release_where_whole_node(node, shared, Window::free)?;
-        return plain(comm, data).map(|placed| Placed { refused: true, ..placed });
+        return plain(comm, data, true).map(|placed| Placed { refused: true, ..placed });
     }
     let shared = shared.expect("agreed that every node shares memory");
     let rma = (node.size() < comm.size()).then(|| Window::create_over(comm, &shared));
@@ -113,5 +120,6 @@ fn place_shared(comm: &Comm, node: &Comm, data: &[u8], node_key: u32) -> Result<
         node: Some(NodeShards { members, segments, shared }),
         topology: Topology::from_leaders(node_of),
         refused: false,
+        gets_within_nodes: key_splits,
     })
 }

@@ -12,7 +12,7 @@
  * why a rank failed goes to stderr. A per-case watchdog (SIGALRM) turns a hang into a
  * clear "TIMEOUT in case X" and exit code 3, so a hang names its case.
  *
- * Usage: errors_test [--seed S] [--base N] [--case-timeout SECONDS]
+ * Usage: errors_test [--seed S] [--base N] [--case-timeout SECONDS] [--model | --map-split-fails]
  */
 #define _POSIX_C_SOURCE 200809L
 #include <mpi.h>
@@ -704,6 +704,46 @@ static void case_model_fingerprint(void)
     case_end(name, &r);
 }
 
+/* ---------- the node split of registration's shard mapping, failing on one rank ---------- */
+
+/* The runner preloads tests/c/shims/failing_split_type.c, set to fail the last rank's
+   MPI_Comm_split_type of the mapping of its node's shards after the split completed:
+   the others hold a node communicator it lacks. Registration must fail on every rank
+   (it left them in the node's gathers for ever), and a second one succeed. */
+static void case_map_split_fails(void)
+{
+    const char *name = "register/the shard mapping's node split failing on the last rank -> MPI there, REMOTE elsewhere, then a retry";
+    cres r;
+    if (!case_begin_with_peers(name, &r))
+        return;
+    world w;
+    mdl_loader *h = NULL;
+    tc_dataset_init(&w.ds, g_size, g_base, g_seed, 1);
+    expect_code(&r, "mdl_init", mdl_init(MPI_COMM_WORLD, &h), MDL_OK);
+    uint8_t *data;
+    uint64_t *off;
+    uint64_t n = tc_build_shard(&w.ds, g_rank, &data, &off);
+    int me = g_rank == g_last;
+    mdl_status st = mdl_register_shard(h, data, off, n);
+    expect_code(&r, me ? "faulty rank: mdl_register_shard" : "mdl_register_shard", st, me ? MDL_ERR_MPI : MDL_ERR_REMOTE);
+    char msg[512] = "";
+    mdl_last_error(msg, sizeof msg);
+    /* The split that failed is the mapping's, not another of registration's. */
+    EXPECT(&r, !me || (strstr(msg, "warming the window up") && strstr(msg, "MPI_Comm_split_type")),
+           "the faulty rank's error names the mapping's split: %s", msg);
+    st = mdl_register_shard(h, data, off, n);
+    expect_code(&r, "mdl_register_shard again", st, MDL_OK);
+    if (st == MDL_OK) {
+        w.h = h;
+        recovery_fetch(&w, &r, "a failed node split");
+    }
+    free(data);
+    free(off);
+    expect_code(&r, "mdl_finalize", mdl_finalize(&h), MDL_OK);
+    tc_dataset_free(&w.ds);
+    case_end(name, &r);
+}
+
 /* ---------- init with an intercommunicator: refused on every rank ---------- */
 
 static void case_init_intercomm(void)
@@ -777,7 +817,7 @@ static void every_case_but_the_model(void)
 
 int main(int argc, char **argv)
 {
-    int provided = 0, model_only = 0;
+    int provided = 0, model_only = 0, map_split_fails = 0;
     MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
     MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &g_size);
@@ -792,9 +832,12 @@ int main(int argc, char **argv)
             g_case_timeout = (unsigned)v, i++;
         else if (!strcmp(argv[i], "--model"))
             model_only = 1;
+        else if (!strcmp(argv[i], "--map-split-fails"))
+            map_split_fails = 1;
         else {
             if (g_rank == 0)
-                fprintf(stderr, "usage: %s [--seed S] [--base N] [--case-timeout SECONDS] [--model]\n", argv[0]);
+                fprintf(stderr, "usage: %s [--seed S] [--base N] [--case-timeout SECONDS] [--model | --map-split-fails]\n",
+                        argv[0]);
             MPI_Finalize();
             return 2;
         }
@@ -810,6 +853,8 @@ int main(int argc, char **argv)
 
     if (model_only)
         case_model_fingerprint(); /* needs the test-hooks library (tests/run_fault_tests.sh) */
+    else if (map_split_fails)
+        case_map_split_fails(); /* needs tests/c/shims/failing_split_type.c preloaded */
     else
         every_case_but_the_model();
 
