@@ -32,6 +32,7 @@ from torch_geometric.nn.models import SchNet
 
 import mdloader.pyg as mdpyg
 from mdloader import qm9
+from mdloader.ddp import end_gloo, init_gloo
 from qm9_gnn import my_rows, report  # the same slicing and report as the plain-torch GNN
 
 HARTREE_EV = 27.211386
