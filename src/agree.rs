@@ -17,7 +17,7 @@
 use crate::call::{self, Call};
 use crate::memory;
 use crate::backend::Backend;
-use crate::error::{Error, Result, mdl_status};
+use crate::error::{Error, Result, mdl_status, outcome_of};
 use crate::mpi::{Comm, Reduction};
 
 /// This rank's contribution.
@@ -269,6 +269,20 @@ pub fn agree_on_checks(comm: &Comm, checks: Result<()>) -> Result<()> {
     let error = checks.err();
     let proposal = Proposal { error: error.clone(), backend: Backend::Auto, maxima: Vec::new(), same: 0 };
     agree(comm, &proposal)?.outcome(error)
+}
+
+/// Collective over `comm`: this rank's outcome of a split of `comm` (`split`), agreed
+/// over `comm` before any rank uses the new communicator, `doing` naming what the split
+/// was for in the error. A rank whose split failed (after it completed elsewhere) would
+/// return at once, while the ranks of its part waited for it in their first collective
+/// for ever. A communicator that some rank lacks cannot be freed (that is collective):
+/// it is left to the end of the job.
+pub fn agree_on_split<T>(comm: &Comm, split: Result<T>, doing: &str) -> Result<T> {
+    if let Err(err) = agree_on_checks(comm, outcome_of(&split)) {
+        std::mem::forget(split);
+        return Err(Error { message: format!("{doing}: {}", err.message), ..err });
+    }
+    Ok(split.expect("agreed that every rank split"))
 }
 
 /// A failure every rank answers alike, by falling back (no error reaches the caller).

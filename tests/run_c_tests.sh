@@ -83,9 +83,9 @@ build() {
     echo "+ $cc -shared -fPIC tests/c/shims/failing_type_commit.c -o $out/failing_type_commit.so" >>"$log"
     "$cc" -std=c11 -O2 -Wall -Wextra -shared -fPIC "$ROOT/tests/c/shims/failing_type_commit.c" \
         -o "$out/failing_type_commit.so" >>"$log" 2>&1 || ok=1
-    echo "+ $cc -shared -fPIC tests/c/shims/failing_split_type.c -o $out/failing_split_type.so" >>"$log"
-    "$cc" -std=c11 -O2 -Wall -Wextra -shared -fPIC "$ROOT/tests/c/shims/failing_split_type.c" \
-        -o "$out/failing_split_type.so" >>"$log" 2>&1 || ok=1
+    echo "+ $cc -shared -fPIC tests/c/shims/failing_split.c -o $out/failing_split.so" >>"$log"
+    "$cc" -std=c11 -O2 -Wall -Wextra -shared -fPIC "$ROOT/tests/c/shims/failing_split.c" \
+        -o "$out/failing_split.so" >>"$log" 2>&1 || ok=1
     # Warnings are bugs in test code too: make them visible as a failure of the build.
     if grep -q "warning:" "$log"; then
         echo "compiler warnings (see above)" >>"$log"
@@ -275,12 +275,25 @@ for mpi in "${MPIS[@]}"; do
     run_case "$mpi" 2 "sampler_test-np2-defaults" MDL_NODE_LOCAL= -- "$bin/sampler_test"
     run_case "$mpi" 2 "given_order_test-np2-defaults" MDL_NODE_LOCAL= -- "$bin/given_order_test"
     run_case "$mpi" 2 "errors_test-np2-defaults" MDL_NODE_LOCAL= -- "$bin/errors_test" --seed "$SEED"
-    # Registration's mapping of the node's shards (MDL_WARMUP_MAP_BYTES) over a node
-    # split that fails on one rank after completing elsewhere: registration fails on
-    # every rank (it left that rank's node in a gather), and the retry succeeds. Its
-    # split is registration's third (shared-memory budget, node index, mapping).
-    run_case "$mpi" 2 "errors_test-np2-map-split-fails" MDL_NODE_LOCAL=off -- env \
-        LD_PRELOAD="$bin/failing_split_type.so" MDL_SHIM_RANK=1 MDL_SHIM_NTH=3 "$bin/errors_test" --map-split-fails
+    # Each of registration's communicator splits failing on one rank after completing
+    # elsewhere: registration fails on every rank, each naming what it split for (the
+    # failing rank returned at once, and left the others in the new communicator's
+    # first collective), and the retry succeeds. One node of 2 ranks, in the order
+    # registration splits: MPI_Comm_split_type for the shared-memory budget, the node's
+    # index, then the mapping of the node's shards (MDL_WARMUP_MAP_BYTES, node-local
+    # path off) or the node-local path's MPI node; MPI_Comm_split for the index's
+    # leaders, then the node-local path's MDL_NODE_KEY nodes.
+    for split in "off MPI_Comm_split_type 1 budget:sizing the node's shared memory" \
+        "off MPI_Comm_split_type 2 index:sharing the index within the node" \
+        "off MPI_Comm_split 1 leaders:exchanging the index between nodes" \
+        "off MPI_Comm_split_type 3 map:finding the node's shards to map" \
+        "on MPI_Comm_split_type 3 node-local:placing the shards in node-shared memory" \
+        "on MPI_Comm_split 2 node-key:placing the shards in node-shared memory"; do
+        read -r node_local call nth what <<<"$split"
+        run_case "$mpi" 2 "errors_test-np2-split-${what%%:*}-fails" MDL_NODE_LOCAL=$node_local -- env \
+            LD_PRELOAD="$bin/failing_split.so" MDL_SHIM_RANK=1 MDL_SHIM_CALL=$call MDL_SHIM_NTH=$nth \
+            "$bin/errors_test" --split-fails "${what#*:}"
+    done
     # The node-local path (MDL_NODE_LOCAL=on): one node of 2 ranks; two emulated hosts
     # of 2 ranks (tests/node_key.sh splits MPI's node by MDL_NODE_KEY; the namespaces of
     # tests/run_node_tests.sh are real hosts to MPI); 4 hosts of one rank (nothing to

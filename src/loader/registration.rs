@@ -2,7 +2,7 @@
 //! replica groups), the cost model calibrated or loaded, the progress thread started.
 
 use super::core::Core;
-use crate::agree::{Setting, agree_identical, agree_on_checks};
+use crate::agree::{Setting, agree_identical, agree_on_checks, agree_on_split};
 use crate::config::{Calibration as CalibrationMode, Progress};
 use crate::error::{Error, Result, mdl_status, outcome_of};
 use crate::estimator::calibrate::{self, Calibration, CalibrationSettings};
@@ -179,9 +179,11 @@ impl Core {
     fn register_copy(&self, shard: &ShardView) -> Result<Store> {
         let Some(group) = &self.group else { return Store::register(&self.comm, shard, &self.store_settings()) };
         let settings = self.store_settings();
-        let registered = self
-            .comm
-            .one_part_per_node_at_a_time(group.info().group as u64, || Store::register(group.comm(), shard, &settings))?;
+        // The groups of one node register in turns (see `Comm::one_part_at_a_time`).
+        let node = agree_on_split(&self.comm, self.comm.split_shared(), "registering the node's replica groups in turns")?;
+        let registered = node.one_part_at_a_time(group.info().group as u64, || Store::register(group.comm(), shard, &settings));
+        node.free()?;
+        let registered = registered?;
         let (samples, lengths) = match &registered {
             Ok(store) => {
                 let first_id = store.index.first_ids()[group.comm().rank()];
@@ -206,7 +208,7 @@ impl Core {
     /// host rank 0 measures (on its own ranks, as every group fetches), and every rank
     /// of the job takes its figures, so that all decide alike; the other groups wait.
     /// Measuring in one group also keeps groups of one node from creating windows at
-    /// once (see `Comm::one_part_per_node_at_a_time`).
+    /// once (see `Comm::one_part_at_a_time`).
     fn measure_calibration(&self, registered: &Store) -> Result<Calibration> {
         let settings = CalibrationSettings {
             budget_seconds: self.config.calibration_seconds,

@@ -147,9 +147,11 @@ impl Comm {
         .map(|comm| comm.expect("every rank belongs to its node"))
     }
 
-    /// Collective: runs `create`, a collective over the part of this communicator that
-    /// `part` names (equal on the part's ranks, distinct between parts), with the parts
-    /// that share a node taking turns, in ascending `part`.
+    /// Collective over this communicator, the ranks of one MPI node (a
+    /// [`Comm::split_shared`], split by the caller, which agrees on its outcome): runs
+    /// `create`, a collective over the part of a communicator that `part` names (equal
+    /// on the part's ranks, distinct between parts), with the parts that share this
+    /// node taking turns, in ascending `part`.
     ///
     /// Why: Open MPI 4.1's osc_rdma names the shared-memory file of a new window's
     /// state `osc_rdma.<node>.<job>.<context id>` (osc_sm adds the creating rank; later
@@ -162,9 +164,8 @@ impl Comm {
     ///
     /// A rank waits in the turns' barriers while the node's smaller parts run `create`,
     /// so `MDL_TIMEOUT` must cover their time too; the error says so.
-    pub fn one_part_per_node_at_a_time<T>(&self, part: u64, create: impl FnOnce() -> T) -> Result<T> {
-        let node = self.split_shared()?;
-        let mut parts_here = node.allgather(part)?;
+    pub fn one_part_at_a_time<T>(&self, part: u64, create: impl FnOnce() -> T) -> Result<T> {
+        let mut parts_here = self.allgather(part)?;
         parts_here.sort_unstable();
         parts_here.dedup();
         let mut create = Some(create);
@@ -173,7 +174,7 @@ impl Comm {
             if *turn == part {
                 created = create.take().map(|create| create());
             }
-            node.barrier().map_err(|err| Error {
+            self.barrier().map_err(|err| Error {
                 message: format!(
                     "waiting for the {} parts of this node (replica groups or emulated nodes) that create their \
                      windows in turns, one after another: {}",
@@ -183,7 +184,6 @@ impl Comm {
                 ..err
             })?;
         }
-        node.free()?;
         Ok(created.expect("every part has its turn"))
     }
 

@@ -24,7 +24,7 @@ use index::Starts;
 use packed::Packing;
 
 use crate::memory;
-use crate::agree::agree_on_checks;
+use crate::agree::{agree_on_checks, agree_on_split};
 use crate::error::{Error, Result, outcome_of};
 use crate::rng::mix;
 use crate::mpi::{Comm, Get, GetLimits, PrivateMemory, Window};
@@ -281,15 +281,7 @@ fn map_node_shards(comm: &Comm, store: &Store, my_bytes: u64, settings: &StoreSe
     if settings.warm_up_map_bytes == 0 || !store.gets_within_nodes {
         return Ok(());
     }
-    // A rank whose split failed takes no part in its node's gathers: agreed before
-    // them, so that no rank waits there for it. A node communicator that some rank
-    // lacks cannot be freed (collective): it is left to the end of the job.
-    let node = comm.split_shared();
-    if let Err(err) = agree_on_checks(comm, outcome_of(&node)) {
-        std::mem::forget(node);
-        return Err(err);
-    }
-    let node = node.expect("agreed that every rank has its node");
+    let node = agree_on_split(comm, comm.split_shared(), "finding the node's shards to map")?;
     // Every rank takes part in both gathers and the free whatever fails in them, and
     // no rank reads until all have their node's shards.
     let ranks = node.allgather(comm.rank() as u64);

@@ -28,7 +28,7 @@ use super::ShardView;
 use super::index::{PrivateWords, Starts};
 use super::packed::Packing;
 use crate::memory;
-use crate::agree::{agree_on_checks, agree_on_fallback};
+use crate::agree::{agree_on_checks, agree_on_fallback, agree_on_split};
 use crate::error::{Error, Result, outcome_of};
 use crate::mpi::{Comm, GathervLayout, SharedArray};
 use std::sync::atomic::Ordering;
@@ -39,7 +39,7 @@ use std::sync::atomic::Ordering;
 /// (`MDL_MAX_MESSAGE_BYTES`, agreed) bounds the leaders' rounds.
 pub fn build(comm: &Comm, shard: &ShardView, per_rank: &[u64], packing: Packing, max_message: u64) -> Result<Starts> {
     let span = ByteSpan::of(comm, shard)?;
-    let node = comm.split_shared()?;
+    let node = agree_on_split(comm, comm.split_shared(), "sharing the index within the node")?;
     let leader = node.rank() == 0;
     let layout = match NodeLayout::of(comm, &node, per_rank, packing, max_message) {
         Ok(layout) => layout,
@@ -155,7 +155,7 @@ fn fill(comm: &Comm, node: &Comm, shard: &ShardView, layout: &NodeLayout, span: 
         atomics[word].fetch_or(bits, Ordering::Relaxed);
     });
     shared.publish(node)?;
-    let leaders = comm.split_members(node.rank() == 0)?;
+    let leaders = agree_on_split(comm, comm.split_members(node.rank() == 0), "exchanging the index between nodes")?;
     if let Some(leaders) = leaders {
         let filled = if leaders.size() > 1 {
             // SAFETY: only the leader touches the array until the next publish.

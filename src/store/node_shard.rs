@@ -19,7 +19,7 @@
 //! share, and the plain window (`MPI_Win_allocate`, the faster one for RMA) is kept.
 
 use super::topology::Topology;
-use crate::agree::{agree_on_checks, agree_on_fallback};
+use crate::agree::{agree_on_checks, agree_on_fallback, agree_on_split};
 use crate::error::{Error, Result, outcome_of};
 use crate::mpi::{Comm, Segment, Window};
 
@@ -64,16 +64,20 @@ pub struct Placed {
 /// Collective over `comm`: copy `data` into node-shared memory where MPI allows it
 /// (see the module's comment), or into a plain window.
 pub fn place(comm: &Comm, data: &[u8], node_key: u32) -> Result<Placed> {
-    let hardware = comm.split_shared()?;
-    let node = hardware.split_by(node_key);
-    let hardware_size = hardware.size();
-    hardware.free()?;
-    let node = node?;
+    const DOING: &str = "placing the shards in node-shared memory";
+    let hardware = agree_on_split(comm, comm.split_shared(), DOING)?;
+    let node = match agree_on_split(comm, hardware.split_by(node_key), DOING) {
+        Ok(node) => node,
+        Err(err) => {
+            hardware.free()?;
+            return Err(err);
+        }
+    };
     // The largest node, and the most ranks of an MPI node left out of a node by the key.
-    let most = comm.allreduce_max(&[node.size() as u64, (hardware_size - node.size()) as u64])?;
+    let most = comm.allreduce_max(&[node.size() as u64, (hardware.size() - node.size()) as u64])?;
     let (largest, key_splits) = (most[0], most[1] > 0);
-    let placed = if largest > 1 { place_shared(comm, &node, data, node_key, key_splits) } else { plain(comm, data, key_splits) };
-    let freed = node.free();
+    let placed = if largest > 1 { place_shared(comm, &hardware, &node, data, node_key, key_splits) } else { plain(comm, data, key_splits) };
+    let freed = node.free().and(hardware.free());
     let placed = placed?;
     freed?;
     Ok(placed)
@@ -84,9 +88,10 @@ fn plain(comm: &Comm, data: &[u8], gets_within_nodes: bool) -> Result<Placed> {
     Ok(Placed { window, node: None, topology: Topology::default(), refused: false, gets_within_nodes })
 }
 
-fn place_shared(comm: &Comm, node: &Comm, data: &[u8], node_key: u32, key_splits: bool) -> Result<Placed> {
+/// `hardware`: this rank's MPI node, which `node` is (or is a part of).
+fn place_shared(comm: &Comm, hardware: &Comm, node: &Comm, data: &[u8], node_key: u32, key_splits: bool) -> Result<Placed> {
     // Emulated nodes of one machine would otherwise create their windows at once.
-    let shared = comm.one_part_per_node_at_a_time(u64::from(node_key), || Window::allocate_shared(node, data))?;
+    let shared = hardware.one_part_at_a_time(u64::from(node_key), || Window::allocate_shared(node, data))?;
     if let Some(fallback) = agree_on_fallback(comm, outcome_of(&shared))? {
         fallback.log("the shards cannot be shared within nodes: on every rank node-local samples go through the engines");
         super::release_where_whole_node(node, shared, Window::free)?;

@@ -36,6 +36,7 @@
 //! check and the windows' first writes (MPICH then still raises SIGBUS).
 
 use super::StoreSettings;
+use crate::agree::agree_on_split;
 use crate::error::{Error, Result, mdl_status};
 use crate::mpi::Comm;
 
@@ -84,7 +85,7 @@ pub fn decide(comm: &Comm, shard_len: usize, index_bytes: u64, settings: &StoreS
     // user names is checked to exist at mdl_init.
     let free = crate::node::free_bytes(&settings.shm_dir);
     let available = free.map_or(u64::MAX, |f| f.saturating_sub(settings.shm_reserve));
-    let node = comm.split_shared()?;
+    let node = agree_on_split(comm, comm.split_shared(), "sizing the node's shared memory")?;
     let lone = node.size() == 1;
     // On more than one node, calibration (when it measures) then registers a scratch
     // store of the same kind, whose node window is mapped beside this one (one node

@@ -12,7 +12,7 @@
  * why a rank failed goes to stderr. A per-case watchdog (SIGALRM) turns a hang into a
  * clear "TIMEOUT in case X" and exit code 3, so a hang names its case.
  *
- * Usage: errors_test [--seed S] [--base N] [--case-timeout SECONDS] [--model | --map-split-fails]
+ * Usage: errors_test [--seed S] [--base N] [--case-timeout SECONDS] [--model | --split-fails DOING]
  */
 #define _POSIX_C_SOURCE 200809L
 #include <mpi.h>
@@ -704,15 +704,18 @@ static void case_model_fingerprint(void)
     case_end(name, &r);
 }
 
-/* ---------- the node split of registration's shard mapping, failing on one rank ---------- */
+/* ---------- one of registration's communicator splits, failing on one rank ---------- */
 
-/* The runner preloads tests/c/shims/failing_split_type.c, set to fail the last rank's
-   MPI_Comm_split_type of the mapping of its node's shards after the split completed:
-   the others hold a node communicator it lacks. Registration must fail on every rank
-   (it left them in the node's gathers for ever), and a second one succeed. */
-static void case_map_split_fails(void)
+/* The runner preloads tests/c/shims/failing_split.c, set to fail the last rank's split
+   of one of registration's communicators after the split completed: the others hold a
+   communicator it lacks. Registration must fail on every rank (it left them in the new
+   communicator's first collective for ever), every rank's error naming `doing` (what
+   registration split for), and a second registration succeed. */
+static void case_split_fails(const char *doing)
 {
-    const char *name = "register/the shard mapping's node split failing on the last rank -> MPI there, REMOTE elsewhere, then a retry";
+    static char name[256]; /* the watchdog names the case */
+    snprintf(name, sizeof name, "register/the split for \"%s\" failing on the last rank -> MPI there, REMOTE elsewhere, then a retry",
+             doing);
     cres r;
     if (!case_begin_with_peers(name, &r))
         return;
@@ -728,9 +731,9 @@ static void case_map_split_fails(void)
     expect_code(&r, me ? "faulty rank: mdl_register_shard" : "mdl_register_shard", st, me ? MDL_ERR_MPI : MDL_ERR_REMOTE);
     char msg[512] = "";
     mdl_last_error(msg, sizeof msg);
-    /* The split that failed is the mapping's, not another of registration's. */
-    EXPECT(&r, !me || (strstr(msg, "warming the window up") && strstr(msg, "MPI_Comm_split_type")),
-           "the faulty rank's error names the mapping's split: %s", msg);
+    /* The split that failed is the one meant, not another of registration's. */
+    EXPECT(&r, strstr(msg, doing) && (!me || strstr(msg, "MPI_Comm_split")),
+           "the error names what the split was for (and on the faulty rank, the call): %s", msg);
     st = mdl_register_shard(h, data, off, n);
     expect_code(&r, "mdl_register_shard again", st, MDL_OK);
     if (st == MDL_OK) {
@@ -817,7 +820,8 @@ static void every_case_but_the_model(void)
 
 int main(int argc, char **argv)
 {
-    int provided = 0, model_only = 0, map_split_fails = 0;
+    int provided = 0, model_only = 0;
+    const char *split_fails = NULL;
     MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
     MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &g_size);
@@ -832,11 +836,11 @@ int main(int argc, char **argv)
             g_case_timeout = (unsigned)v, i++;
         else if (!strcmp(argv[i], "--model"))
             model_only = 1;
-        else if (!strcmp(argv[i], "--map-split-fails"))
-            map_split_fails = 1;
+        else if (!strcmp(argv[i], "--split-fails") && i + 1 < argc)
+            split_fails = argv[++i];
         else {
             if (g_rank == 0)
-                fprintf(stderr, "usage: %s [--seed S] [--base N] [--case-timeout SECONDS] [--model | --map-split-fails]\n",
+                fprintf(stderr, "usage: %s [--seed S] [--base N] [--case-timeout SECONDS] [--model | --split-fails DOING]\n",
                         argv[0]);
             MPI_Finalize();
             return 2;
@@ -853,8 +857,8 @@ int main(int argc, char **argv)
 
     if (model_only)
         case_model_fingerprint(); /* needs the test-hooks library (tests/run_fault_tests.sh) */
-    else if (map_split_fails)
-        case_map_split_fails(); /* needs tests/c/shims/failing_split_type.c preloaded */
+    else if (split_fails)
+        case_split_fails(split_fails); /* needs tests/c/shims/failing_split.c preloaded */
     else
         every_case_but_the_model();
 
