@@ -645,8 +645,9 @@ impl Estimator {
             // one-sided ones too: the skew is seen without running the engine that pays it.
             self.learn_skew(f, spread, SKEW_RATE_ARRIVALS);
             // A step that failed on some rank (its fastest time 0) is skipped: that
-            // rank's departure is not the end of an engine's work.
-            if engine != Backend::Collective && times.fastest > 0.0 {
+            // rank's departure is not the end of an engine's work; so is a step that ran
+            // no engine (see below).
+            if engine != Backend::Collective && times.fastest > 0.0 && f.samples > 0.0 {
                 self.learn_onesided_share(f, spreads);
             }
             if collective {
@@ -674,8 +675,11 @@ impl Estimator {
                 }
             }
         }
+        // A step with no remote sample on any rank ran no engine: its time is the ranks'
+        // wait for each other, no engine's cost. (At batch 1 on 2 ranks a step in four is
+        // one; counted as one-sided steps they priced that engine by the waits.)
         let modelled = self.params.predict(engine, f);
-        if !(modelled_time > 0.0 && modelled > 0.0) {
+        if !(modelled_time > 0.0 && modelled > 0.0) || f.samples == 0.0 {
             return;
         }
         let e = slot(engine);
@@ -1741,6 +1745,21 @@ mod tests {
         let mut on_one_sided: Vec<usize> = auto_on((33e-6, 100e-6), 0.05, 30, 200, quiet).iter().map(|r| 200 - r.1).collect();
         on_one_sided.sort();
         assert!(on_one_sided[10] <= 70, "steps on the 1.2x slower engine by seed: {on_one_sided:?}");
+    }
+
+    /// Steps with no remote sample on any rank run no engine (the loader reports them as
+    /// one-sided, at what the ranks waited for each other): they leave both engines'
+    /// prices alone.
+    #[test]
+    fn a_step_that_ran_no_engine_prices_neither() {
+        let mut e = Estimator::new(CostParams::default(), settings());
+        let f = step(1.0, 256.0);
+        let before = e.predict(&f);
+        for _ in 0..50 {
+            e.observe(Backend::OneSided, &step(0.0, 0.0), same(70e-6), None);
+        }
+        assert_eq!(e.predict(&f), before);
+        assert_eq!(e.decide(&step(0.0, 0.0), Backend::Auto).engine, Backend::OneSided);
     }
 
     #[test]
