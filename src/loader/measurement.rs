@@ -28,8 +28,8 @@ pub struct PendingMeasurement {
 /// ran the same steps), then the same times negated (the all-reduce's maximum of
 /// those is the fastest rank's time), then when it started each of those steps'
 /// engines, and the same negated (the last and the first rank's arrival), then when
-/// it left them, and the same negated (the last and the first departure), then the
-/// step's features (see `estimator::features`). The features start at [`times_len`].
+/// it left them (the last departure), then the step's features (see
+/// `estimator::features`). The features start at [`times_len`].
 pub fn agreement_values(measured: &[PendingMeasurement], features_len: usize) -> Vec<f64> {
     let n = measured.len();
     let mut values = vec![0.0; times_len(measured) + features_len];
@@ -39,13 +39,12 @@ pub fn agreement_values(measured: &[PendingMeasurement], features_len: usize) ->
         values[2 * n + k] = m.arrived;
         values[3 * n + k] = -m.arrived;
         values[4 * n + k] = m.departed;
-        values[5 * n + k] = -m.departed;
     }
     values
 }
 
 /// Values per measured step in an agreement (see [`agreement_values`]).
-pub(crate) const VALUES_PER_MEASUREMENT: usize = 6;
+pub(crate) const VALUES_PER_MEASUREMENT: usize = 5;
 
 /// One earlier step as the ranks agreed on it.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -53,8 +52,8 @@ pub struct AgreedStep {
     /// The slowest and the fastest rank's engine time.
     pub slowest: f64,
     pub fastest: f64,
-    /// When the last rank started the engine, less when the first did, and the same
-    /// for when they left it (on one clock).
+    /// How far apart the ranks started the engine, and how long from the first rank's
+    /// start to the last rank's end (on one clock).
     pub spreads: Spreads,
 }
 
@@ -67,7 +66,7 @@ pub fn agreed_steps(maxima: &[f64], n: usize) -> impl Iterator<Item = AgreedStep
         fastest: -column(1, k),
         spreads: Spreads {
             arrivals: (column(2, k) + column(3, k)).max(0.0),
-            departures: (column(4, k) + column(5, k)).max(0.0),
+            span: (column(4, k) + column(3, k)).max(0.0),
         },
     })
 }
@@ -103,7 +102,7 @@ mod tests {
             vec![measurement(1e-6, 100.000_004, 100.000_009), measurement(6e-6, 100.000_800, 100.000_820)],
         ];
         let proposals: Vec<Vec<f64>> = ranks.iter().map(|m| agreement_values(m, 3)).collect();
-        assert_eq!(proposals[0].len(), 6 * 2 + 3, "six values per step, then the features");
+        assert_eq!(proposals[0].len(), 5 * 2 + 3, "five values per step, then the features");
         let maxima: Vec<f64> = (0..proposals[0].len()).map(|i| proposals.iter().map(|p| p[i]).fold(f64::MIN, f64::max)).collect();
         let agreed: Vec<AgreedStep> = agreed_steps(&maxima[..times_len(&ranks[0])], 2).collect();
         let close = |a: f64, b: f64| (a - b).abs() < 1e-9;
@@ -111,8 +110,9 @@ mod tests {
         assert_eq!((agreed[1].slowest, agreed[1].fastest), (9e-6, 4e-6));
         assert!(close(agreed[0].spreads.arrivals, 8e-6), "{:?}", agreed[0]);
         assert!(close(agreed[1].spreads.arrivals, 400e-6), "{:?}", agreed[1]);
-        // The departures as read (arrival + time would give 8 and 395 us).
-        assert!(close(agreed[0].spreads.departures, 11e-6), "{:?}", agreed[0]);
-        assert!(close(agreed[1].spreads.departures, 350e-6), "{:?}", agreed[1]);
+        // From the first arrival to the last departure as read (arrival + time would
+        // give 13 and 409 us).
+        assert!(close(agreed[0].spreads.span, 18e-6), "{:?}", agreed[0]);
+        assert!(close(agreed[1].spreads.span, 450e-6), "{:?}", agreed[1]);
     }
 }

@@ -228,7 +228,7 @@ impl Core {
 
     /// Learn earlier steps' times as agreed (`times`: the slowest rank's, the fastest
     /// rank's negated, the last arrival, the first arrival negated, the last departure,
-    /// the first departure negated, see `agreement_values`). Every rank has the same
+    /// see `agreement_values`). Every rank has the same
     /// earlier steps (all ran them), so all learn the same.
     fn learn(&mut self, measured: Vec<PendingMeasurement>, times: &[f64]) {
         let agreed = agreed_steps(times, measured.len());
