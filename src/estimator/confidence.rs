@@ -183,7 +183,7 @@ mod tests {
         let spread = jackknife_spread(&rows, &times, &c, fit);
         assert!(spread[1] > 0.1, "{spread:?}");
         // Too few probes to leave one out.
-        assert!(jackknife_spread(&rows[..2], &times[..2], &c, |r, t| fit_nonnegative(r, t)).iter().all(|s| s.is_infinite()));
+        assert!(jackknife_spread(&rows[..2], &times[..2], &c, fit_nonnegative).iter().all(|s| s.is_infinite()));
     }
 
     #[test]
