@@ -60,8 +60,8 @@ const ON_STACK: usize = 128;
 /// The fewest values (besides the header) a loader's reserved agreement buffers hold:
 /// more than the longest first agreement of a call other than a step's (the sampler's
 /// `mdl_epoch_begin`: 8 settings of 6 values, 48), so that it is padded to the steps'
-/// length too. Beyond 32 ranks a step proposes at most 24 values: this pads its
-/// reduction from 248 to 568 bytes.
+/// length too. Beyond 32 ranks a step proposes at most 28 values: this pads its
+/// reduction from 280 to 568 bytes.
 pub(crate) const CALL_AGREEMENT_MIN: usize = 64;
 
 pub fn agree(comm: &Comm, proposal: &Proposal) -> Result<Agreed> {

@@ -1,11 +1,10 @@
 //! What a step measured, carried to the other ranks by a later step's agreement: each
 //! rank's engine time and when it entered and left the engine, combined there into the
-//! slowest and fastest rank's times and the time from the last rank's start to the
-//! last rank's end (see [`agreement_values`]).
+//! slowest and fastest rank's times and the ranks' spreads (see [`agreement_values`]).
 
 use crate::backend::Backend;
 use crate::estimator::model::StepFeatures;
-use crate::estimator::ProbePrediction;
+use crate::estimator::{ProbePrediction, Spreads};
 
 pub struct PendingMeasurement {
     /// The step's number on this loader (its estimator decisions so far), for the log.
@@ -28,9 +27,9 @@ pub struct PendingMeasurement {
 /// ran since the last agreement started (the same number on every rank, since all
 /// ran the same steps), then the same times negated (the all-reduce's maximum of
 /// those is the fastest rank's time), then when it started each of those steps'
-/// engines (the maximum: the last rank's start), then when it left them (the last
-/// rank's end), then the step's features (see `estimator::features`). The features
-/// start at [`times_len`].
+/// engines, and the same negated (the last and the first rank's arrival), then when
+/// it left them (the last departure), then the step's features (see
+/// `estimator::features`). The features start at [`times_len`].
 pub fn agreement_values(measured: &[PendingMeasurement], features_len: usize) -> Vec<f64> {
     let n = measured.len();
     let mut values = vec![0.0; times_len(measured) + features_len];
@@ -38,13 +37,14 @@ pub fn agreement_values(measured: &[PendingMeasurement], features_len: usize) ->
         values[k] = m.seconds;
         values[n + k] = -m.seconds;
         values[2 * n + k] = m.arrived;
-        values[3 * n + k] = m.departed;
+        values[3 * n + k] = -m.arrived;
+        values[4 * n + k] = m.departed;
     }
     values
 }
 
 /// Values per measured step in an agreement (see [`agreement_values`]).
-pub(crate) const VALUES_PER_MEASUREMENT: usize = 4;
+pub(crate) const VALUES_PER_MEASUREMENT: usize = 5;
 
 /// One earlier step as the ranks agreed on it.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -52,9 +52,9 @@ pub struct AgreedStep {
     /// The slowest and the fastest rank's engine time.
     pub slowest: f64,
     pub fastest: f64,
-    /// From the last rank's start of the engine to the last rank's end (meaningful on
-    /// one clock only).
-    pub after_last_start: f64,
+    /// How far apart the ranks started the engine, and how long from the first rank's
+    /// start to the last rank's end (on one clock).
+    pub spreads: Spreads,
 }
 
 /// The `n` measured steps of an agreement, from the maxima of every rank's
@@ -64,7 +64,10 @@ pub fn agreed_steps(maxima: &[f64], n: usize) -> impl Iterator<Item = AgreedStep
     (0..n).map(move |k| AgreedStep {
         slowest: column(0, k),
         fastest: -column(1, k),
-        after_last_start: (column(3, k) - column(2, k)).max(0.0),
+        spreads: Spreads {
+            arrivals: (column(2, k) + column(3, k)).max(0.0),
+            span: (column(4, k) + column(3, k)).max(0.0),
+        },
     })
 }
 
@@ -99,15 +102,17 @@ mod tests {
             vec![measurement(1e-6, 100.000_004, 100.000_009), measurement(6e-6, 100.000_800, 100.000_820)],
         ];
         let proposals: Vec<Vec<f64>> = ranks.iter().map(|m| agreement_values(m, 3)).collect();
-        assert_eq!(proposals[0].len(), 4 * 2 + 3, "four values per step, then the features");
+        assert_eq!(proposals[0].len(), 5 * 2 + 3, "five values per step, then the features");
         let maxima: Vec<f64> = (0..proposals[0].len()).map(|i| proposals.iter().map(|p| p[i]).fold(f64::MIN, f64::max)).collect();
         let agreed: Vec<AgreedStep> = agreed_steps(&maxima[..times_len(&ranks[0])], 2).collect();
         let close = |a: f64, b: f64| (a - b).abs() < 1e-9;
         assert_eq!((agreed[0].slowest, agreed[0].fastest), (5e-6, 1e-6));
         assert_eq!((agreed[1].slowest, agreed[1].fastest), (9e-6, 4e-6));
-        // From the last start to the last end as read (the last rank to start's own
-        // time would give 3 and 4 us).
-        assert!(close(agreed[0].after_last_start, 10e-6), "{:?}", agreed[0]);
-        assert!(close(agreed[1].after_last_start, 50e-6), "{:?}", agreed[1]);
+        assert!(close(agreed[0].spreads.arrivals, 8e-6), "{:?}", agreed[0]);
+        assert!(close(agreed[1].spreads.arrivals, 400e-6), "{:?}", agreed[1]);
+        // From the first arrival to the last departure as read (arrival + time would
+        // give 13 and 409 us).
+        assert!(close(agreed[0].spreads.span, 18e-6), "{:?}", agreed[0]);
+        assert!(close(agreed[1].spreads.span, 450e-6), "{:?}", agreed[1]);
     }
 }

@@ -227,26 +227,26 @@ impl Core {
     }
 
     /// Learn earlier steps' times as agreed (`times`: the slowest rank's, the fastest
-    /// rank's negated, the last rank's start and end, see `agreement_values`). Every
-    /// rank has the same
+    /// rank's negated, the last arrival, the first arrival negated, the last departure,
+    /// see `agreement_values`). Every rank has the same
     /// earlier steps (all ran them), so all learn the same.
     fn learn(&mut self, measured: Vec<PendingMeasurement>, times: &[f64]) {
         let agreed = agreed_steps(times, measured.len());
-        for (previous, AgreedStep { slowest, fastest, after_last_start }) in measured.into_iter().zip(agreed) {
+        for (previous, AgreedStep { slowest, fastest, spreads }) in measured.into_iter().zip(agreed) {
             // With replica groups every group runs its own exchange: the slowest and
             // fastest ranks may be of different groups, and their spread no skew. The
-            // starts and ends compare only on one clock.
+            // arrivals compare only on one clock.
             let fastest = if self.group.is_some() { slowest } else { fastest };
-            let after_last_start = (self.one_clock && self.group.is_none()).then_some(after_last_start);
+            let spreads = (self.one_clock && self.group.is_none()).then_some(spreads);
             log::trace!(
-                "step {}: measured {} {:.1} us (slowest rank), {:.1} us (fastest), {} from the last start to the end",
+                "step {}: measured {} {:.1} us (slowest rank), {:.1} us (fastest), arrivals and span {}",
                 previous.step,
                 previous.engine.name(),
                 slowest * 1e6,
                 fastest * 1e6,
-                after_last_start.map_or("not known".to_string(), |t| format!("{:.1} us", t * 1e6))
+                spreads.map_or("not known".to_string(), |s| format!("{:.1} and {:.1} us", s.arrivals * 1e6, s.span * 1e6))
             );
-            let times = Measured { slowest, fastest, after_last_start };
+            let times = Measured { slowest, fastest, spreads };
             self.estimator.observe(previous.engine, &previous.features, times, previous.probe);
             let stats = self.stats.engine_mut(previous.engine);
             stats.measured_slowest_seconds += slowest;
