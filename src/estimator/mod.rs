@@ -1840,12 +1840,25 @@ mod tests {
     /// the exchange `x`; the job waits `s + x`. Returns (steps on collective, probes,
     /// switches, probe overshoot) over `steps` AUTO steps.
     fn one_clock_loop(alpha: f64, s: f64, t: f64, x: f64, calibrated: (f64, f64), steps: usize) -> (usize, u64, u64, f64) {
+        one_clock_loop_late_by(alpha, || s, t, x, calibrated, steps)
+    }
+
+    /// As `one_clock_loop`, the last rank `late()` behind at each step.
+    fn one_clock_loop_late_by(
+        alpha: f64,
+        mut late: impl FnMut() -> f64,
+        t: f64,
+        x: f64,
+        calibrated: (f64, f64),
+        steps: usize,
+    ) -> (usize, u64, u64, f64) {
         let params = CostParams { a_os: calibrated.0, g_os: 0.0, b_os: 0.0, c_os: 0.0, a_coll: calibrated.1, s_coll: 0.0, b_coll: 0.0, c_coll: 0.0 };
         let settings = Settings { probe_interval: 64, hysteresis: 0.05, probe_budget: 0.04, calibration_noise: [0.1; 2] };
         let mut e = Estimator::new(params, settings);
         let f = step(64.0, 131072.0);
         let mut on_collective = 0;
         for _ in 0..steps {
+            let s = late();
             let d = e.decide(&f, Backend::Auto);
             let times = if d.engine == Backend::Collective {
                 on_collective += 1;
@@ -1910,29 +1923,14 @@ mod tests {
     }
 
     /// As `one_clock_loop`, but the late rank's lateness varies per step (exponential,
-    /// mean `s`: a loop's spreads are heavy-tailed) and which rank is late is random.
+    /// mean `s`: a loop's spreads are heavy-tailed).
     /// Fractions of steps on the collective engine over 20 seeds.
     fn noisy_one_clock_loop(alpha: f64, s: f64, t: f64, x: f64, calibrated: (f64, f64), steps: usize) -> Vec<f64> {
-        let params = CostParams { a_os: calibrated.0, g_os: 0.0, b_os: 0.0, c_os: 0.0, a_coll: calibrated.1, s_coll: 0.0, b_coll: 0.0, c_coll: 0.0 };
-        let f = step(64.0, 131072.0);
         (0..20)
             .map(|seed| {
                 let mut rng = crate::rng::SplitMix64::new(seed);
-                let settings = Settings { probe_interval: 64, hysteresis: 0.05, probe_budget: 0.04, calibration_noise: [0.1; 2] };
-                let mut e = Estimator::new(params, settings);
-                let mut on_collective = 0;
-                for _ in 0..steps {
-                    let u = (rng.below(1 << 20) as f64 + 1.0) / (1u64 << 20) as f64;
-                    let late = -s * u.ln();
-                    let d = e.decide(&f, Backend::Auto);
-                    let times = if d.engine == Backend::Collective {
-                        on_collective += 1;
-                        Measured { slowest: late + x, fastest: x, spreads: Some(Spreads { arrivals: late, span: late + x }) }
-                    } else {
-                        Measured { slowest: alpha * late + t, fastest: t, spreads: Some(Spreads { arrivals: late, span: late + t }) }
-                    };
-                    e.observe(d.engine, &f, times, d.probe_prediction());
-                }
+                let exponential = || -s * ((rng.below(1 << 20) as f64 + 1.0) / (1u64 << 20) as f64).ln();
+                let (on_collective, ..) = one_clock_loop_late_by(alpha, exponential, t, x, calibrated, steps);
                 on_collective as f64 / steps as f64
             })
             .collect()
