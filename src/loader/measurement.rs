@@ -110,8 +110,8 @@ mod tests {
         assert_eq!((agreed[1].slowest, agreed[1].fastest), (9e-6, 4e-6));
         assert!(close(agreed[0].spreads.arrivals, 8e-6), "{:?}", agreed[0]);
         assert!(close(agreed[1].spreads.arrivals, 400e-6), "{:?}", agreed[1]);
-        // From the first arrival to the last departure as read (arrival + time would
-        // give 13 and 409 us).
+        // From the first arrival to the last departure as read (each rank's arrival
+        // plus its time would give 11 and 404 us).
         assert!(close(agreed[0].spreads.span, 18e-6), "{:?}", agreed[0]);
         assert!(close(agreed[1].spreads.span, 450e-6), "{:?}", agreed[1]);
     }
